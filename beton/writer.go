@@ -1,0 +1,361 @@
+package beton
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+)
+
+// Value is one field's value for Writer.WriteSample. Which members count
+// depends on the field's type: Int for int, Float for float, Mode, Width,
+// Height and Data for RGB images, Data for bytes, JSON (text without the
+// trailing NUL, which the writer adds) and arrays (raw little-endian
+// elements).
+type Value struct {
+	Int           int64
+	Float         float64
+	Mode          ImageMode
+	Width, Height int
+	Data          []byte
+}
+
+// WriterOptions configures a Writer.
+type WriterOptions struct {
+	// PageSize is the page size in bytes: a power of two, 2 MiB ≤ PageSize
+	// < 4 GiB. Zero means DefaultPageSize.
+	PageSize int64
+}
+
+// Validate fills defaults and checks the options.
+func (o *WriterOptions) Validate() error {
+	if o.PageSize == 0 {
+		o.PageSize = DefaultPageSize
+	}
+	if o.PageSize < 0 {
+		return fmt.Errorf("page size %d is negative", o.PageSize)
+	}
+	return validPageSize(uint64(o.PageSize))
+}
+
+// Writer writes a .beton the way the reference writer lays it out: header,
+// descriptors, metadata table, zero padding to a page boundary, whole data
+// pages, then the allocation table. Samples are written in id order and
+// packed into pages in that order; a sample that does not fit the rest of the
+// current page starts a new one.
+//
+// The file is written to a temporary name beside the destination and renamed
+// by Close, so an interrupted write never leaves a file that looks complete.
+// A Writer is not safe for concurrent use.
+type Writer struct {
+	path, tmp string
+	fh        *os.File
+	out       *bufio.Writer
+
+	header Header
+	fields []Field
+	layout Layout
+	meta   []byte
+
+	pageSize  uint64
+	dataStart uint64 // file offset of the first data page
+	page      []byte // the page being filled
+	pageNo    int64  // index of the page being filled from dataStart, -1 before the first
+	pageOff   uint64 // bytes used in page
+	written   uint64 // bytes written after the metadata region (padding + pages)
+
+	allocs []Alloc
+	next   int // next sample id
+	err    error
+}
+
+// Create starts writing a .beton with the given fields and number of samples
+// to path.
+func Create(path string, fields []Field, numSamples int, opts WriterOptions) (*Writer, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if len(fields) == 0 || len(fields) > math.MaxUint16 {
+		return nil, fmt.Errorf("a beton needs 1 to %d fields, got %d", math.MaxUint16, len(fields))
+	}
+	if numSamples < 0 || numSamples >= math.MaxUint32 {
+		return nil, fmt.Errorf("sample count %d out of range", numSamples)
+	}
+	layout, err := RecordLayout(fields)
+	if err != nil {
+		return nil, err
+	}
+	for i := range fields {
+		if len(fields[i].Name) > NameSize {
+			return nil, fmt.Errorf("field name %q is longer than %d bytes", fields[i].Name, NameSize)
+		}
+		if t := fields[i].Type; t == TypeNDArray || t == TypeTorchTensor {
+			if err := fields[i].parseArgs(); err != nil {
+				return nil, fmt.Errorf("field %q: %w", fields[i].Name, err)
+			}
+		}
+	}
+	dir, base := filepath.Split(path)
+	fh, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return nil, fmt.Errorf("creating %s: %w", path, err)
+	}
+	w := &Writer{
+		path: path, tmp: fh.Name(), fh: fh,
+		out:      bufio.NewWriterSize(fh, 1<<20),
+		fields:   fields,
+		layout:   layout,
+		meta:     make([]byte, numSamples*layout.RecordSize),
+		pageSize: uint64(opts.PageSize),
+		pageNo:   -1,
+	}
+	w.header = Header{
+		Version:    Version,
+		NumFields:  uint16(len(fields)),
+		PageSize:   uint32(opts.PageSize),
+		NumSamples: uint64(numSamples),
+	}
+	metaEnd := uint64(HeaderSize + len(fields)*DescriptorSize + len(w.meta))
+	w.dataStart = (metaEnd + w.pageSize - 1) / w.pageSize * w.pageSize
+	// Header and metadata are rewritten at Close; reserve their space now.
+	if _, err := fh.Seek(int64(metaEnd), io.SeekStart); err != nil {
+		w.Abort()
+		return nil, err
+	}
+	return w, nil
+}
+
+// WriteSample appends the next sample. values holds one Value per field, in
+// field order.
+func (w *Writer) WriteSample(values []Value) error {
+	if w.err != nil {
+		return w.err
+	}
+	id := w.next
+	if id >= int(w.header.NumSamples) {
+		return fmt.Errorf("sample %d: the file was created for %d samples", id, w.header.NumSamples)
+	}
+	if len(values) != len(w.fields) {
+		return fmt.Errorf("sample %d: %d values for %d fields", id, len(values), len(w.fields))
+	}
+	// Sizes of this sample's allocations, to place it in one page.
+	var need uint64
+	for fi := range w.fields {
+		n, err := w.dataSize(id, fi, &values[fi])
+		if err != nil {
+			return err
+		}
+		need += n
+	}
+	if need > w.pageSize {
+		return fmt.Errorf("sample %d: its data take %d bytes, more than a page (%d bytes); use a larger page size", id, need, w.pageSize)
+	}
+	if w.pageNo < 0 && need > 0 || need > w.pageSize-w.pageOff {
+		if err := w.flushPage(); err != nil {
+			return w.fail(err)
+		}
+	}
+	rec := w.meta[id*w.layout.RecordSize:]
+	for fi := range w.fields {
+		m := rec[w.layout.Offsets[fi]:]
+		v := &values[fi]
+		switch w.fields[fi].Type {
+		case TypeInt:
+			binary.LittleEndian.PutUint64(m, uint64(v.Int))
+		case TypeFloat:
+			binary.LittleEndian.PutUint64(m, math.Float64bits(v.Float))
+		case TypeRGBImage:
+			m[0] = byte(v.Mode)
+			binary.LittleEndian.PutUint16(m[1:], uint16(v.Width))
+			binary.LittleEndian.PutUint16(m[3:], uint16(v.Height))
+			binary.LittleEndian.PutUint64(m[5:], w.alloc(id, v.Data, false))
+		case TypeBytes:
+			binary.LittleEndian.PutUint64(m, w.alloc(id, v.Data, false))
+			binary.LittleEndian.PutUint64(m[8:], uint64(len(v.Data)))
+		case TypeJSON:
+			binary.LittleEndian.PutUint64(m, w.alloc(id, v.Data, true))
+			binary.LittleEndian.PutUint64(m[8:], uint64(len(v.Data))+1)
+		case TypeNDArray, TypeTorchTensor:
+			binary.LittleEndian.PutUint64(m, w.alloc(id, v.Data, false))
+		}
+	}
+	w.next++
+	return nil
+}
+
+// dataSize checks v against field fi and returns the bytes it takes in a page.
+func (w *Writer) dataSize(id, fi int, v *Value) (uint64, error) {
+	fd := &w.fields[fi]
+	switch fd.Type {
+	case TypeRGBImage:
+		if v.Width <= 0 || v.Height <= 0 || v.Width > math.MaxUint16 || v.Height > math.MaxUint16 {
+			return 0, fmt.Errorf("sample %d, field %q: image size %dx%d out of range (1 to 65535)", id, fd.Name, v.Width, v.Height)
+		}
+		switch v.Mode {
+		case ModeRaw:
+			if len(v.Data) != v.Width*v.Height*3 {
+				return 0, fmt.Errorf("sample %d, field %q: raw image %dx%d needs %d bytes, got %d", id, fd.Name, v.Width, v.Height, v.Width*v.Height*3, len(v.Data))
+			}
+		case ModeJPEG:
+			if len(v.Data) == 0 {
+				return 0, fmt.Errorf("sample %d, field %q: empty JPEG", id, fd.Name)
+			}
+		default:
+			return 0, fmt.Errorf("sample %d, field %q: unknown image mode %d", id, fd.Name, v.Mode)
+		}
+	case TypeJSON:
+		return uint64(len(v.Data)) + 1, nil
+	case TypeNDArray, TypeTorchTensor:
+		want, err := fd.DataSize()
+		if err != nil {
+			return 0, fmt.Errorf("field %q: %w", fd.Name, err)
+		}
+		if uint64(len(v.Data)) != want {
+			return 0, fmt.Errorf("sample %d, field %q: shape %v of %s needs %d bytes, got %d", id, fd.Name, fd.Shape, fd.DType, want, len(v.Data))
+		}
+	}
+	return uint64(len(v.Data)), nil
+}
+
+// alloc copies data (and a NUL when nul) into the current page and records
+// the allocation. WriteSample has made sure it fits.
+func (w *Writer) alloc(id int, data []byte, nul bool) uint64 {
+	size := uint64(len(data))
+	if nul {
+		size++
+	}
+	var ptr uint64
+	if w.pageNo >= 0 {
+		ptr = w.dataStart + uint64(w.pageNo)*w.pageSize + w.pageOff
+		copy(w.page[w.pageOff:], data)
+		if nul {
+			w.page[w.pageOff+size-1] = 0
+		}
+		w.pageOff += size
+	} else {
+		// Only empty allocations happen before the first page.
+		ptr = w.dataStart
+	}
+	w.allocs = append(w.allocs, Alloc{Sample: uint64(id), Ptr: ptr, Size: size})
+	return ptr
+}
+
+// flushPage writes the current page, if any, and starts a new one.
+func (w *Writer) flushPage() error {
+	if w.pageNo < 0 {
+		w.page = make([]byte, w.pageSize)
+		// Zero padding between the metadata and the first page.
+		metaEnd := uint64(HeaderSize + len(w.fields)*DescriptorSize + len(w.meta))
+		if err := writeZeros(w.out, w.dataStart-metaEnd); err != nil {
+			return err
+		}
+		w.written += w.dataStart - metaEnd
+	} else {
+		if _, err := w.out.Write(w.page); err != nil {
+			return err
+		}
+		w.written += w.pageSize
+		clear(w.page)
+	}
+	w.pageNo++
+	w.pageOff = 0
+	return nil
+}
+
+func writeZeros(out io.Writer, n uint64) error {
+	var zero [64 << 10]byte
+	for n > 0 {
+		k := min(n, uint64(len(zero)))
+		if _, err := out.Write(zero[:k]); err != nil {
+			return err
+		}
+		n -= k
+	}
+	return nil
+}
+
+func (w *Writer) fail(err error) error {
+	w.err = fmt.Errorf("writing %s: %w", w.path, err)
+	return w.err
+}
+
+// Close writes the last page, the allocation table, the metadata and the
+// header, syncs the file and renames it into place. After an error the
+// temporary file is removed.
+func (w *Writer) Close() error {
+	if w.fh == nil {
+		return errors.New("beton writer already closed")
+	}
+	if w.err == nil && w.next != int(w.header.NumSamples) {
+		w.err = fmt.Errorf("writing %s: %d of %d samples written", w.path, w.next, w.header.NumSamples)
+	}
+	if w.err != nil {
+		err := w.err
+		w.Abort()
+		return err
+	}
+	if err := w.finish(); err != nil {
+		w.Abort()
+		return w.fail(err)
+	}
+	if err := os.Rename(w.tmp, w.path); err != nil {
+		os.Remove(w.tmp)
+		return fmt.Errorf("renaming %s to %s: %w", w.tmp, w.path, err)
+	}
+	return nil
+}
+
+func (w *Writer) finish() error {
+	metaStart := uint64(HeaderSize + len(w.fields)*DescriptorSize)
+	tablePtr := metaStart + uint64(len(w.meta))
+	if w.pageNo >= 0 {
+		if _, err := w.out.Write(w.page); err != nil {
+			return err
+		}
+		w.written += w.pageSize
+		tablePtr += w.written
+	}
+	entry := make([]byte, AllocEntrySize)
+	for _, a := range w.allocs {
+		binary.LittleEndian.PutUint64(entry[0:], a.Sample)
+		binary.LittleEndian.PutUint64(entry[8:], a.Ptr)
+		binary.LittleEndian.PutUint64(entry[16:], a.Size)
+		if _, err := w.out.Write(entry); err != nil {
+			return err
+		}
+	}
+	if err := w.out.Flush(); err != nil {
+		return err
+	}
+	w.header.AllocTablePtr = tablePtr
+	head := w.header.marshal()
+	for i := range w.fields {
+		head = append(head, w.fields[i].marshal()...)
+	}
+	head = append(head, w.meta...)
+	if _, err := w.fh.WriteAt(head, 0); err != nil {
+		return err
+	}
+	if err := w.fh.Chmod(0o644); err != nil {
+		return err
+	}
+	if err := w.fh.Sync(); err != nil {
+		return err
+	}
+	err := w.fh.Close()
+	w.fh = nil
+	return err
+}
+
+// Abort stops writing and removes the temporary file.
+func (w *Writer) Abort() {
+	if w.fh != nil {
+		w.fh.Close()
+		w.fh = nil
+	}
+	os.Remove(w.tmp)
+}
