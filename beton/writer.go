@@ -359,3 +359,6 @@ func (w *Writer) Abort() {
 	}
 	os.Remove(w.tmp)
 }
+
+// Pages returns the number of data pages written or begun so far.
+func (w *Writer) Pages() int { return int(w.pageNo + 1) }
