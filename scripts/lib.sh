@@ -1,0 +1,119 @@
+# shellcheck shell=bash
+# Shared shell functions for the scripts in scripts/. Source it, don't run it:
+#
+#   source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+#
+# It sets no shell options of its own; the sourcing script decides those.
+
+# Debian 12 packages the project needs: FUSE for mounts, libjpeg-turbo and a C
+# toolchain for the cgo JPEG code, and torchvision/NumPy/Pillow for the
+# integration tests and the demo. Add new system dependencies here.
+FFCVFS_APT_PACKAGES=(
+	fuse3
+	libjpeg62-turbo-dev
+	pkg-config
+	gcc
+	python3-torchvision
+	python3-numpy
+	python3-pil
+)
+
+# The oldest Go release the scripts accept.
+FFCVFS_MIN_GO=1.22
+
+# log MSG...: a line on stderr, prefixed with the script's name.
+log() {
+	printf '%s: %s\n' "$(basename "$0")" "$*" >&2
+}
+
+# die MSG...: log MSG and exit with status 1.
+die() {
+	log "error: $*"
+	exit 1
+}
+
+# step TITLE: a header line, on stdout, for one step of a script.
+step() {
+	printf '\n==> %s\n' "$*"
+}
+
+# repo_root: the repository's top folder (the one holding go.mod).
+repo_root() {
+	(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+}
+
+# shared_dir: the shared folder beside the repository (fixtures, docs):
+# $FFCVFS_SHARED if set, else ../shared next to the repository.
+shared_dir() {
+	if [[ -n "${FFCVFS_SHARED:-}" ]]; then
+		printf '%s\n' "$FFCVFS_SHARED"
+	else
+		printf '%s\n' "$(dirname "$(repo_root)")/shared"
+	fi
+}
+
+# as_root CMD...: run CMD as root, through sudo when not root already.
+as_root() {
+	if [[ $EUID -eq 0 ]]; then
+		"$@"
+	elif command -v sudo >/dev/null 2>&1; then
+		sudo "$@"
+	else
+		die "need root to run '$*': run this script as root or install sudo"
+	fi
+}
+
+# ensure_apt PKG...: install those of the Debian packages PKG... that are not
+# installed yet, after one 'apt-get update'. Does nothing when all are there.
+ensure_apt() {
+	local missing=() pkg
+	for pkg in "$@"; do
+		if [[ "$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null)" != "install ok installed" ]]; then
+			missing+=("$pkg")
+		fi
+	done
+	((${#missing[@]})) || return 0
+	command -v apt-get >/dev/null 2>&1 ||
+		die "missing packages ${missing[*]}, and there is no apt-get to install them (these scripts expect Debian 12)"
+	log "installing ${missing[*]}"
+	if [[ -z "${_FFCVFS_APT_UPDATED:-}" ]]; then
+		as_root apt-get update -q || die "apt-get update failed"
+		_FFCVFS_APT_UPDATED=1
+	fi
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" ||
+		die "could not install ${missing[*]}"
+}
+
+# ensure_go: make sure a Go toolchain ≥ FFCVFS_MIN_GO is on PATH, adding
+# /usr/local/go/bin when go is not found otherwise.
+ensure_go() {
+	if ! command -v go >/dev/null 2>&1; then
+		if [[ -x /usr/local/go/bin/go ]]; then
+			export PATH="$PATH:/usr/local/go/bin"
+		else
+			die "go not found on PATH or in /usr/local/go/bin; install Go $FFCVFS_MIN_GO or newer (https://go.dev/dl/)"
+		fi
+	fi
+	local have
+	# Asked outside the repository, so that go.mod's toolchain line plays no part.
+	have=$(cd / && go env GOVERSION) || die "'go env GOVERSION' failed"
+	have=${have#go}
+	local hmaj hmin wmaj wmin
+	IFS=. read -r hmaj hmin _ <<<"$have"
+	IFS=. read -r wmaj wmin _ <<<"$FFCVFS_MIN_GO"
+	hmin=${hmin%%[!0-9]*} # 1.23rc1 → 23
+	if ! [[ "$hmaj" =~ ^[0-9]+$ && "$hmin" =~ ^[0-9]+$ ]]; then
+		die "cannot read the Go version from '$have'"
+	fi
+	if ((hmaj < wmaj || (hmaj == wmaj && hmin < wmin))); then
+		die "Go $have at $(command -v go) is too old: need Go $FFCVFS_MIN_GO or newer"
+	fi
+}
+
+# ensure_deps: everything the tests and the demo need: the Debian packages in
+# FFCVFS_APT_PACKAGES, Go, and the Go modules of go.mod.
+ensure_deps() {
+	ensure_apt "${FFCVFS_APT_PACKAGES[@]}"
+	ensure_go
+	(cd "$(repo_root)" && go mod download) || die "go mod download failed"
+}
