@@ -1,0 +1,180 @@
+package integration
+
+import (
+	"bytes"
+	"fmt"
+	"image"
+	_ "image/jpeg"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
+)
+
+// TestWriteImageFolderVerbatim: every sample of the written beton holds the
+// exact bytes of its source JPEG and the label torchvision assigns it.
+func TestWriteImageFolderVerbatim(t *testing.T) {
+	src := testenv.Fixture(t, "imagefolder-small")
+	ffcvfs := binary(t, "ffcvfs")
+	out := filepath.Join(t.TempDir(), "out.beton")
+	classesOut := filepath.Join(t.TempDir(), "classes.txt")
+	run(t, 0, ffcvfs, "write", "--page-size", "2MiB", "--classes-out", classesOut, src, out)
+
+	classes, samples := torchvisionImageFolder(t, src)
+	got, _ := os.ReadFile(classesOut)
+	if want := strings.Join(classes, "\n") + "\n"; string(got) != want {
+		t.Errorf("--classes-out wrote %q, want %q", got, want)
+	}
+	f, err := beton.OpenFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if f.NumSamples() != len(samples) {
+		t.Fatalf("%d samples, torchvision sees %d", f.NumSamples(), len(samples))
+	}
+	img, label := f.FieldIndex("image"), f.FieldIndex("label")
+	for i, s := range samples {
+		path, wantLabel := s[0].(string), int64(s[1].(float64))
+		want, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := f.ReadData(i, img, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(data, want) {
+			t.Errorf("sample %d: bytes differ from %s", i, path)
+		}
+		if got := f.Int(i, label); got != wantLabel {
+			t.Errorf("sample %d: label %d, want %d", i, got, wantLabel)
+		}
+		meta, _ := f.Image(i, img)
+		cfg, _, err := image.DecodeConfig(bytes.NewReader(want))
+		if err != nil || meta.Mode != beton.ModeJPEG || meta.Width != cfg.Width || meta.Height != cfg.Height {
+			t.Errorf("sample %d: %+v, source %dx%d (%v)", i, meta, cfg.Width, cfg.Height, err)
+		}
+	}
+	stdout, _ := run(t, 0, ffcvfs, "verify", out)
+	if !strings.Contains(stdout, "OK") {
+		t.Errorf("verify said %q", stdout)
+	}
+}
+
+// TestVerifyFixtures: ffcvfs verify accepts every reference fixture, and
+// info reports it.
+func TestVerifyFixtures(t *testing.T) {
+	ffcvfs := binary(t, "ffcvfs")
+	paths, _ := filepath.Glob(filepath.Join(testenv.Fixture(t, "beton"), "*.beton"))
+	if len(paths) == 0 {
+		testenv.Missing(t, "no fixture betons")
+	}
+	for _, p := range paths {
+		run(t, 0, ffcvfs, "verify", "--all", p)
+		out, _ := run(t, 0, ffcvfs, "info", "--samples", "2", p)
+		if !strings.Contains(out, "samples") || !strings.Contains(out, "sample 1:") {
+			t.Errorf("info %s:\n%s", p, out)
+		}
+		run(t, 0, ffcvfs, "info", "--json", p)
+	}
+}
+
+// TestWriteModes: raw, smart and proportion round trips.
+func TestWriteModes(t *testing.T) {
+	src := testenv.Fixture(t, "imagefolder-small")
+	ffcvfs := binary(t, "ffcvfs")
+	for _, tc := range []struct {
+		name string
+		args []string
+		jpeg func(w, h int) bool // whether an image of the stored size must be JPEG; nil: either
+	}{
+		{"raw", []string{"--mode", "raw", "--max-resolution", "64"}, func(int, int) bool { return false }},
+		{"smart", []string{"--mode", "smart", "--max-resolution", "128", "--smart-threshold", "40000"}, func(w, h int) bool { return w*h*3 > 40000 }},
+		{"proportion", []string{"--mode", "proportion", "--max-resolution", "96", "--compress-probability", "0.5", "--seed", "7"}, nil},
+		{"jpg-resized", []string{"--max-resolution", "100", "--jpeg-quality", "80"}, func(int, int) bool { return true }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out.beton")
+			run(t, 0, ffcvfs, append(append([]string{"write", "--page-size", "2MiB"}, tc.args...), src, out)...)
+			run(t, 0, ffcvfs, "verify", out)
+			f, err := beton.OpenFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			maxRes := 0
+			for i, a := range tc.args {
+				if a == "--max-resolution" {
+					fmt.Sscan(tc.args[i+1], &maxRes)
+				}
+			}
+			modes := map[beton.ImageMode]int{}
+			for i := 0; i < f.NumSamples(); i++ {
+				meta, err := f.Image(i, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				modes[meta.Mode]++
+				if max(meta.Width, meta.Height) > maxRes {
+					t.Errorf("sample %d: %dx%d exceeds %d", i, meta.Width, meta.Height, maxRes)
+				}
+				if tc.jpeg != nil && tc.jpeg(meta.Width, meta.Height) != (meta.Mode == beton.ModeJPEG) {
+					t.Errorf("sample %d: %dx%d stored as %v", i, meta.Width, meta.Height, meta.Mode)
+				}
+				data, err := f.ReadData(i, 0, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if meta.Mode == beton.ModeJPEG {
+					m, _, err := image.Decode(bytes.NewReader(data))
+					if err != nil || m.Bounds().Dx() != meta.Width || m.Bounds().Dy() != meta.Height {
+						t.Errorf("sample %d: JPEG does not decode to %dx%d: %v", i, meta.Width, meta.Height, err)
+					}
+				}
+			}
+			if tc.name == "proportion" && (modes[beton.ModeJPEG] < 60 || modes[beton.ModeRaw] < 60) {
+				t.Errorf("proportion 0.5 over 200 images gave %v", modes)
+			}
+			t.Logf("modes: %v", modes)
+		})
+	}
+}
+
+// TestWriteErrors: bad input gives a clear error and leaves no output.
+func TestWriteErrors(t *testing.T) {
+	ffcvfs := binary(t, "ffcvfs")
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out.beton")
+
+	_, stderr := run(t, 1, ffcvfs, "write", filepath.Join(dir, "missing"), out)
+	if !strings.Contains(stderr, "missing") {
+		t.Errorf("missing folder: %q", stderr)
+	}
+	bad := filepath.Join(dir, "bad")
+	os.MkdirAll(filepath.Join(bad, "cat"), 0o755)
+	os.WriteFile(filepath.Join(bad, "cat", "broken.jpg"), []byte("\xff\xd8\xff\xe0 not really a jpeg"), 0o644)
+	_, stderr = run(t, 1, ffcvfs, "write", "--max-resolution", "8", bad, out)
+	if !strings.Contains(stderr, "broken.jpg") {
+		t.Errorf("corrupt JPEG: %q", stderr)
+	}
+	_, stderr = run(t, 2, ffcvfs, "write", "--page-size", "3MiB", bad, out)
+	if !strings.Contains(stderr, "page size") {
+		t.Errorf("bad page size: %q", stderr)
+	}
+	_, stderr = run(t, 2, ffcvfs, "write", "--mode", "png", bad, out)
+	if !strings.Contains(stderr, "png") {
+		t.Errorf("bad mode: %q", stderr)
+	}
+	run(t, 2, ffcvfs, "write", bad)
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 || ents[0].Name() != "bad" {
+		t.Errorf("failed writes left files behind: %v", ents)
+	}
+	_, stderr = run(t, 1, ffcvfs, "verify", filepath.Join(dir, "nope.beton"))
+	if !strings.Contains(stderr, "nope.beton") {
+		t.Errorf("verify of a missing file: %q", stderr)
+	}
+}
