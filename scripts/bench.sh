@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# End-to-end benchmarks, each printed next to its baseline measured in the
+# same run, as medians of several runs (the machine is noisy: compare ratios).
+#
+#   scripts/bench.sh write [N]    ffcvfs write throughput (images/s) on N images
+#                                 (default 2000) built from the shared fixture
+#                                 photos, vs reading the same files
+#
+# Environment: RUNS (default 3) runs per figure; BENCH_DIR (default a temp dir).
+set -euo pipefail
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$(repo_root)"
+
+RUNS=${RUNS:-3}
+
+# median: the median of the numbers on stdin.
+median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+
+# rate N CMD...: images/s of CMD over N images, median of RUNS runs.
+rate() {
+	local n=$1 i s e
+	shift
+	for ((i = 0; i < RUNS; i++)); do
+		s=$(date +%s.%N)
+		"$@" >/dev/null
+		e=$(date +%s.%N)
+		echo "$n / ($e - $s)" | bc -l
+	done | median
+}
+
+build() {
+	ensure_deps
+	mkdir -p bin
+	go build -o bin/ffcvfs ./cmd/ffcvfs
+}
+
+bench_write() {
+	local n=${1:-2000}
+	local src dir
+	src="$(shared_dir)/fixtures/imagefolder-small"
+	[[ -d $src ]] || die "fixture photos not found at $src"
+	dir=${BENCH_DIR:-$(mktemp -d)}
+	# N images: the 200 fixture photos copied round-robin into their classes.
+	rm -rf "$dir/folder"
+	local i=0 f cls
+	while ((i < n)); do
+		for f in "$src"/*/*; do
+			((i < n)) || break
+			cls=$(basename "$(dirname "$f")")
+			mkdir -p "$dir/folder/$cls"
+			cp "$f" "$dir/folder/$cls/$i-$(basename "$f")"
+			((i += 1))
+		done
+	done
+	sync
+	echo "ffcvfs write: $n real-photo JPEGs (300-650 px), $(nproc) cores, median of $RUNS runs"
+	printf '%-48s %10s %8s\n' "what" "images/s" "ratio"
+	local base
+	base=$(rate "$n" sh -c "cat '$dir'/folder/*/* > /dev/null")
+	printf '%-48s %10.0f %8s\n' "baseline: read every file (cat, page cache warm)" "$base" "1.00"
+	local name args r
+	for name in "jpg (verbatim)|" "jpg --max-resolution 256 (decode+resize+encode)|--max-resolution 256" \
+		"raw --max-resolution 256|--mode raw --max-resolution 256" "smart --max-resolution 256|--mode smart --max-resolution 256"; do
+		args=${name#*|}
+		# shellcheck disable=SC2086
+		r=$(rate "$n" bin/ffcvfs write $args "$dir/folder" "$dir/out.beton")
+		printf '%-48s %10.0f %8.3f\n' "ffcvfs write ${name%%|*}" "$r" "$(echo "$r / $base" | bc -l)"
+	done
+	[[ -n ${BENCH_DIR:-} ]] || rm -rf "$dir"
+}
+
+case ${1:-} in
+write)
+	build
+	shift
+	bench_write "$@"
+	;;
+*)
+	echo "usage: scripts/bench.sh write [N]" >&2
+	exit 2
+	;;
+esac
