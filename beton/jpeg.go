@@ -21,14 +21,15 @@ func ParseJPEGHeader(b []byte) (JPEGHeader, error) {
 	}
 	i := 2
 	for {
-		// Skip fill bytes before a marker.
+		// A marker: 0xFF, after any number of fill bytes (0xFF).
+		start := i
 		for i < len(b) && b[i] == 0xFF {
 			i++
 		}
 		if i >= len(b) {
 			return JPEGHeader{}, errors.New("JPEG ends before its frame header")
 		}
-		if b[i-1] != 0xFF {
+		if i == start {
 			return JPEGHeader{}, fmt.Errorf("JPEG: expected a marker at byte %d", i)
 		}
 		m := b[i]

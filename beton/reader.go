@@ -32,7 +32,7 @@ type File struct {
 	firstPage int64 // first data page
 	numPages  int   // data pages, from firstPage up to the allocation table
 
-	// The allocation table, sorted by (pointer, size).
+	// The allocation table, sorted by (pointer, sample, size).
 	allocs []Alloc
 
 	samplePage  []int32  // data-page index (page - firstPage) per sample, or NoPage
@@ -69,7 +69,7 @@ func ReadSchema(r io.ReaderAt, size int64, name string) (*Schema, error) {
 		return nil, fmt.Errorf("%s: file of %d bytes is shorter than the %d-byte header: %w", name, size, HeaderSize, ErrCorrupt)
 	}
 	var hb [HeaderSize]byte
-	if _, err := r.ReadAt(hb[:], 0); err != nil {
+	if err := readAt(r, hb[:], 0); err != nil {
 		return nil, fmt.Errorf("%s: reading header: %w", name, err)
 	}
 	h := unmarshalHeader(hb[:])
@@ -87,7 +87,7 @@ func ReadSchema(r io.ReaderAt, size int64, name string) (*Schema, error) {
 		return nil, fmt.Errorf("%s: truncated: %d field descriptors need %d bytes, file has %d: %w", name, h.NumFields, descEnd, size, ErrCorrupt)
 	}
 	db := make([]byte, descEnd-HeaderSize)
-	if _, err := r.ReadAt(db, HeaderSize); err != nil {
+	if err := readAt(r, db, HeaderSize); err != nil {
 		return nil, fmt.Errorf("%s: reading field descriptors: %w", name, err)
 	}
 	s := &Schema{Header: h, Fields: make([]Field, h.NumFields)}
@@ -135,7 +135,7 @@ func Open(r io.ReaderAt, size int64, name string) (*File, error) {
 	}
 	metaEnd := metaStart + int64(h.NumSamples)*int64(layout.RecordSize)
 	f.meta = make([]byte, metaEnd-metaStart)
-	if _, err := r.ReadAt(f.meta, metaStart); err != nil {
+	if err := readAt(r, f.meta, metaStart); err != nil {
 		return nil, fmt.Errorf("%s: reading metadata table: %w", name, err)
 	}
 
@@ -151,7 +151,9 @@ func Open(r io.ReaderAt, size int64, name string) (*File, error) {
 	}
 	ps := int64(h.PageSize)
 	f.firstPage = (metaEnd + ps - 1) / ps
-	if tableLen > 0 {
+	// A table right after the metadata means there are no data pages (every
+	// allocation is empty).
+	if tableLen > 0 && h.AllocTablePtr != uint64(metaEnd) {
 		if h.AllocTablePtr%uint64(ps) != 0 {
 			return nil, fmt.Errorf("%s: data region ends at %d, which is not a page boundary (page size %d): last page truncated: %w", name, h.AllocTablePtr, ps, ErrCorrupt)
 		}
@@ -191,6 +193,22 @@ func (f *File) Close() error {
 	return nil
 }
 
+// readAt fills p from r at off. io.ReaderAt allows io.EOF with a full p
+// when p ends at the end of the input: that is no error.
+func readAt(r io.ReaderAt, p []byte, off int64) error {
+	if len(p) == 0 {
+		return nil
+	}
+	n, err := r.ReadAt(p, off)
+	if n == len(p) && (err == nil || err == io.EOF) {
+		return nil
+	}
+	if err == nil {
+		err = io.ErrUnexpectedEOF
+	}
+	return err
+}
+
 func satMul(a, b uint64) uint64 {
 	hi, lo := bits.Mul64(a, b)
 	if hi != 0 {
@@ -203,7 +221,7 @@ func (f *File) readAllocTable() error {
 	h := f.header
 	n := (uint64(f.size) - h.AllocTablePtr) / AllocEntrySize
 	buf := make([]byte, n*AllocEntrySize)
-	if _, err := f.r.ReadAt(buf, int64(h.AllocTablePtr)); err != nil {
+	if err := readAt(f.r, buf, int64(h.AllocTablePtr)); err != nil {
 		return fmt.Errorf("%s: reading allocation table: %w", f.name, err)
 	}
 	f.allocs = make([]Alloc, n)
@@ -259,11 +277,17 @@ func (f *File) readAllocTable() error {
 			return 0
 		})
 	}
-	for i := 1; i < len(f.allocs); i++ {
-		p, a := f.allocs[i-1], f.allocs[i]
-		if p.Ptr+p.Size > a.Ptr && p.Size > 0 && a.Size > 0 {
-			return fmt.Errorf("%s: allocations of samples %d (at %d, %d bytes) and %d (at %d) overlap: %w", f.name, p.Sample, p.Ptr, p.Size, a.Sample, a.Ptr, ErrCorrupt)
+	// Empty allocations may sit between two that overlap: compare each
+	// with the end of the last non-empty one.
+	var prev Alloc
+	for _, a := range f.allocs {
+		if a.Size == 0 {
+			continue
 		}
+		if prev.Size > 0 && prev.Ptr+prev.Size > a.Ptr {
+			return fmt.Errorf("%s: allocations of samples %d (at %d, %d bytes) and %d (at %d) overlap: %w", f.name, prev.Sample, prev.Ptr, prev.Size, a.Sample, a.Ptr, ErrCorrupt)
+		}
+		prev = a
 	}
 
 	// Samples of every page, in id order.
@@ -286,8 +310,17 @@ func (f *File) readAllocTable() error {
 	return nil
 }
 
+// allocLess orders allocations by pointer, then sample, then size, so that
+// lookup finds a sample's allocations at a pointer by binary search however
+// many empty ones other samples have there.
 func allocLess(a, b Alloc) bool {
-	return a.Ptr < b.Ptr || a.Ptr == b.Ptr && a.Size < b.Size
+	if a.Ptr != b.Ptr {
+		return a.Ptr < b.Ptr
+	}
+	if a.Sample != b.Sample {
+		return a.Sample < b.Sample
+	}
+	return a.Size < b.Size
 }
 
 // Name returns the name given to Open.
@@ -367,7 +400,8 @@ func (f *File) PageUsed(p int64) uint64 {
 	return used
 }
 
-// Allocs returns the allocation table sorted by pointer. Do not modify.
+// Allocs returns the allocation table sorted by pointer (then sample and
+// size). Do not modify.
 func (f *File) Allocs() []Alloc { return f.allocs }
 
 func cmpU64(a, b uint64) int {
@@ -415,15 +449,21 @@ func (f *File) Pointer(i, field int) (ptr, size uint64) {
 	return 0, 0
 }
 
-// lookup finds the allocation of sample i at ptr.
-func (f *File) lookup(i int, ptr uint64) (Alloc, bool) {
-	j, _ := slices.BinarySearchFunc(f.allocs, ptr, func(a Alloc, t uint64) int { return cmpU64(a.Ptr, t) })
-	// Several zero-size allocations may share a pointer: take this sample's
-	// largest.
+// lookup finds the allocation of sample i at ptr. A sample may have several
+// there, empty ones before the one that holds data: take the one of size
+// want if sized, else the largest.
+func (f *File) lookup(i int, ptr uint64, want uint64, sized bool) (Alloc, bool) {
+	j, _ := slices.BinarySearchFunc(f.allocs, Alloc{Ptr: ptr, Sample: uint64(i)}, func(a, t Alloc) int {
+		if c := cmpU64(a.Ptr, t.Ptr); c != 0 {
+			return c
+		}
+		return cmpU64(a.Sample, t.Sample)
+	})
 	found, ok := Alloc{}, false
-	for ; j < len(f.allocs) && f.allocs[j].Ptr == ptr; j++ {
-		if f.allocs[j].Sample == uint64(i) {
-			found, ok = f.allocs[j], true
+	for ; j < len(f.allocs) && f.allocs[j].Ptr == ptr && f.allocs[j].Sample == uint64(i); j++ {
+		found, ok = f.allocs[j], true
+		if sized && found.Size == want {
+			break
 		}
 	}
 	return found, ok
@@ -440,7 +480,8 @@ func (f *File) Data(i, field int) (Alloc, error) {
 		return Alloc{}, fmt.Errorf("%s: field %q is a %s field and has no data", f.name, fd.Name, fd.Type)
 	}
 	ptr, size := f.Pointer(i, field)
-	a, ok := f.lookup(i, ptr)
+	sized := fd.Type == TypeBytes || fd.Type == TypeJSON
+	a, ok := f.lookup(i, ptr, size, sized)
 	if !ok {
 		return Alloc{}, fmt.Errorf("%s: sample %d, field %q: pointer %d has no allocation for this sample: %w", f.name, i, fd.Name, ptr, ErrCorrupt)
 	}
@@ -503,7 +544,7 @@ func (f *File) ReadData(i, field int, buf []byte) ([]byte, error) {
 		buf = make([]byte, a.Size)
 	}
 	buf = buf[:a.Size]
-	if _, err := f.r.ReadAt(buf, int64(a.Ptr)); err != nil {
+	if err := readAt(f.r, buf, int64(a.Ptr)); err != nil {
 		return buf, fmt.Errorf("%s: sample %d, field %q: reading %d bytes at %d: %w", f.name, i, f.fields[field].Name, a.Size, a.Ptr, err)
 	}
 	return buf, nil

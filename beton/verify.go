@@ -22,12 +22,14 @@ type VerifyOptions struct {
 // opts.All is set; an I/O error ends the check.
 func Verify(f *File, opts VerifyOptions) []error {
 	v := verifier{f: f, all: opts.All}
-	ps := f.PageSize()
-	page := make([]byte, ps)
+	var page []byte // allocated only if there are pages: a file without any may declare a huge page size
+	if f.NumPages() > 0 {
+		page = make([]byte, f.PageSize())
+	}
 	checked := make([]bool, f.NumSamples())
 	for dp := 0; dp < f.NumPages() && v.more(); dp++ {
 		p := f.FirstPage() + int64(dp)
-		if _, err := f.r.ReadAt(page, f.PageOffset(p)); err != nil {
+		if err := readAt(f.r, page, f.PageOffset(p)); err != nil {
 			v.add(fmt.Errorf("%s: reading page %d: %w", f.name, p, err))
 			return v.errs
 		}
