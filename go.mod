@@ -3,17 +3,15 @@ module github.com/ffcvfs/ffcvfs
 go 1.26.8
 
 require (
+	github.com/pixiv/go-libjpeg v0.0.0-20190822045933-3da21a74767d
+	github.com/urfave/cli/v2 v2.27.5
+	golang.org/x/image v0.47.0
+	golang.org/x/term v0.47.0
+)
+
+require (
 	github.com/cpuguy83/go-md2man/v2 v2.0.5 // indirect
-	github.com/google/uuid v1.1.1 // indirect
-	github.com/hanwen/go-fuse/v2 v2.12.1 // indirect
-	github.com/klauspost/compress v1.20.3 // indirect
-	github.com/pixiv/go-libjpeg v0.0.0-20190822045933-3da21a74767d // indirect
-	github.com/pkg/errors v0.9.1 // indirect
 	github.com/russross/blackfriday/v2 v2.1.0 // indirect
-	github.com/urfave/cli/v2 v2.27.5 // indirect
 	github.com/xrash/smetrics v0.0.0-20240521201337-686a1a2994c1 // indirect
-	golang.org/x/image v0.47.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
-	golang.org/x/term v0.47.0 // indirect
-	gorgonia.org/cu v0.9.6 // indirect
 )
