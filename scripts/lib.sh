@@ -19,7 +19,7 @@ FFCVFS_APT_PACKAGES=(
 )
 
 # The oldest Go release the scripts accept.
-FFCVFS_MIN_GO=1.22
+FFCVFS_MIN_GO=1.24
 
 # log MSG...: a line on stderr, prefixed with the script's name.
 log() {
