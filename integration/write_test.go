@@ -178,3 +178,48 @@ func TestWriteErrors(t *testing.T) {
 		t.Errorf("verify of a missing file: %q", stderr)
 	}
 }
+
+// TestWriteRawPixelsMatchReference: raw mode at --max-resolution 96 stores
+// the pixels the reference writer stored for the same photos (the
+// imagefolder-mixed fixture), byte for byte.
+func TestWriteRawPixelsMatchReference(t *testing.T) {
+	src := testenv.Fixture(t, "imagefolder-small")
+	ref := testenv.Fixture(t, "beton", "imagefolder-mixed.beton")
+	ffcvfs := binary(t, "ffcvfs")
+	out := filepath.Join(t.TempDir(), "raw.beton")
+	run(t, 0, ffcvfs, "write", "--mode", "raw", "--max-resolution", "96", "--page-size", "2MiB", src, out)
+	got, err := beton.OpenFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Close()
+	want, err := beton.OpenFile(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer want.Close()
+	if got.NumSamples() != want.NumSamples() {
+		t.Fatalf("%d samples, reference %d", got.NumSamples(), want.NumSamples())
+	}
+	compared := 0
+	for i := 0; i < want.NumSamples(); i++ {
+		wm, _ := want.Image(i, 0)
+		gm, err := got.Image(i, 0)
+		if err != nil || gm.Mode != beton.ModeRaw || gm.Width != wm.Width || gm.Height != wm.Height {
+			t.Fatalf("sample %d: %+v (%v), reference %dx%d", i, gm, err, wm.Width, wm.Height)
+		}
+		if wm.Mode != beton.ModeRaw {
+			continue // the reference stored this one as JPEG
+		}
+		a, _ := got.ReadData(i, 0, nil)
+		b, _ := want.ReadData(i, 0, nil)
+		if !bytes.Equal(a, b) {
+			t.Errorf("sample %d: raw pixels differ from the reference's", i)
+		}
+		compared++
+	}
+	if compared < 50 {
+		t.Fatalf("only %d raw samples compared", compared)
+	}
+	t.Logf("%d raw images equal the reference's pixels", compared)
+}
