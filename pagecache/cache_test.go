@@ -1,0 +1,507 @@
+package pagecache
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ffcvfs/ffcvfs/beton"
+)
+
+const (
+	testPages          = 50
+	testSamplesPerPage = 8
+	testSampleSize     = beton.MinPageSize / testSamplesPerPage
+)
+
+var (
+	testFileOnce sync.Once
+	testFileData []byte
+	testFileErr  error
+)
+
+// testBeton returns the bytes of a beton of testPages whole pages, each
+// holding testSamplesPerPage samples whose data start with their id.
+func testBeton(t testing.TB) []byte {
+	t.Helper()
+	testFileOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "pagecache-test-")
+		if err != nil {
+			testFileErr = err
+			return
+		}
+		defer os.RemoveAll(dir)
+		path := filepath.Join(dir, "t.beton")
+		n := testPages * testSamplesPerPage
+		fields := []beton.Field{{Type: beton.TypeBytes, Name: "data"}, {Type: beton.TypeInt, Name: "label"}}
+		w, err := beton.Create(path, fields, n, beton.WriterOptions{PageSize: beton.MinPageSize})
+		if err != nil {
+			testFileErr = err
+			return
+		}
+		buf := make([]byte, testSampleSize)
+		for i := 0; i < n; i++ {
+			for j := range buf {
+				buf[j] = byte(i*31 + j)
+			}
+			binary.LittleEndian.PutUint64(buf, uint64(i))
+			if err := w.WriteSample([]beton.Value{{Data: buf}, {Int: int64(i % 10)}}); err != nil {
+				testFileErr = err
+				return
+			}
+		}
+		if err := w.Close(); err != nil {
+			testFileErr = err
+			return
+		}
+		testFileData, testFileErr = os.ReadFile(path)
+	})
+	if testFileErr != nil {
+		t.Fatal(testFileErr)
+	}
+	return testFileData
+}
+
+// memSource serves bytes from memory and counts reads per page.
+type memSource struct {
+	data     []byte
+	pageSize int64
+	mu       sync.Mutex
+	reads    map[int64]int
+	fail     atomic.Bool
+	delay    time.Duration
+}
+
+func (m *memSource) ReadAt(p []byte, off int64) (int, error) {
+	if m.delay > 0 {
+		time.Sleep(m.delay)
+	}
+	if m.fail.Load() {
+		return 0, fmt.Errorf("injected failure: %w", ErrUnavailable)
+	}
+	if len(p) == int(m.pageSize) && off%m.pageSize == 0 {
+		m.mu.Lock()
+		m.reads[off/m.pageSize]++
+		m.mu.Unlock()
+	}
+	if off >= int64(len(m.data)) {
+		return 0, errors.New("read past the end")
+	}
+	n := copy(p, m.data[off:])
+	if n < len(p) {
+		return n, errors.New("short read")
+	}
+	return n, nil
+}
+func (m *memSource) Size() int64  { return int64(len(m.data)) }
+func (m *memSource) Name() string { return "mem://test.beton" }
+func (m *memSource) Close() error { return nil }
+
+func (m *memSource) pageReads() map[int64]int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[int64]int, len(m.reads))
+	for k, v := range m.reads {
+		out[k] = v
+	}
+	return out
+}
+
+func (m *memSource) resetReads() {
+	m.mu.Lock()
+	m.reads = map[int64]int{}
+	m.mu.Unlock()
+}
+
+func newTestCache(t *testing.T, slots int, opts Options) (*Cache, *memSource) {
+	t.Helper()
+	data := testBeton(t)
+	src := &memSource{data: data, pageSize: beton.MinPageSize, reads: map[int64]int{}}
+	f, err := beton.Open(src, src.Size(), src.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.resetReads()
+	opts.Budget = int64(slots) * beton.MinPageSize
+	opts.Debug = true
+	c, err := New(src, f, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, src
+}
+
+// readSample reads sample s through the cache and checks its bytes.
+func readSample(t testing.TB, c *Cache, s int) {
+	pg, err := c.AcquireSample(context.Background(), s)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer pg.Release()
+	a, err := c.File().Data(s, 0)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	off := int64(a.Ptr) - pg.Num*c.pageSize
+	d := pg.Data[off : off+int64(a.Size)]
+	if got := binary.LittleEndian.Uint64(d); got != uint64(s) || d[100] != byte(s*31+100) || d[len(d)-1] != byte(s*31+len(d)-1) {
+		t.Errorf("sample %d: read data of sample %d", s, got)
+	}
+}
+
+// quasiRandomOrder shuffles the pages, then draws samples at random from a
+// window of open pages, opening the next page when one is used up.
+func quasiRandomOrder(f *beton.File, window int, rng *rand.Rand) []uint32 {
+	pages := make([]int64, f.NumPages())
+	for i := range pages {
+		pages[i] = f.FirstPage() + int64(i)
+	}
+	rng.Shuffle(len(pages), func(i, j int) { pages[i], pages[j] = pages[j], pages[i] })
+	var open [][]uint32
+	var order []uint32
+	next := 0
+	for {
+		for len(open) < window && next < len(pages) {
+			s := append([]uint32(nil), f.PageSamples(pages[next])...)
+			rng.Shuffle(len(s), func(i, j int) { s[i], s[j] = s[j], s[i] })
+			open = append(open, s)
+			next++
+		}
+		if len(open) == 0 {
+			return order
+		}
+		k := rng.IntN(len(open))
+		order = append(order, open[k][0])
+		open[k] = open[k][1:]
+		if len(open[k]) == 0 {
+			open = append(open[:k], open[k+1:]...)
+		}
+	}
+}
+
+func randomOrder(n int, rng *rand.Rand) []uint32 {
+	o := make([]uint32, n)
+	for i := range o {
+		o[i] = uint32(i)
+	}
+	rng.Shuffle(n, func(i, j int) { o[i], o[j] = o[j], o[i] })
+	return o
+}
+
+// belady returns the fewest page reads any cache of k slots needs for the
+// plan's page sequence (Belady's MIN).
+func belady(f *beton.File, order []uint32, k int) int {
+	var refs []int64
+	for _, s := range order {
+		refs = append(refs, f.SamplePage(int(s)))
+	}
+	next := make([]int, len(refs))
+	last := map[int64]int{}
+	for i := len(refs) - 1; i >= 0; i-- {
+		if j, ok := last[refs[i]]; ok {
+			next[i] = j
+		} else {
+			next[i] = len(refs)
+		}
+		last[refs[i]] = i
+	}
+	cache := map[int64]int{} // page → next use
+	misses := 0
+	for i, p := range refs {
+		if _, ok := cache[p]; !ok {
+			misses++
+			if len(cache) == k {
+				far, farPage := -1, int64(0)
+				for q, nu := range cache {
+					if nu > far {
+						far, farPage = nu, q
+					}
+				}
+				delete(cache, farPage)
+			}
+		}
+		cache[p] = next[i]
+	}
+	return misses
+}
+
+// consume reads order with the given number of goroutines, each taking the
+// next position in turn (so reads arrive slightly out of order).
+func consume(t *testing.T, c *Cache, order []uint32, workers int) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(len(order)) {
+					return
+				}
+				readSample(t, c, int(order[i]))
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func TestQuasiRandomPlanReadsEachPageOncePerEpoch(t *testing.T) {
+	const window, depth = 4, 4
+	for _, workers := range []int{1, 4} {
+		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
+			c, src := newTestCache(t, window+depth, Options{Readers: 4})
+			f := c.File()
+			rng := rand.New(rand.NewPCG(1, uint64(workers)))
+			for epoch := 0; epoch < 3; epoch++ {
+				order := quasiRandomOrder(f, window, rng)
+				if err := c.Announce("trainer", order); err != nil {
+					t.Fatal(err)
+				}
+				src.resetReads()
+				consume(t, c, order, workers)
+				reads := src.pageReads()
+				total := 0
+				for p, n := range reads {
+					if n != 1 {
+						t.Errorf("epoch %d: page %d read %d times", epoch, p, n)
+					}
+					total += n
+				}
+				// Pages still cached from the epoch before need no read.
+				if min := f.NumPages() - (window + depth); total < min || total > f.NumPages() {
+					t.Errorf("epoch %d: %d page reads, want between %d and %d", epoch, total, min, f.NumPages())
+				}
+				t.Logf("epoch %d: %d page reads for %d pages; %+v", epoch, total, f.NumPages(), c.Stats())
+			}
+		})
+	}
+}
+
+func TestRandomPlanNearBelady(t *testing.T) {
+	slots := testPages / 10 // 10 % of the data
+	c, src := newTestCache(t, slots, Options{Readers: 4})
+	f := c.File()
+	rng := rand.New(rand.NewPCG(2, 2))
+	for epoch := 0; epoch < 2; epoch++ {
+		order := randomOrder(f.NumSamples(), rng)
+		// Start each epoch from an empty cache so the optimum is comparable.
+		c.mu.Lock()
+		for i := range c.slots {
+			if s := &c.slots[i]; s.page >= 0 && s.ready && s.pins == 0 {
+				c.pageSlot[s.page] = -1
+				s.page, s.ready = -1, false
+			}
+		}
+		c.mu.Unlock()
+		if err := c.Announce("trainer", order); err != nil {
+			t.Fatal(err)
+		}
+		src.resetReads()
+		consume(t, c, order, 1)
+		total := 0
+		for _, n := range src.pageReads() {
+			total += n
+		}
+		opt := belady(f, order, slots)
+		t.Logf("epoch %d: %d page reads, Belady's optimum %d (%d samples, %d pages, %d slots)", epoch, total, opt, len(order), f.NumPages(), slots)
+		if float64(total) > 1.03*float64(opt)+1 {
+			t.Errorf("epoch %d: %d page reads, more than 3%% over the optimum %d", epoch, total, opt)
+		}
+	}
+}
+
+func TestNoPlanReadsAtMostSampleReads(t *testing.T) {
+	c, src := newTestCache(t, 5, Options{Readers: 4})
+	f := c.File()
+	rng := rand.New(rand.NewPCG(3, 3))
+	reads := 0
+	for epoch := 0; epoch < 3; epoch++ {
+		order := randomOrder(f.NumSamples(), rng)
+		consume(t, c, order, 4)
+		reads += len(order)
+	}
+	total := 0
+	for _, n := range src.pageReads() {
+		total += n
+	}
+	st := c.Stats()
+	if total > reads || uint64(total) != st.PagesRead || st.Misses != st.PagesRead || st.PrefetchHits != 0 {
+		t.Errorf("%d page reads for %d sample reads; stats %+v", total, reads, st)
+	}
+	t.Logf("no plan: %d page reads for %d sample reads over %d pages, %d slots", total, reads, f.NumPages(), 5)
+}
+
+// Pages whose samples were all read this epoch go first, without a plan.
+func TestNoPlanEvictsFullyReadPagesFirst(t *testing.T) {
+	c, src := newTestCache(t, 2, Options{Readers: 1})
+	f := c.File()
+	p0, p1, p2 := f.PageSamples(f.FirstPage()), f.PageSamples(f.FirstPage()+1), f.PageSamples(f.FirstPage()+2)
+	for _, s := range p0 { // page 0 read in full
+		readSample(t, c, int(s))
+	}
+	readSample(t, c, int(p1[0])) // page 1 read in part, and more recently
+	readSample(t, c, int(p0[0])) // page 0 used again: now the most recent
+	readSample(t, c, int(p2[0])) // needs a slot: page 0 must go, not page 1
+	src.resetReads()
+	readSample(t, c, int(p1[1]))
+	if n := src.pageReads()[f.FirstPage()+1]; n != 0 {
+		t.Errorf("page 1 was evicted before the fully read page 0")
+	}
+}
+
+func TestBudgetHeldUnderConcurrency(t *testing.T) {
+	base := runtime.NumGoroutine()
+	func() {
+		c, _ := newTestCache(t, 3, Options{Readers: 8, Window: 64})
+		f := c.File()
+		var wg sync.WaitGroup
+		stop := make(chan struct{})
+		var maxHeld atomic.Int64
+		// A watcher checks the budget while 32 readers and a planner work.
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				st := c.Stats()
+				if held := int64(st.Resident + st.Loading); held > maxHeld.Load() {
+					maxHeld.Store(held)
+				}
+				runtime.Gosched()
+			}
+		}()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(9, 9))
+			for i := 0; i < 20; i++ {
+				c.Announce(fmt.Sprintf("p%d", i%3), quasiRandomOrder(f, 2, rng))
+				time.Sleep(time.Millisecond)
+			}
+		}()
+		var readers sync.WaitGroup
+		for g := 0; g < 32; g++ {
+			readers.Add(1)
+			go func(g int) {
+				defer readers.Done()
+				rng := rand.New(rand.NewPCG(uint64(g), 5))
+				for i := 0; i < 150; i++ {
+					readSample(t, c, rng.IntN(f.NumSamples()))
+				}
+			}(g)
+		}
+		readers.Wait()
+		close(stop)
+		wg.Wait()
+		st := c.Stats()
+		if maxHeld.Load() > int64(st.Slots) || st.Pinned != 0 || st.BudgetBytes != 3*beton.MinPageSize {
+			t.Errorf("held up to %d pages in %d slots; %+v", maxHeld.Load(), st.Slots, st)
+		}
+		c.Close()
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > base && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > base {
+		buf := make([]byte, 1<<16)
+		t.Errorf("%d goroutines left after Close, %d before:\n%s", n, base, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// With every slot pinned, a reader waits for a release; the cache does not
+// grow.
+func TestFullCacheOfPinnedPagesWaits(t *testing.T) {
+	c, _ := newTestCache(t, 2, Options{Readers: 1})
+	f := c.File()
+	ctx := context.Background()
+	a, err := c.AcquirePage(ctx, f.FirstPage())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.AcquirePage(ctx, f.FirstPage()+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.AcquirePage(short, f.FirstPage()+2); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("third page with two slots pinned: %v", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		p, err := c.AcquirePage(ctx, f.FirstPage()+2)
+		if err == nil {
+			p.Release()
+		}
+		got <- err
+	}()
+	a.Release()
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	b.Release()
+	if st := c.Stats(); st.Resident > 2 || st.Waits < 1 {
+		t.Errorf("%+v", st)
+	}
+}
+
+func TestReadErrorsAreReportedAndRecoverable(t *testing.T) {
+	c, src := newTestCache(t, 2, Options{Readers: 1})
+	f := c.File()
+	src.fail.Store(true)
+	_, err := c.AcquireSample(context.Background(), 0)
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("err = %v", err)
+	}
+	want := fmt.Sprintf("mem://test.beton: reading page %d", f.FirstPage())
+	if got := err.Error(); len(got) < len(want) || got[:len(want)] != want {
+		t.Errorf("error %q does not start with %q", got, want)
+	}
+	src.fail.Store(false)
+	readSample(t, c, 0)
+	if st := c.Stats(); st.ReadErrors != 1 || st.PagesRead != 1 {
+		t.Errorf("%+v", st)
+	}
+}
+
+func TestReadAtMatchesFile(t *testing.T) {
+	c, _ := newTestCache(t, 3, Options{Readers: 2})
+	data := testBeton(t)
+	rng := rand.New(rand.NewPCG(4, 4))
+	ctx := context.Background()
+	for i := 0; i < 200; i++ {
+		off := rng.Int64N(int64(len(data)))
+		n := rng.IntN(3 * beton.MinPageSize)
+		buf := make([]byte, n)
+		m, err := c.ReadAt(ctx, buf, off)
+		want := data[off:min(int64(len(data)), off+int64(n))]
+		if m != len(want) || (err != nil && m == n) || string(buf[:m]) != string(want) {
+			t.Fatalf("ReadAt(%d, %d) = %d, %v; want %d bytes", n, off, m, err, len(want))
+		}
+	}
+}
+
+func TestAnnounceRejectsUnknownSamples(t *testing.T) {
+	c, _ := newTestCache(t, 2, Options{})
+	if err := c.Announce("x", []uint32{0, uint32(c.File().NumSamples())}); err == nil {
+		t.Fatal("a plan naming a sample past the end was accepted")
+	}
+}
