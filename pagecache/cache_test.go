@@ -49,10 +49,12 @@ func testBeton(t testing.TB) []byte {
 			return
 		}
 		buf := make([]byte, testSampleSize)
+		pattern := make([]byte, testSampleSize+256)
+		for j := range pattern {
+			pattern[j] = byte(j)
+		}
 		for i := 0; i < n; i++ {
-			for j := range buf {
-				buf[j] = byte(i*31 + j)
-			}
+			copy(buf, pattern[(i*31)&255:]) // buf[j] = byte(i*31 + j)
 			binary.LittleEndian.PutUint64(buf, uint64(i))
 			if err := w.WriteSample([]beton.Value{{Data: buf}, {Int: int64(i % 10)}}); err != nil {
 				testFileErr = err

@@ -46,3 +46,8 @@ go vet ./...
 
 step "go test"
 go test ./... -count=1 "$@"
+
+if (($# == 0)); then
+	step "go test -race (concurrency tests)"
+	go test -race -count=1 -run 'Budget|Pinned|Concurren|Race' ./pagecache/...
+fi
