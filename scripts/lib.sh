@@ -110,10 +110,39 @@ ensure_go() {
 	fi
 }
 
+# The S3 server that tests run on loopback (internal/s3test), and the
+# version installed when it is missing.
+FFCVFS_VERSITYGW_MODULE=github.com/versity/versitygw/cmd/versitygw
+FFCVFS_VERSITYGW_VERSION=v1.8.0
+
+# ensure_versitygw: make sure versitygw is on PATH: found there, or in Go's
+# bin folder ($(go env GOBIN), else $(go env GOPATH)/bin), which is then
+# added to PATH; otherwise 'go install'ed there. Needs ensure_go first.
+# versitygw's go.mod may ask for a newer Go than the one installed: the go
+# command then fetches that toolchain itself (GOTOOLCHAIN=auto).
+ensure_versitygw() {
+	command -v versitygw >/dev/null 2>&1 && return 0
+	local gobin
+	gobin=$(cd / && go env GOBIN) || die "'go env GOBIN' failed"
+	if [[ -z "$gobin" ]]; then
+		gobin=$(cd / && go env GOPATH) || die "'go env GOPATH' failed"
+		gobin=${gobin%%:*}/bin
+	fi
+	if [[ ! -x "$gobin/versitygw" ]]; then
+		log "installing versitygw $FFCVFS_VERSITYGW_VERSION into $gobin"
+		# Outside the repository, so that its go.mod plays no part.
+		(cd / && go install "$FFCVFS_VERSITYGW_MODULE@$FFCVFS_VERSITYGW_VERSION") ||
+			die "could not install versitygw: go install $FFCVFS_VERSITYGW_MODULE@$FFCVFS_VERSITYGW_VERSION failed"
+	fi
+	export PATH="$PATH:$gobin"
+	command -v versitygw >/dev/null 2>&1 || die "versitygw is not in $gobin after installing it"
+}
+
 # ensure_deps: everything the tests and the demo need: the Debian packages in
-# FFCVFS_APT_PACKAGES, Go, and the Go modules of go.mod.
+# FFCVFS_APT_PACKAGES, Go, the Go modules of go.mod, and versitygw.
 ensure_deps() {
 	ensure_apt "${FFCVFS_APT_PACKAGES[@]}"
 	ensure_go
 	(cd "$(repo_root)" && go mod download) || die "go mod download failed"
+	ensure_versitygw
 }

@@ -1,0 +1,387 @@
+package s3test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
+)
+
+// VersitygwModule is what `go install` installs when versitygw is missing.
+const VersitygwModule = "github.com/versity/versitygw/cmd/versitygw@v1.8.0"
+
+// Region is the region the server runs in.
+const Region = "us-east-1"
+
+// Profile is the profile that the config files of Env hold the server's
+// credentials and endpoint under.
+const Profile = "s3test"
+
+// Server is a running versitygw.
+type Server struct {
+	// Immutable after Start.
+	bin       string
+	dataDir   string
+	filesDir  string
+	addr      string // 127.0.0.1:port
+	accessKey string
+	secretKey string
+	client    *s3.Client
+
+	mu sync.Mutex
+	// Guarded by mu.
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited
+	out    *lockedBuffer
+}
+
+// Start starts versitygw on a free port of 127.0.0.1 and waits until it
+// answers. t.Cleanup stops it.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	bin := findVersitygw()
+	if bin == "" {
+		testenv.Missing(t, "versitygw not found ($FFCVFS_VERSITYGW, PATH, $(go env GOPATH)/bin, ~/go/bin, /root/go/bin); install it with: go install %s",
+			VersitygwModule)
+		return nil
+	}
+	root := t.TempDir()
+	s := &Server{
+		bin:       bin,
+		dataDir:   filepath.Join(root, "data"),
+		filesDir:  filepath.Join(root, "aws"),
+		accessKey: "S3TEST" + randomHex(7),
+		secretKey: randomHex(20),
+	}
+	for _, d := range []string{s.dataDir, s.filesDir} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var err error
+	for try := 0; try < 5; try++ {
+		s.addr, err = freeAddr()
+		if err != nil {
+			t.Fatalf("s3test: no free port: %v", err)
+		}
+		if err = s.start(); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("s3test: %v", err)
+	}
+	t.Cleanup(s.Stop)
+	if err := s.writeConfigFiles(); err != nil {
+		t.Fatalf("s3test: %v", err)
+	}
+	s.client = s3.New(s3.Options{
+		Region:       Region,
+		BaseEndpoint: aws.String(s.Endpoint()),
+		UsePathStyle: true,
+		Credentials:  credentials.NewStaticCredentialsProvider(s.accessKey, s.secretKey, ""),
+		Retryer:      aws.NopRetryer{},
+	})
+	return s
+}
+
+// Endpoint returns the server's URL, http://127.0.0.1:port.
+func (s *Server) Endpoint() string { return "http://" + s.addr }
+
+// AccessKey returns the access key id.
+func (s *Server) AccessKey() string { return s.accessKey }
+
+// SecretKey returns the secret access key.
+func (s *Server) SecretKey() string { return s.secretKey }
+
+// Client returns an S3 client of the server, with path-style addressing
+// and no retries.
+func (s *Server) Client() *s3.Client { return s.client }
+
+// Env returns the environment (NAME=value) that points the AWS SDKs and CLI
+// at the server: credentials, region, endpoint, and config files of its own
+// that also hold them under the profile Profile, so the user's ~/.aws plays
+// no part.
+func (s *Server) Env() []string {
+	return []string{
+		"AWS_ACCESS_KEY_ID=" + s.accessKey,
+		"AWS_SECRET_ACCESS_KEY=" + s.secretKey,
+		"AWS_REGION=" + Region,
+		"AWS_DEFAULT_REGION=" + Region,
+		"AWS_ENDPOINT_URL=" + s.Endpoint(),
+		"AWS_CONFIG_FILE=" + filepath.Join(s.filesDir, "config"),
+		"AWS_SHARED_CREDENTIALS_FILE=" + filepath.Join(s.filesDir, "credentials"),
+		"AWS_EC2_METADATA_DISABLED=true",
+	}
+}
+
+// Setenv sets Env in this process for the duration of t, and unsets the
+// other AWS variables that could get in the way (AWS_PROFILE,
+// AWS_SESSION_TOKEN, ...).
+func (s *Server) Setenv(t testing.TB) {
+	t.Helper()
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "AWS_") {
+			t.Setenv(k, "")
+			os.Unsetenv(k)
+		}
+	}
+	for _, kv := range s.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+}
+
+// writeConfigFiles writes the config and credentials files of Env.
+func (s *Server) writeConfigFiles() error {
+	cfg := fmt.Sprintf("[profile %s]\nregion = %s\nendpoint_url = %s\n", Profile, Region, s.Endpoint())
+	creds := fmt.Sprintf("[%s]\naws_access_key_id = %s\naws_secret_access_key = %s\n", Profile, s.accessKey, s.secretKey)
+	if err := os.WriteFile(filepath.Join(s.filesDir, "config"), []byte(cfg), 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(s.filesDir, "credentials"), []byte(creds), 0o600)
+}
+
+// CreateBucket creates a bucket.
+func (s *Server) CreateBucket(t testing.TB, bucket string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := s.client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
+		t.Fatalf("s3test: create bucket %s: %v", bucket, err)
+	}
+}
+
+// PutObject stores data as bucket/key, replacing any object there, and
+// returns its ETag.
+func (s *Server) PutObject(t testing.TB, bucket, key string, data []byte) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := s.client.PutObject(ctx, &s3.PutObjectInput{
+		Bucket:        &bucket,
+		Key:           &key,
+		Body:          bytes.NewReader(data),
+		ContentLength: aws.Int64(int64(len(data))),
+	})
+	if err != nil {
+		t.Fatalf("s3test: put s3://%s/%s: %v", bucket, key, err)
+	}
+	return aws.ToString(out.ETag)
+}
+
+// Stop stops the server (SIGTERM, then SIGKILL after 5 s). Its data stays
+// for Restart. Stopping a stopped server does nothing.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(5 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+	}
+	s.cmd = nil
+}
+
+// Restart starts a stopped server again, on the same address with the same
+// data and credentials, and waits until it answers. It stops a running one
+// first.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.Stop()
+	// The port was ours a moment ago; wait a little if another socket
+	// still holds it.
+	var err error
+	for try := 0; try < 20; try++ {
+		if err = s.start(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("s3test: restart: %v", err)
+}
+
+// Output returns what versitygw printed so far, for failure messages.
+func (s *Server) Output() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.out == nil {
+		return ""
+	}
+	return s.out.String()
+}
+
+// start runs versitygw on s.addr and waits until it answers HTTP.
+func (s *Server) start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := &lockedBuffer{}
+	cmd := exec.Command(s.bin,
+		"--port", s.addr,
+		"--access", s.accessKey,
+		"--secret", s.secretKey,
+		"--region", Region,
+		"--quiet",
+		"posix", s.dataDir)
+	cmd.Env = cleanEnv()
+	cmd.Stdout = out
+	cmd.Stderr = out
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", s.bin, err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	s.cmd, s.exited, s.out = cmd, exited, out
+	deadline := time.Now().Add(20 * time.Second)
+	client := &http.Client{Timeout: time.Second}
+	for {
+		select {
+		case <-exited:
+			s.cmd = nil
+			return fmt.Errorf("versitygw on %s exited at start: %s\n%s", s.addr, cmd.ProcessState, out.String())
+		default:
+		}
+		resp, err := client.Get(s.Endpoint() + "/")
+		if err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-exited
+			s.cmd = nil
+			return fmt.Errorf("versitygw on %s does not answer after 20 s: %v\n%s", s.addr, err, out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// cleanEnv is this process's environment without the variables versitygw
+// reads its settings from, so that only the command line counts.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "VGW_") || strings.HasPrefix(k, "ROOT_") || strings.HasPrefix(k, "AWS_") ||
+			k == "LOGFILE" || k == "WEBHOOK" {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// findVersitygw returns the path of the versitygw binary, or "".
+func findVersitygw() string {
+	if p := os.Getenv("FFCVFS_VERSITYGW"); p != "" {
+		if isExecutable(p) {
+			return p
+		}
+		return ""
+	}
+	if p, err := exec.LookPath("versitygw"); err == nil {
+		return p
+	}
+	var dirs []string
+	if gobin := goEnv("GOBIN"); gobin != "" {
+		dirs = append(dirs, gobin)
+	}
+	for _, gp := range filepath.SplitList(goEnv("GOPATH")) {
+		dirs = append(dirs, filepath.Join(gp, "bin"))
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		dirs = append(dirs, filepath.Join(home, "go", "bin"))
+	}
+	dirs = append(dirs, "/root/go/bin")
+	for _, d := range dirs {
+		if p := filepath.Join(d, "versitygw"); isExecutable(p) {
+			return p
+		}
+	}
+	return ""
+}
+
+func isExecutable(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
+}
+
+// goEnv returns `go env name`, or "" when the go command is not there.
+func goEnv(name string) string {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = "/usr/local/go/bin/go"
+	}
+	out, err := exec.Command(goBin, "env", name).Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// freeAddr returns a 127.0.0.1 address with a port that was free a moment
+// ago.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return strings.ToUpper(hex.EncodeToString(b))
+}
+
+// lockedBuffer collects a child's output from two pipes.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.buf.Len() > 1<<20 {
+		return len(p), nil
+	}
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,241 @@
+package pagecache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Defaults of SourceOptions.
+const (
+	DefaultPartSize       = 4 << 20
+	DefaultParallel       = 4
+	DefaultAttemptTimeout = 30 * time.Second
+	DefaultReadDeadline   = 2 * time.Minute
+	DefaultMaxRetries     = 8
+	DefaultBackoffBase    = 100 * time.Millisecond
+	DefaultBackoffMax     = 5 * time.Second
+)
+
+// SourceOptions configures OpenSource. The zero value gives the defaults;
+// Validate fills them in.
+type SourceOptions struct {
+	// Logger receives warnings (a refused O_DIRECT, retried requests). The
+	// default is slog.Default(). Nothing is logged per successful read, and
+	// credentials are never logged.
+	Logger *slog.Logger
+
+	// File sources. By default a file source reads with pread and then
+	// drops the range it read from the kernel page cache
+	// (POSIX_FADV_DONTNEED): the Cache holds the pages, the kernel need not
+	// hold them twice. Readahead is off for its descriptor
+	// (POSIX_FADV_RANDOM), as pages come in the Cache's order and what was
+	// read ahead would stay behind.
+
+	// DirectIO reads with O_DIRECT through aligned buffers instead, so the
+	// kernel page cache is bypassed altogether. Where the filesystem
+	// refuses O_DIRECT the source falls back to the default, with one
+	// logged warning.
+	DirectIO bool
+	// KernelCache leaves the kernel page cache alone: plain pread, nothing
+	// dropped. Useful when other programs read the same file.
+	KernelCache bool
+
+	// S3 sources. Settings not given here come from the standard AWS
+	// environment variables (AWS_REGION, AWS_PROFILE, AWS_ENDPOINT_URL,
+	// AWS_ACCESS_KEY_ID, ...) and the ~/.aws config and credentials files;
+	// options given here win.
+
+	// Endpoint is the S3 endpoint URL, for S3-compatible storage
+	// (e.g. "http://127.0.0.1:7070"). Default: AWS_ENDPOINT_URL(_S3), the
+	// profile's endpoint_url, or AWS itself.
+	Endpoint string
+	// Region is the S3 region. Default: AWS_REGION, the profile's region, or
+	// us-east-1.
+	Region string
+	// Profile is the shared-config profile to use. Default: AWS_PROFILE or
+	// "default".
+	Profile string
+	// PathStyle addresses buckets as endpoint/bucket/key rather than
+	// bucket.endpoint/key. It is turned on by itself for an endpoint that is
+	// an IP address or localhost, where virtual-host addressing cannot work.
+	PathStyle bool
+
+	// HTTP and S3 sources.
+
+	// PartSize is the largest range one request fetches (default 4 MiB): a
+	// ReadAt larger than this is split into parts fetched in parallel.
+	PartSize int64
+	// Parallel is the most requests one ReadAt has in flight (default 4).
+	Parallel int
+	// AttemptTimeout is how long one request may go without receiving
+	// anything (response headers or body bytes) before it is cancelled and
+	// retried (default 30 s).
+	AttemptTimeout time.Duration
+	// ReadDeadline is the time one ReadAt may take, retries included
+	// (default 2 min). Opening a source has the same budget.
+	ReadDeadline time.Duration
+	// MaxRetries is how many times a failed request is retried (default 8;
+	// a negative value means never).
+	MaxRetries int
+	// BackoffBase and BackoffMax bound the wait before a retry: the n-th
+	// retry waits a random time between 0 and min(BackoffMax,
+	// BackoffBase·2ⁿ⁻¹) (defaults 100 ms and 5 s). A Retry-After of at most
+	// BackoffMax is honoured instead.
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+}
+
+// Validate fills defaults and checks the options.
+func (o *SourceOptions) Validate() error {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.PartSize == 0 {
+		o.PartSize = DefaultPartSize
+	}
+	if o.Parallel == 0 {
+		o.Parallel = DefaultParallel
+	}
+	if o.AttemptTimeout == 0 {
+		o.AttemptTimeout = DefaultAttemptTimeout
+	}
+	if o.ReadDeadline == 0 {
+		o.ReadDeadline = DefaultReadDeadline
+	}
+	if o.MaxRetries == 0 {
+		o.MaxRetries = DefaultMaxRetries
+	} else if o.MaxRetries < 0 {
+		o.MaxRetries = -1
+	}
+	if o.BackoffBase == 0 {
+		o.BackoffBase = DefaultBackoffBase
+	}
+	if o.BackoffMax == 0 {
+		o.BackoffMax = max(DefaultBackoffMax, o.BackoffBase)
+	}
+	switch {
+	case o.DirectIO && o.KernelCache:
+		return errors.New("source options: DirectIO and KernelCache exclude each other")
+	case o.PartSize < 0:
+		return fmt.Errorf("source options: part size must be positive, got %d", o.PartSize)
+	case o.Parallel < 0:
+		return fmt.Errorf("source options: parallel requests must be at least 1, got %d", o.Parallel)
+	case o.AttemptTimeout < 0:
+		return fmt.Errorf("source options: attempt timeout must be positive, got %v", o.AttemptTimeout)
+	case o.ReadDeadline < 0:
+		return fmt.Errorf("source options: read deadline must be positive, got %v", o.ReadDeadline)
+	case o.BackoffBase < 0:
+		return fmt.Errorf("source options: backoff base must be positive, got %v", o.BackoffBase)
+	case o.BackoffMax < o.BackoffBase:
+		return fmt.Errorf("source options: backoff max %v is less than backoff base %v", o.BackoffMax, o.BackoffBase)
+	case o.Endpoint != "":
+		u, err := url.Parse(o.Endpoint)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("source options: S3 endpoint %q is not an http:// or https:// URL", redactURL(o.Endpoint))
+		}
+		if u.User != nil {
+			return fmt.Errorf("source options: S3 endpoint %q must not hold credentials: use the AWS environment or config files",
+				redactURL(o.Endpoint))
+		}
+	}
+	return nil
+}
+
+// OpenSource opens the storage that url names:
+//
+//   - a path, or file:///path: a local or NFS file (FileSource);
+//   - s3://bucket/key: an S3 object (S3Source);
+//   - http://… or https://…: an object served with Range support
+//     (HTTPSource).
+//
+// ctx bounds the open only, not later reads. Errors name the URL, without
+// credentials.
+func OpenSource(ctx context.Context, url string, opts SourceOptions) (Source, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if url == "" {
+		return nil, errors.New("open source: empty path or URL")
+	}
+	scheme, rest, ok := splitScheme(url)
+	if !ok {
+		return OpenFile(url, opts)
+	}
+	switch scheme {
+	case "file":
+		p, err := filePath(url)
+		if err != nil {
+			return nil, err
+		}
+		return OpenFile(p, opts)
+	case "s3":
+		bucket, key, _ := strings.Cut(rest, "/")
+		if bucket == "" || key == "" {
+			return nil, fmt.Errorf("open %s: an S3 URL is s3://bucket/key", url)
+		}
+		return OpenS3(ctx, bucket, key, opts)
+	case "http", "https":
+		return OpenHTTP(ctx, url, opts)
+	default:
+		return nil, fmt.Errorf("open %s: unsupported URL scheme %q (use a path, file://, s3://, http:// or https://)",
+			redactURL(url), scheme)
+	}
+}
+
+// splitScheme splits "scheme://rest" into a lower-case scheme and rest; ok
+// is false for anything else, which is taken for a path.
+func splitScheme(s string) (scheme, rest string, ok bool) {
+	i := strings.Index(s, "://")
+	if i <= 0 {
+		return "", "", false
+	}
+	for j, c := range s[:i] {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+		case j > 0 && ('0' <= c && c <= '9' || c == '+' || c == '-' || c == '.'):
+		default:
+			return "", "", false
+		}
+	}
+	return strings.ToLower(s[:i]), s[i+3:], true
+}
+
+// filePath returns the path of a file:// URL.
+func filePath(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("open %s: %w", raw, err)
+	}
+	if u.Host != "" && u.Host != "localhost" {
+		return "", fmt.Errorf("open %s: a file URL names a local path (file:///path), not host %q", raw, u.Host)
+	}
+	if u.Path == "" {
+		return "", fmt.Errorf("open %s: no path", raw)
+	}
+	return u.Path, nil
+}
+
+// redactURL returns raw without userinfo and with the query (which may
+// hold a signature) elided, for names and messages.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		// Unparseable: keep the scheme only, as the rest may hold
+		// credentials.
+		if scheme, _, ok := splitScheme(raw); ok {
+			return scheme + "://…"
+		}
+		return "(unparseable URL)"
+	}
+	u.User = nil
+	if u.RawQuery != "" {
+		u.RawQuery = "…"
+	}
+	u.Fragment, u.RawFragment = "", ""
+	return u.String()
+}

@@ -1,0 +1,257 @@
+package pagecache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/logging"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+)
+
+// S3Source reads an S3 object (or one of an S3-compatible store) with
+// ranged GetObject requests, each with If-Match on the ETag learnt at open,
+// so a replaced object gives ErrChanged, never bytes of two versions. The
+// SDK's own retries are off: the retry policy of SourceOptions applies. It
+// is safe for concurrent use.
+type S3Source struct {
+	// Immutable after OpenS3.
+	r      *netReader
+	client *s3.Client
+	bucket string
+	key    string
+	etag   string
+}
+
+var _ Source = (*S3Source)(nil)
+
+// OpenS3 opens s3://bucket/key. Configuration and credentials come from
+// opts first, then from the standard AWS environment variables and shared
+// config files. A HeadObject learns the size and ETag; a missing bucket or
+// key, or denied access, fails at once with a clear error.
+func OpenS3(ctx context.Context, bucket, key string, opts SourceOptions) (*S3Source, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	name := "s3://" + bucket + "/" + key
+	// The SDK's buildable client, so that AWS_CA_BUNDLE and the like still
+	// apply, with our transport settings.
+	hc := awshttp.NewBuildableClient().
+		WithTransportOptions(tuneTransport(&opts)).
+		WithDialerOptions(func(d *net.Dialer) { d.Timeout = min(opts.AttemptTimeout, 30*time.Second) })
+	lo := []func(*config.LoadOptions) error{
+		config.WithHTTPClient(hc),
+		config.WithRetryer(func() aws.Retryer { return aws.NopRetryer{} }),
+		config.WithLogger(sdkLogger{opts.Logger}),
+		config.WithClientLogMode(0),
+	}
+	if opts.Region != "" {
+		lo = append(lo, config.WithRegion(opts.Region))
+	}
+	if opts.Profile != "" {
+		lo = append(lo, config.WithSharedConfigProfile(opts.Profile))
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, lo...)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: AWS configuration: %w", name, err)
+	}
+	if cfg.Region == "" {
+		cfg.Region = "us-east-1"
+	}
+	client := s3.NewFromConfig(cfg, func(o *s3.Options) {
+		if opts.Endpoint != "" {
+			o.BaseEndpoint = aws.String(opts.Endpoint)
+		}
+		o.UsePathStyle = opts.PathStyle || (o.BaseEndpoint != nil && isLocalEndpoint(*o.BaseEndpoint))
+		o.Retryer = aws.NopRetryer{}
+		o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+		o.DisableLogOutputChecksumValidationSkipped = true
+		o.ClientLogMode = 0
+	})
+	s := &S3Source{
+		r:      newNetReader(name, &opts),
+		client: client,
+		bucket: bucket,
+		key:    key,
+	}
+	s.r.fetch = s.fetch
+	octx, cancel := s.r.withDeadline(ctx)
+	defer cancel()
+	if err := s.r.policy.do(octx, "open "+name, s.head); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if s.etag == "" {
+		opts.Logger.Warn("S3 sends no ETag for the object: a replacement during reads can only be detected by its size",
+			"source", name)
+	}
+	return s, nil
+}
+
+// isLocalEndpoint reports whether an endpoint URL names an IP address or
+// localhost, where only path-style addressing works.
+func isLocalEndpoint(endpoint string) bool {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return false
+	}
+	h := u.Hostname()
+	return h == "localhost" || strings.HasSuffix(h, ".localhost") || net.ParseIP(h) != nil
+}
+
+// head learns size and ETag.
+func (s *S3Source) head(ctx context.Context, progress func()) error {
+	out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: &s.key})
+	if err != nil {
+		return s.openError(ctx, err)
+	}
+	progress()
+	if out.ContentLength == nil {
+		return permanent(errors.New("HeadObject gave no Content-Length"))
+	}
+	s.r.size = *out.ContentLength
+	s.etag = aws.ToString(out.ETag)
+	return nil
+}
+
+// openError turns a failed HeadObject into an error that says what is
+// wrong: a HEAD response has no body, so a 404 is told apart by asking for
+// the bucket.
+func (s *S3Source) openError(ctx context.Context, err error) error {
+	err = s.classify(err)
+	switch httpStatus(err) {
+	case http.StatusNotFound:
+		if _, berr := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &s.bucket}); httpStatus(berr) == http.StatusNotFound {
+			return permanent(fmt.Errorf("bucket %q does not exist: %w", s.bucket, err))
+		}
+		return permanent(fmt.Errorf("no object %q in bucket %q: %w", s.key, s.bucket, err))
+	case http.StatusForbidden:
+		return permanent(fmt.Errorf("access denied (check the credentials, the region and the bucket policy): %w", err))
+	case http.StatusMovedPermanently:
+		return permanent(fmt.Errorf("the bucket is in another region than %q: set the region: %w", s.client.Options().Region, err))
+	case http.StatusBadRequest:
+		return permanent(fmt.Errorf("bad request (a wrong region or endpoint?): %w", err))
+	}
+	return err
+}
+
+// httpStatus returns the HTTP status of a failed S3 call, or 0.
+func httpStatus(err error) int {
+	var re *smithyhttp.ResponseError
+	if errors.As(err, &re) {
+		return re.HTTPStatusCode()
+	}
+	return 0
+}
+
+// classify marks SDK errors that retrying cannot fix as permanent: only
+// failures to send, 408, 429 and 5xx responses, and stalls are retried.
+// Everything else (no credentials, an invalid bucket name, 4xx) fails at
+// once.
+func (s *S3Source) classify(err error) error {
+	var se *smithyhttp.RequestSendError
+	var re *smithyhttp.ResponseError
+	switch {
+	case errors.Is(err, errStalled), errors.As(err, &se):
+		return err
+	case errors.As(err, &re):
+		return err // retryable() decides by status
+	}
+	return permanent(err)
+}
+
+// fetch is one attempt at dst = bytes [off, off+len(dst)).
+func (s *S3Source) fetch(ctx context.Context, dst []byte, off int64, progress func()) error {
+	end := off + int64(len(dst)) - 1
+	in := &s3.GetObjectInput{
+		Bucket: &s.bucket,
+		Key:    &s.key,
+		Range:  aws.String(fmt.Sprintf("bytes=%d-%d", off, end)),
+	}
+	if s.etag != "" {
+		in.IfMatch = &s.etag
+	}
+	out, err := s.client.GetObject(ctx, in)
+	if err != nil {
+		var ae smithy.APIError
+		switch st := httpStatus(err); {
+		case st == http.StatusPreconditionFailed || errors.As(err, &ae) && ae.ErrorCode() == "PreconditionFailed":
+			return s.changed(ctx, "S3 answered 412 Precondition Failed")
+		case st == http.StatusRequestedRangeNotSatisfiable:
+			return s.changed(ctx, "the range is past the object's end now")
+		}
+		return s.classify(err)
+	}
+	defer out.Body.Close()
+	progress()
+	if et := aws.ToString(out.ETag); s.etag != "" && et != "" && et != s.etag {
+		return fmt.Errorf("%w: a response carries another ETag; opened with ETag %s, S3 now has %s", ErrChanged, s.etag, et)
+	}
+	cr := aws.ToString(out.ContentRange)
+	if want := fmt.Sprintf("bytes %d-%d/%d", off, end, s.r.size); cr != want {
+		if _, _, total, ok := parseContentRange(cr); ok && total != s.r.size {
+			return fmt.Errorf("%w: its size is now %d, not %d", ErrChanged, total, s.r.size)
+		}
+		return permanent(fmt.Errorf("S3 answered Range: bytes=%d-%d with Content-Range %q", off, end, cr))
+	}
+	if n := aws.ToInt64(out.ContentLength); n != int64(len(dst)) {
+		return permanent(fmt.Errorf("S3 sent Content-Length %d for a range of %d bytes", n, len(dst)))
+	}
+	return readFull(out.Body, dst, progress)
+}
+
+// changed is ErrChanged naming both ETags, the current one learnt with a
+// HeadObject (best effort).
+func (s *S3Source) changed(ctx context.Context, why string) error {
+	now := "(unknown)"
+	if out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: &s.key}); err == nil {
+		now = aws.ToString(out.ETag)
+	} else if httpStatus(err) == http.StatusNotFound {
+		now = "(deleted)"
+	}
+	return fmt.Errorf("%w: %s; opened with ETag %s, S3 now has %s", ErrChanged, why, s.etag, now)
+}
+
+// ReadAt reads len(p) bytes at off; see Source. A read larger than
+// PartSize is fetched in parts, in parallel.
+func (s *S3Source) ReadAt(p []byte, off int64) (int, error) { return s.r.readAt(p, off) }
+
+// Size returns the object's size, as learnt at open.
+func (s *S3Source) Size() int64 { return s.r.size }
+
+// Name returns "s3://bucket/key".
+func (s *S3Source) Name() string { return s.r.name }
+
+// ETag returns the object's ETag, as learnt at open.
+func (s *S3Source) ETag() string { return s.etag }
+
+// Close cancels reads in flight. Later reads fail with an error matching
+// os.ErrClosed. (Idle connections close by themselves after 90 s: the SDK's
+// client cannot be told to close them.)
+func (s *S3Source) Close() error {
+	s.r.close()
+	return nil
+}
+
+// sdkLogger passes the SDK's own messages (warnings only: request logging is
+// off, so nothing signed or secret) to slog.
+type sdkLogger struct{ log *slog.Logger }
+
+func (l sdkLogger) Logf(c logging.Classification, format string, v ...any) {
+	level := slog.LevelInfo
+	if c == logging.Warn {
+		level = slog.LevelWarn
+	}
+	l.log.Log(context.Background(), level, "aws sdk: "+fmt.Sprintf(format, v...))
+}

@@ -1,0 +1,157 @@
+package pagecache
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// logBuffer collects a logger's output for tests to search.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// captureLogger returns a debug-level logger writing to a buffer, and the
+// buffer.
+func captureLogger() (*slog.Logger, *logBuffer) {
+	b := &logBuffer{}
+	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug})), b
+}
+
+func TestSourceOptionsDefaults(t *testing.T) {
+	var o SourceOptions
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if o.Logger == nil || o.PartSize != 4<<20 || o.Parallel != 4 || o.AttemptTimeout != 30*time.Second ||
+		o.ReadDeadline != 2*time.Minute || o.MaxRetries != 8 || o.BackoffBase != 100*time.Millisecond ||
+		o.BackoffMax != 5*time.Second {
+		t.Errorf("defaults: %+v", o)
+	}
+}
+
+func TestSourceOptionsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		o    SourceOptions
+		want string
+	}{
+		{SourceOptions{DirectIO: true, KernelCache: true}, "exclude each other"},
+		{SourceOptions{PartSize: -1}, "part size"},
+		{SourceOptions{Parallel: -2}, "parallel"},
+		{SourceOptions{AttemptTimeout: -time.Second}, "attempt timeout"},
+		{SourceOptions{ReadDeadline: -time.Second}, "read deadline"},
+		{SourceOptions{BackoffBase: time.Second, BackoffMax: time.Millisecond}, "backoff max"},
+		{SourceOptions{Endpoint: "127.0.0.1:9000"}, "not an http:// or https:// URL"},
+		{SourceOptions{Endpoint: "http://key:hunter2@127.0.0.1:9000"}, "must not hold credentials"},
+	} {
+		err := tc.o.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Validate(%+v) = %v, want an error about %q", tc.o, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("error shows a password: %v", err)
+		}
+	}
+	o := SourceOptions{MaxRetries: -5}
+	if err := o.Validate(); err != nil || o.MaxRetries != -1 {
+		t.Errorf("MaxRetries -5: %v, %d", err, o.MaxRetries)
+	}
+}
+
+func TestOpenSourceSchemes(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "x.beton")
+	if err := os.WriteFile(path, []byte("hello"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, u := range []string{path, "file://" + path, "FILE://" + path, "file://localhost" + path} {
+		src, err := OpenSource(ctx, u, SourceOptions{Logger: discardLogger()})
+		if err != nil {
+			t.Errorf("OpenSource(%s): %v", u, err)
+			continue
+		}
+		if _, ok := src.(*FileSource); !ok || src.Size() != 5 || src.Name() != path {
+			t.Errorf("OpenSource(%s) = %T %q size %d", u, src, src.Name(), src.Size())
+		}
+		b := make([]byte, 5)
+		if _, err := src.ReadAt(b, 0); err != nil || string(b) != "hello" {
+			t.Errorf("OpenSource(%s): read %q, %v", u, b, err)
+		}
+		src.Close()
+	}
+	for _, tc := range []struct{ url, want string }{
+		{"gs://bucket/key", `unsupported URL scheme "gs"`},
+		{"ftp://user:hunter2@host/x", `ftp://host/x: unsupported URL scheme "ftp"`},
+		{"s3://bucket", "s3://bucket/key"},
+		{"s3:///key", "s3://bucket/key"},
+		{"file://otherhost/x", "not host"},
+		{"", "empty"},
+		{filepath.Join(dir, "missing"), "no such file"},
+		{dir, "not a regular file"},
+		{"http://user:hunter2@[::1", "open http://…"},
+	} {
+		_, err := OpenSource(ctx, tc.url, SourceOptions{Logger: discardLogger()})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("OpenSource(%q) = %v, want an error saying %q", tc.url, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("OpenSource(%q): error shows a password: %v", tc.url, err)
+		}
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://user:pw@example.com/a/b.beton":         "https://example.com/a/b.beton",
+		"https://example.com/b.beton?X-Amz-Signature=s": "https://example.com/b.beton?…",
+		"http://example.com:8080/b#frag":                "http://example.com:8080/b",
+	} {
+		if got := redactURL(in); got != want {
+			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// checkReadAt compares src.ReadAt(len n at off) with data, by the rules of
+// io.ReaderAt: short only at the end, with io.EOF.
+func checkReadAt(t *testing.T, src io.ReaderAt, data []byte, p []byte, off int64) {
+	t.Helper()
+	n, err := src.ReadAt(p, off)
+	want := 0
+	if off < int64(len(data)) {
+		want = min(len(p), len(data)-int(off))
+	}
+	switch {
+	case n != want:
+		t.Fatalf("ReadAt(%d bytes at %d) = %d, %v; want %d", len(p), off, n, err, want)
+	case want < len(p) && err != io.EOF:
+		t.Fatalf("ReadAt(%d bytes at %d) across the end: err %v, want io.EOF", len(p), off, err)
+	case want == len(p) && err != nil:
+		t.Fatalf("ReadAt(%d bytes at %d): %v", len(p), off, err)
+	case n > 0 && !bytes.Equal(p[:n], data[off:off+int64(n)]):
+		t.Fatalf("ReadAt(%d bytes at %d): bytes differ", len(p), off)
+	}
+}
