@@ -5,6 +5,10 @@
 #   scripts/bench.sh write [N]    ffcvfs write throughput (images/s) on N images
 #                                 (default 2000) built from the shared fixture
 #                                 photos, vs reading the same files
+#   scripts/bench.sh cache        the page cache on a 1 GiB synthetic beton, file
+#                                 source with 5 ms added per read, budget 10 %:
+#                                 quasi-random plan for 1 and 2 epochs and random
+#                                 order without a plan, vs plain sequential reads
 #
 # Environment: RUNS (default 3) runs per figure; BENCH_DIR (default a temp dir).
 set -euo pipefail
@@ -70,14 +74,39 @@ bench_write() {
 	[[ -n ${BENCH_DIR:-} ]] || rm -rf "$dir"
 }
 
+# gobench PKG REGEX: run a go benchmark RUNS times and print, per
+# sub-benchmark, the median of each metric.
+gobench() {
+	go test "$1" -run '^$' -bench "$2" -benchtime 1x -count "$RUNS" |
+		awk '/^Benchmark/ {
+			name = $1; sub(/-[0-9]+$/, "", name); sub(/^Benchmark[^\/]*\//, "", name)
+			if (!(name in seen)) { seen[name] = 1; order[++n] = name }
+			for (i = 3; i < NF; i += 2) { key = name SUBSEP $(i+1); vals[key] = vals[key] " " $i; if (!((name, $(i+1)) in u)) { u[name, $(i+1)] = 1; units[name] = units[name] " " $(i+1) } }
+		}
+		function median(s,   a, k, i, j, t) { k = split(s, a, " "); for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }; return (k % 2) ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2 }
+		END {
+			for (i = 1; i <= n; i++) {
+				line = sprintf("%-48s", order[i]); k = split(units[order[i]], us, " ")
+				for (j = 1; j <= k; j++) if (us[j] != "ns/op") line = line sprintf("  %10.4g %s", median(vals[order[i] SUBSEP us[j]]), us[j])
+				print line
+			}
+		}'
+}
+
 case ${1:-} in
+cache)
+	ensure_deps
+	echo "page cache: 1 GiB beton of 8 MiB pages, 4 consumers, budget 10 %, median of $RUNS runs"
+	echo "(MB/s of sample data delivered; src/dataset/epoch = bytes read from the source per dataset byte)"
+	gobench ./pagecache/ 'BenchmarkCacheEpochs'
+	;;
 write)
 	build
 	shift
 	bench_write "$@"
 	;;
 *)
-	echo "usage: scripts/bench.sh write [N]" >&2
+	echo "usage: scripts/bench.sh write [N] | cache" >&2
 	exit 2
 	;;
 esac
