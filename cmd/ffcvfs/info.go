@@ -25,10 +25,10 @@ Examples:
    ffcvfs info train.beton
    ffcvfs info --samples 5 train.beton
    ffcvfs info --json train.beton | jq .images`,
-		Flags: []cli.Flag{
+		Flags: append(sourceFlags(),
 			&cli.BoolFlag{Name: "json", Usage: "print JSON instead of text"},
 			&cli.IntFlag{Name: "samples", Usage: "also show the first `N` samples' values"},
-		},
+		),
 		Action: func(c *cli.Context) error {
 			if err := needArgs(c, "SRC"); err != nil {
 				return err
@@ -37,11 +37,11 @@ Examples:
 				return usageError("--samples must be ≥ 0, got %d", c.Int("samples"))
 			}
 			src := c.Args().First()
-			f, err := openBeton(src)
+			f, closer, err := openBeton(c, src)
 			if err != nil {
 				return reportSchemaOnFailure(src, err)
 			}
-			defer f.Close()
+			defer closer.Close()
 			s := beton.Summarize(f)
 			n := min(c.Int("samples"), f.NumSamples())
 			samples := make([][]beton.NamedValue, n)

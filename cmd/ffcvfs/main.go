@@ -1,5 +1,5 @@
 // Command ffcvfs converts ImageFolder trees to .beton files, inspects and
-// verifies them, and (soon) mounts them read-only as ImageFolder trees.
+// verifies them, and mounts them read-only as ImageFolder trees.
 package main
 
 import (
@@ -14,12 +14,14 @@ func main() {
 	app := &cli.App{
 		Name:  "ffcvfs",
 		Usage: "FFCV .beton datasets as plain ImageFolder trees",
-		Description: `ffcvfs writes, inspects and verifies .beton files, the paged dataset format of FFCV.
+		Description: `ffcvfs writes, inspects and verifies .beton files, the paged dataset format of
+FFCV, and mounts them read-only as ImageFolder trees that unchanged code reads.
 
 Examples:
-   ffcvfs write ~/data/imagenet/train train.beton --max-resolution 512
+   ffcvfs write --max-resolution 512 ~/data/imagenet/train train.beton
    ffcvfs info train.beton
-   ffcvfs verify --all train.beton`,
+   ffcvfs verify --all train.beton
+   ffcvfs mount --cache-size 1GiB s3://bucket/train.beton /mnt/train`,
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log debugging detail to stderr"},
 		},
@@ -31,7 +33,7 @@ Examples:
 			slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
 			return nil
 		},
-		Commands:        []*cli.Command{writeCommand(), infoCommand(), verifyCommand()},
+		Commands:        []*cli.Command{writeCommand(), infoCommand(), verifyCommand(), mountCommand(), umountCommand()},
 		HideHelpCommand: true,
 		ExitErrHandler: func(c *cli.Context, err error) {
 			if err == nil {

@@ -23,19 +23,19 @@ the problem(s) otherwise.
 Examples:
    ffcvfs verify train.beton
    ffcvfs verify --all train.beton     # list every problem, not just the first`,
-		Flags: []cli.Flag{
+		Flags: append(sourceFlags(),
 			&cli.BoolFlag{Name: "all", Usage: "report every problem instead of stopping at the first"},
-		},
+		),
 		Action: func(c *cli.Context) error {
 			if err := needArgs(c, "SRC"); err != nil {
 				return err
 			}
 			src := c.Args().First()
-			f, err := openBeton(src)
+			f, closer, err := openBeton(c, src)
 			if err != nil {
 				return cli.Exit(err.Error(), 1)
 			}
-			defer f.Close()
+			defer closer.Close()
 			bar := progress.New(os.Stderr, "verify", int64(f.NumPages()), "pages")
 			errs := beton.Verify(f, beton.VerifyOptions{All: c.Bool("all"), Progress: func(done, _ int) { bar.Set(int64(done)) }})
 			bar.Finish()

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/fs"
+	"github.com/ffcvfs/ffcvfs/internal/bytesize"
+	"github.com/ffcvfs/ffcvfs/pagecache"
+	"github.com/urfave/cli/v2"
+)
+
+func mountCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "mount",
+		Usage:     "mount a .beton read-only as an ImageFolder tree",
+		ArgsUsage: "SRC MOUNTPOINT",
+		Description: `Serves SRC (a path, file://, s3://bucket/key or http(s)://) at MOUNTPOINT as
+<class>/<sample>.jpg (or .ppm for raw images), in the foreground, until
+Ctrl-C, SIGTERM or 'ffcvfs umount MOUNTPOINT'. Any program reads it; for
+torchvision:
+
+   ImageFolder("MOUNTPOINT")
+
+Pages of the beton are read whole into a cache of --cache-size bytes. To
+read each page from storage once per epoch, give the cache the order you
+will read in: use python/ffcvfs_sampler.py's QuasiRandomSampler, read an
+order from MOUNTPOINT/.ffcvfs/orders/quasi-random/SEED/EPOCH, or write your
+own to MOUNTPOINT/.ffcvfs/announce. MOUNTPOINT/.ffcvfs/stats.json shows what
+the cache does; MOUNTPOINT/.ffcvfs/dataset.beton is the whole file.
+
+S3 credentials, region and endpoint come from the usual AWS environment
+variables and files (AWS_ACCESS_KEY_ID, AWS_PROFILE, AWS_REGION,
+AWS_ENDPOINT_URL, ~/.aws/config) unless given below.
+
+Examples:
+   ffcvfs mount train.beton /mnt/train
+   ffcvfs mount --cache-size 2GiB --classes classes.txt s3://bucket/train.beton /mnt/train
+   ffcvfs mount --s3-endpoint http://127.0.0.1:7070 --s3-path-style s3://b/train.beton /mnt/train`,
+		Flags: append([]cli.Flag{
+			&cli.StringFlag{Name: "cache-size", Value: "512MiB", Usage: "RAM for cached pages, rounded down to whole pages (e.g. 256MiB, 2GiB)", Category: "cache"},
+			&cli.IntFlag{Name: "readers", Value: 16, Usage: "pages fetched in parallel ahead of the reader", Category: "cache"},
+			&cli.BoolFlag{Name: "kernel-cache", Usage: "let the kernel cache file contents too (uses RAM beyond --cache-size)", Category: "cache"},
+			&cli.StringFlag{Name: "classes", Usage: "class folder names, one per line in label order, from `FILE` (e.g. from ffcvfs write --classes-out)", Category: "view"},
+			&cli.StringFlag{Name: "image-field", Usage: "the RGB image field to serve (default: the first one)", Category: "view"},
+			&cli.StringFlag{Name: "label-field", Value: "label", Usage: "the int field that makes the classes", Category: "view"},
+			&cli.IntFlag{Name: "order-batch-size", Value: 256, Usage: "batch size that sets the window of quasi-random orders under .ffcvfs/orders", Category: "view"},
+			&cli.BoolFlag{Name: "allow-other", Usage: "let other users read the mount (needs user_allow_other in /etc/fuse.conf)", Category: "mount"},
+			&cli.BoolFlag{Name: "debug-fuse", Usage: "log every FUSE request", Category: "mount"},
+		}, sourceFlags()...),
+		Action: runMount,
+	}
+}
+
+func runMount(c *cli.Context) error {
+	if err := needArgs(c, "SRC", "MOUNTPOINT"); err != nil {
+		return err
+	}
+	src, mnt := c.Args().Get(0), c.Args().Get(1)
+	budget, err := bytesize.Parse(c.String("cache-size"))
+	if err != nil {
+		return usageError("--cache-size: %v", err)
+	}
+	if err := fs.CheckFUSE(); err != nil {
+		return cli.Exit(err.Error(), 1)
+	}
+	if err := fs.CheckMountpoint(mnt); err != nil {
+		return cli.Exit(err.Error(), 1)
+	}
+	var classes []string
+	if p := c.String("classes"); p != "" {
+		if classes, err = readLines(p); err != nil {
+			return cli.Exit(err.Error(), 1)
+		}
+	}
+	ctx := c.Context
+	source, f, err := openSource(ctx, c, src)
+	if err != nil {
+		return cli.Exit(err.Error(), 1)
+	}
+	defer source.Close()
+	cache, err := pagecache.New(source, f, pagecache.Options{Budget: budget, Readers: c.Int("readers")})
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("%s: %v", source.Name(), err), 1)
+	}
+	defer cache.Close()
+	opts := fs.Options{
+		ImageField: c.String("image-field"), LabelField: c.String("label-field"),
+		Classes: classes, KernelCache: c.Bool("kernel-cache"), OrderBatchSize: c.Int("order-batch-size"),
+	}
+	localPath := ""
+	if !strings.Contains(src, "://") || strings.HasPrefix(src, "file://") {
+		localPath = strings.TrimPrefix(src, "file://")
+		if st, err := os.Stat(localPath); err == nil {
+			opts.Mtime = st.ModTime()
+		}
+	}
+	view, err := fs.NewView(cache, opts)
+	if err != nil {
+		return cli.Exit(err.Error(), 1)
+	}
+	srv, err := fs.Mount(mnt, view, fs.MountOptions{FsName: source.Name(), AllowOther: c.Bool("allow-other"), Debug: c.Bool("debug-fuse"), SourcePath: localPath})
+	if err != nil {
+		return cli.Exit(err.Error(), 1)
+	}
+	st := cache.Stats()
+	slog.Info("mounted", "source", source.Name(), "mountpoint", mnt, "samples", f.NumSamples(), "classes", len(view.Classes()),
+		"pages", f.NumPages(), "cache_pages", st.Slots, "cache", bytesize.Format(st.BudgetBytes))
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	go func() {
+		for n := 0; ; n++ {
+			sig := <-sigs
+			slog.Info("unmounting", "signal", sig.String(), "mountpoint", mnt)
+			err := srv.Unmount()
+			if err == nil {
+				return
+			}
+			// Busy: a program still has files open. Retry; a second signal
+			// detaches the mount lazily.
+			slog.Warn("unmount failed; close the programs using the mount, or signal again to detach it lazily", "err", err)
+			if n > 0 {
+				if err := lazyUnmount(mnt); err != nil {
+					slog.Error("lazy unmount failed", "err", err)
+				}
+				return
+			}
+		}
+	}()
+	srv.Wait()
+	slog.Info("unmounted", "mountpoint", mnt)
+	return nil
+}
+
+// openSource opens SRC as a Source and its beton.
+func openSource(ctx context.Context, c *cli.Context, src string) (pagecache.Source, *beton.File, error) {
+	sopts := pagecache.SourceOptions{Logger: slog.Default()}
+	if c != nil {
+		sopts.Endpoint, sopts.Region, sopts.PathStyle = c.String("s3-endpoint"), c.String("s3-region"), c.Bool("s3-path-style")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	source, err := pagecache.OpenSource(ctx, src, sopts)
+	if err != nil {
+		return nil, nil, err
+	}
+	f, err := beton.Open(source, source.Size(), source.Name())
+	if err != nil {
+		source.Close()
+		return nil, nil, err
+	}
+	return source, f, nil
+}
+
+func readLines(path string) ([]string, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading class names: %w", err)
+	}
+	defer fh.Close()
+	var out []string
+	sc := bufio.NewScanner(fh)
+	for sc.Scan() {
+		if line := strings.TrimRight(sc.Text(), "\r"); line != "" {
+			out = append(out, line)
+		}
+	}
+	return out, sc.Err()
+}
+
+func lazyUnmount(dir string) error {
+	return runQuiet("fusermount3", "-u", "-z", dir)
+}
+
+func umountCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "umount",
+		Usage:     "unmount a mount made by ffcvfs mount",
+		ArgsUsage: "MOUNTPOINT",
+		Action: func(c *cli.Context) error {
+			if err := needArgs(c, "MOUNTPOINT"); err != nil {
+				return err
+			}
+			if err := fs.Unmount(c.Args().First()); err != nil {
+				return cli.Exit(err.Error(), 1)
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,242 @@
+package fs
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/pagecache"
+)
+
+// Options configures the ImageFolder view.
+type Options struct {
+	// ImageField and LabelField name the fields served. Defaults: the first
+	// RGB image field, and "label".
+	ImageField, LabelField string
+	// Classes names the class folders, one per label in label order. The
+	// names must sort in label order, as ImageFolder assigns indices by
+	// sorted name. Default: zero-padded label numbers.
+	Classes []string
+	// KernelCache lets the kernel cache file contents. Off by default, so
+	// that the page cache's budget is the real memory use.
+	KernelCache bool
+	// Timeout is how long the kernel may cache attributes and entries,
+	// which never change (default 24 h).
+	Timeout time.Duration
+	// Mtime is the time reported for every file (default: now); the
+	// beton's modification time is a good choice.
+	Mtime time.Time
+	// Owner is the uid allowed to write control files (default: the
+	// process's uid).
+	Owner uint32
+	// OrderBatchSize sets the window of quasi-random orders served under
+	// orders/ (default 256; see package order).
+	OrderBatchSize int
+	Logger         *slog.Logger
+}
+
+// Validate fills defaults.
+func (o *Options) Validate() error {
+	if o.LabelField == "" {
+		o.LabelField = "label"
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 24 * time.Hour
+	}
+	if o.Mtime.IsZero() {
+		o.Mtime = time.Now()
+	}
+	if o.Owner == 0 {
+		o.Owner = uint32(os.Getuid())
+	}
+	if o.OrderBatchSize == 0 {
+		o.OrderBatchSize = 256
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Timeout < 0 || o.OrderBatchSize < 0 {
+		return fmt.Errorf("timeout and order batch size must not be negative")
+	}
+	return nil
+}
+
+// View is the ImageFolder view of one beton: which samples are in which
+// class folder, under which names. Immutable after New.
+type View struct {
+	cache *pagecache.Cache
+	f     *beton.File
+	opts  Options
+	image int // field index
+	label int // field index
+
+	classes  []string   // folder name per class folder
+	labelOf  []int64    // label of each class folder
+	members  [][]uint32 // sample ids of each class folder, ascending
+	classIdx []int32    // class folder of each sample, or -1 if not served
+	ifIndex  []uint32   // sample id of each ImageFolder index
+	ifOf     []int32    // ImageFolder index of each sample, or -1
+	idWidth  int        // digits of a sample file name
+
+	errs  errorLog
+	reads readCounters
+}
+
+type readCounters struct {
+	jpg, ppm, beton, errors atomic.Uint64
+	jpgBytes, ppmBytes      atomic.Uint64
+	betonBytes              atomic.Uint64
+}
+
+// NewView builds the ImageFolder view of the cache's beton.
+func NewView(c *pagecache.Cache, opts Options) (*View, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	f := c.File()
+	v := &View{cache: c, f: f, opts: opts, image: -1}
+	v.errs = errorLog{log: opts.Logger, seen: map[string]int{}}
+	for i, fd := range f.Fields() {
+		if opts.ImageField == "" && fd.Type == beton.TypeRGBImage || fd.Name == opts.ImageField && opts.ImageField != "" {
+			v.image = i
+			break
+		}
+	}
+	if v.image < 0 {
+		if opts.ImageField == "" {
+			return nil, fmt.Errorf("%s has no RGB image field to serve", f.Name())
+		}
+		return nil, fmt.Errorf("%s has no field %q (fields: %s)", f.Name(), opts.ImageField, fieldNames(f))
+	}
+	if t := f.Fields()[v.image].Type; t != beton.TypeRGBImage {
+		return nil, fmt.Errorf("%s: field %q is a %s field, not an RGB image", f.Name(), opts.ImageField, t)
+	}
+	v.label = f.FieldIndex(opts.LabelField)
+	if v.label < 0 {
+		return nil, fmt.Errorf("%s has no field %q to take labels from (fields: %s); choose one with --label-field", f.Name(), opts.LabelField, fieldNames(f))
+	}
+	if t := f.Fields()[v.label].Type; t != beton.TypeInt {
+		return nil, fmt.Errorf("%s: label field %q is a %s field, not an int", f.Name(), opts.LabelField, t)
+	}
+	if err := v.buildClasses(); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+func fieldNames(f *beton.File) string {
+	var s []string
+	for _, fd := range f.Fields() {
+		s = append(s, fd.Name)
+	}
+	return strings.Join(s, ", ")
+}
+
+// buildClasses groups samples by label into class folders and numbers them
+// as ImageFolder will: by sorted folder name, then by sorted file name.
+func (v *View) buildClasses() error {
+	f := v.f
+	n := f.NumSamples()
+	var maxLabel int64 = -1
+	for s := 0; s < n; s++ {
+		l := f.Int(s, v.label)
+		if l < 0 || l > 1<<24 {
+			return fmt.Errorf("%s: sample %d has label %d; labels must be in [0, %d]", f.Name(), s, l, 1<<24)
+		}
+		maxLabel = max(maxLabel, l)
+	}
+	byLabel := make([][]uint32, maxLabel+1)
+	for s := 0; s < n; s++ {
+		l := f.Int(s, v.label)
+		byLabel[l] = append(byLabel[l], uint32(s))
+	}
+	names := v.opts.Classes
+	if names == nil {
+		w := len(fmt.Sprint(max(maxLabel, 0)))
+		for l := int64(0); l <= maxLabel; l++ {
+			names = append(names, fmt.Sprintf("%0*d", w, l))
+		}
+	}
+	if int64(len(names)) < maxLabel+1 {
+		return fmt.Errorf("%d class names given, but labels go up to %d", len(names), maxLabel)
+	}
+	for i, name := range names {
+		if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") || name == ".ffcvfs" {
+			return fmt.Errorf("class name %q (line %d) cannot be a folder name", name, i+1)
+		}
+		if i > 0 && names[i-1] >= name {
+			return fmt.Errorf("class names must sort in label order, since ImageFolder numbers classes by sorted name: %q (label %d) sorts before or equal to %q (label %d)", name, i, names[i-1], i-1)
+		}
+	}
+	v.classIdx = make([]int32, n)
+	v.ifOf = make([]int32, n)
+	for i := range v.classIdx {
+		v.classIdx[i], v.ifOf[i] = -1, -1
+	}
+	var empty []string
+	for l := int64(0); l <= maxLabel; l++ {
+		if len(byLabel[l]) == 0 {
+			empty = append(empty, names[l])
+			continue
+		}
+		ci := int32(len(v.classes))
+		v.classes = append(v.classes, names[l])
+		v.labelOf = append(v.labelOf, l)
+		v.members = append(v.members, byLabel[l])
+		for _, s := range byLabel[l] {
+			v.classIdx[s] = ci
+			v.ifOf[s] = int32(len(v.ifIndex))
+			v.ifIndex = append(v.ifIndex, s)
+		}
+	}
+	if len(empty) > 0 {
+		v.opts.Logger.Warn("labels without samples get no folder, so ImageFolder's class indices will not equal these labels", "empty", len(empty), "first", empty[0])
+	}
+	v.idWidth = len(fmt.Sprint(max(n-1, 0)))
+	return nil
+}
+
+// Classes returns the class folder names, in ImageFolder order.
+func (v *View) Classes() []string { return slices.Clone(v.classes) }
+
+// SampleName returns the file name of sample s, with the extension of its
+// stored image.
+func (v *View) SampleName(s int) string {
+	m := v.f.Record(s)[v.f.Layout().Offsets[v.image]]
+	ext := ".jpg"
+	if beton.ImageMode(m) == beton.ModeRaw {
+		ext = ".ppm"
+	}
+	return fmt.Sprintf("%0*d%s", v.idWidth, s, ext)
+}
+
+// ImageFolderIndex returns the index ImageFolder gives sample s, or -1.
+func (v *View) ImageFolderIndex(s int) int { return int(v.ifOf[s]) }
+
+// SampleOf returns the sample at ImageFolder index i.
+func (v *View) SampleOf(i int) (int, bool) {
+	if i < 0 || i >= len(v.ifIndex) {
+		return 0, false
+	}
+	return int(v.ifIndex[i]), true
+}
+
+// ppmHeader returns the P6 header of a raw image.
+func ppmHeader(w, h int) string { return fmt.Sprintf("P6\n%d %d\n255\n", w, h) }
+
+// sampleSize returns the size of sample s's file, and its image metadata.
+func (v *View) sampleSize(s int) (int64, beton.Image, error) {
+	img, err := v.f.Image(s, v.image)
+	if err != nil {
+		return 0, img, err
+	}
+	if img.Mode == beton.ModeRaw {
+		return int64(len(ppmHeader(img.Width, img.Height))) + int64(img.Size), img, nil
+	}
+	return int64(img.Size), img, nil
+}

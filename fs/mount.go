@@ -1,0 +1,158 @@
+package fs
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// MountOptions configures Mount.
+type MountOptions struct {
+	// FsName appears as the mount's source in /proc/mounts (the beton's
+	// name, without credentials).
+	FsName string
+	// AllowOther lets other users read the mount (needs user_allow_other
+	// in /etc/fuse.conf when not root).
+	AllowOther bool
+	// Debug logs every FUSE request.
+	Debug bool
+	// SourcePath, when the beton is a local file, is checked not to lie
+	// under the mountpoint: the server would then read its own mount.
+	SourcePath string
+}
+
+// CheckMountpoint returns a clear error when dir cannot take a mount: it
+// does not exist, is not a folder, is not empty, or is a mount already.
+func CheckMountpoint(dir string) error {
+	st, err := os.Stat(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("mountpoint %s does not exist; create it with mkdir -p %s", dir, dir)
+		}
+		return fmt.Errorf("mountpoint %s: %w (a stale mount? try: ffcvfs umount %s)", dir, err, dir)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("mountpoint %s is not a folder", dir)
+	}
+	if mounted, _ := IsMounted(dir); mounted {
+		return fmt.Errorf("%s is already a mountpoint; unmount it first (ffcvfs umount %s)", dir, dir)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("mountpoint %s: %w", dir, err)
+	}
+	if len(ents) > 0 {
+		return fmt.Errorf("mountpoint %s is not empty (it holds %s); mount on an empty folder", dir, ents[0].Name())
+	}
+	return nil
+}
+
+// IsMounted reports whether dir is a mountpoint, from /proc/self/mountinfo.
+func IsMounted(dir string) (bool, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return false, err
+	}
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && unescapeMountinfo(f[4]) == abs {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func unescapeMountinfo(s string) string {
+	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
+	return r.Replace(s)
+}
+
+// CheckFUSE returns a clear error when FUSE mounts cannot work here.
+func CheckFUSE() error {
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		return fmt.Errorf("/dev/fuse is missing (%v): load the fuse module (modprobe fuse) or, in a container, pass --device /dev/fuse", err)
+	}
+	if os.Getuid() != 0 {
+		if _, err := exec.LookPath("fusermount3"); err != nil {
+			if _, err2 := exec.LookPath("fusermount"); err2 != nil {
+				return errors.New("fusermount3 not found: install the fuse3 package (apt-get install fuse3)")
+			}
+		}
+	}
+	return nil
+}
+
+// Mount serves v at dir until the returned server is unmounted.
+func Mount(dir string, v *View, opts MountOptions) (*fuse.Server, error) {
+	if err := CheckFUSE(); err != nil {
+		return nil, err
+	}
+	if err := CheckMountpoint(dir); err != nil {
+		return nil, err
+	}
+	abs, _ := filepath.Abs(dir)
+	if opts.SourcePath != "" {
+		src, _ := filepath.Abs(opts.SourcePath)
+		if src == abs || strings.HasPrefix(src, abs+"/") {
+			return nil, fmt.Errorf("the beton %s lies under the mountpoint %s: the mount would read itself", opts.SourcePath, dir)
+		}
+	}
+	t := v.opts.Timeout
+	mo := fuse.MountOptions{
+		FsName:        opts.FsName,
+		Name:          "ffcvfs",
+		AllowOther:    opts.AllowOther,
+		Debug:         opts.Debug,
+		MaxReadAhead:  1 << 20,
+		DisableXAttrs: true,
+		// The kernel checks permission bits: data files are 0444, the
+		// announce file 0600 for the owner.
+		Options: []string{"default_permissions"},
+	}
+	if os.Getuid() == 0 {
+		mo.DirectMount = true // no fusermount3 round trip when root
+	}
+	srv, err := gofs.Mount(abs, v.Root(), &gofs.Options{
+		MountOptions:    mo,
+		EntryTimeout:    &t,
+		AttrTimeout:     &t,
+		NegativeTimeout: &t,
+		UID:             v.opts.Owner,
+		GID:             uint32(os.Getgid()),
+		Logger:          nil,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("mounting %s: %w", dir, err)
+	}
+	return srv, nil
+}
+
+// Unmount unmounts dir with fusermount3 -u (or umount when root), for a
+// mount served by another process.
+func Unmount(dir string) error {
+	if mounted, err := IsMounted(dir); err == nil && !mounted {
+		return fmt.Errorf("%s is not mounted", dir)
+	}
+	var cmd *exec.Cmd
+	if p, err := exec.LookPath("fusermount3"); err == nil {
+		cmd = exec.Command(p, "-u", dir)
+	} else if os.Getuid() == 0 {
+		cmd = exec.Command("umount", dir)
+	} else {
+		return errors.New("fusermount3 not found: install the fuse3 package (apt-get install fuse3)")
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("unmounting %s: %v: %s", dir, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}

@@ -1,0 +1,147 @@
+package order
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Kind names an order kind.
+type Kind string
+
+// The order kinds. See the package documentation for what each one does.
+const (
+	Sequential  Kind = "sequential"
+	Random      Kind = "random"
+	QuasiRandom Kind = "quasi-random"
+)
+
+// Kinds returns every kind, in the order the documentation gives them.
+func Kinds() []Kind { return []Kind{Sequential, Random, QuasiRandom} }
+
+// DefaultBatchSize is the batch size assumed when Options.BatchSize is zero.
+const DefaultBatchSize = 256
+
+// MinWindow is the smallest default window: with one open page, a
+// quasi-random order would be a sequence of shuffled pages.
+const MinWindow = 2
+
+// Known reports whether k is one of Kinds().
+func (k Kind) Known() bool {
+	switch k {
+	case Sequential, Random, QuasiRandom:
+		return true
+	}
+	return false
+}
+
+func (k Kind) String() string { return string(k) }
+
+// ParseKind parses a kind name. It accepts the names of Kinds() in any case and
+// with '_' for '-', so FFCV's QUASI_RANDOM reads as quasi-random.
+func ParseKind(s string) (Kind, error) {
+	k := Kind(strings.ReplaceAll(strings.ToLower(strings.TrimSpace(s)), "_", "-"))
+	if !k.Known() {
+		return "", fmt.Errorf("unknown order kind %q; want one of %s", s, kindList())
+	}
+	return k, nil
+}
+
+func kindList() string {
+	kinds := Kinds()
+	names := make([]string, len(kinds))
+	for i, k := range kinds {
+		names[i] = string(k)
+	}
+	return strings.Join(names, ", ")
+}
+
+// Options says which order to generate. Everything that changes the order is
+// here or in the Layout: the same Options on the same Layout give the same
+// order, on every run and platform.
+type Options struct {
+	// Kind is the order kind. It has no default: a training job that forgot
+	// it should not silently read in sequential order.
+	Kind Kind
+
+	// Seed and Epoch select the random streams. Seed is chosen once per
+	// training run; Epoch counts from zero (or anything: it is only hashed).
+	// Sequential orders ignore both.
+	Seed  uint64
+	Epoch uint64
+
+	// Rank and WorldSize shard the dataset: the order is rank Rank's share
+	// of WorldSize. Zero WorldSize means 1.
+	Rank, WorldSize int
+
+	// Window is the number of pages a quasi-random order keeps open. Zero
+	// means DefaultWindow(l, BatchSize) for the Layout l being ordered.
+	Window int
+
+	// BatchSize sets the default Window: about two batches' worth of
+	// pages. Zero means DefaultBatchSize. Only quasi-random orders use it,
+	// and only when Window is zero.
+	BatchSize int
+
+	// DropLast equalizes the ranks' counts by truncating every rank to the
+	// smallest count; otherwise every rank is padded up to the largest by
+	// repeating the start of its own order.
+	DropLast bool
+}
+
+// Validate fills defaults (WorldSize, BatchSize) and checks the options. The
+// default Window depends on the Layout, so Generate fills it.
+func (o *Options) Validate() error {
+	if !o.Kind.Known() {
+		if o.Kind == "" {
+			return fmt.Errorf("order kind is not set; want one of %s", kindList())
+		}
+		return fmt.Errorf("unknown order kind %q; want one of %s", string(o.Kind), kindList())
+	}
+	if o.WorldSize == 0 {
+		o.WorldSize = 1
+	}
+	if o.WorldSize < 0 {
+		return fmt.Errorf("world size %d is negative; want at least 1", o.WorldSize)
+	}
+	if o.Rank < 0 || o.Rank >= o.WorldSize {
+		return fmt.Errorf("rank %d is out of range for world size %d; want 0 to %d", o.Rank, o.WorldSize, o.WorldSize-1)
+	}
+	if o.Window < 0 {
+		return fmt.Errorf("window of %d pages is negative; want at least 1, or 0 for the default", o.Window)
+	}
+	if o.BatchSize == 0 {
+		o.BatchSize = DefaultBatchSize
+	}
+	if o.BatchSize < 0 {
+		return fmt.Errorf("batch size %d is negative; want at least 1, or 0 for %d", o.BatchSize, DefaultBatchSize)
+	}
+	return nil
+}
+
+// DefaultWindow returns the window of a quasi-random order of l when
+// Options.Window is zero: ceil(2·batchSize / mean samples per data page),
+// at least MinWindow. Pages holding no sample do not count toward the mean;
+// a layout without data pages gets MinWindow.
+func DefaultWindow(l Layout, batchSize int) int {
+	if batchSize <= 0 {
+		batchSize = DefaultBatchSize
+	}
+	pages, samples := 0, 0
+	first := l.FirstPage()
+	for p := range int64(l.NumPages()) {
+		if n := len(l.PageSamples(first + p)); n > 0 {
+			pages++
+			samples += n
+		}
+	}
+	return defaultWindow(batchSize, pages, samples)
+}
+
+func defaultWindow(batchSize, pages, samples int) int {
+	if pages == 0 || samples == 0 {
+		return MinWindow
+	}
+	// ceil(2·batch / (samples/pages)) = ceil(2·batch·pages / samples)
+	w := (2*int64(batchSize)*int64(pages) + int64(samples) - 1) / int64(samples)
+	return int(max(w, MinWindow))
+}
