@@ -39,6 +39,7 @@ var (
 // ctlNode is the .ffcvfs folder.
 type ctlNode struct {
 	gofs.Inode
+	readOnlyDir
 	v *View
 }
 
@@ -93,6 +94,7 @@ func (n *ctlNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 // datasetNode is .ffcvfs/dataset.beton: the whole file, through the cache.
 type datasetNode struct {
 	gofs.Inode
+	readOnlyFile
 	v *View
 }
 
@@ -123,6 +125,7 @@ func (n *datasetNode) Read(ctx context.Context, f gofs.FileHandle, dest []byte, 
 // textNode is a read-only file whose content is made when it is opened.
 type textNode struct {
 	gofs.Inode
+	readOnlyFile
 	v   *View
 	ino uint64
 	gen func(ctx context.Context) ([]byte, error)
@@ -301,6 +304,7 @@ func (v *View) parseOrder(text []byte) ([]uint32, error) {
 // and orders/KIND/SEED/RANK-of-WORLD. Its files are EPOCH numbers.
 type ordersNode struct {
 	gofs.Inode
+	readOnlyDir
 	v           *View
 	ino         uint64
 	kind        order.Kind

@@ -73,6 +73,7 @@ func (v *View) entry(out *fuse.EntryOut) {
 
 type rootNode struct {
 	gofs.Inode
+	readOnlyDir
 	v *View
 }
 
@@ -128,6 +129,7 @@ func (n *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 
 type classNode struct {
 	gofs.Inode
+	readOnlyDir
 	v     *View
 	class int
 }
@@ -169,6 +171,7 @@ func (n *classNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 
 type sampleNode struct {
 	gofs.Inode
+	readOnlyFile
 	v      *View
 	sample int
 	size   int64

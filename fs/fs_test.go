@@ -1,0 +1,450 @@
+package fs
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"unsafe"
+
+	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
+	"github.com/ffcvfs/ffcvfs/pagecache"
+)
+
+// testMount mounts the beton at path in this process and returns the
+// mountpoint and the view; the mount is undone at cleanup.
+func testMount(t *testing.T, path string, opts Options) (string, *View) {
+	t.Helper()
+	if err := CheckFUSE(); err != nil {
+		testenv.Missing(t, "FUSE: %v", err)
+	}
+	src, err := pagecache.OpenSource(t.Context(), path, pagecache.SourceOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	f, err := beton.Open(src, src.Size(), src.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := pagecache.New(src, f, pagecache.Options{Budget: 2 * f.PageSize(), Readers: 2, Debug: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	v, err := NewView(c, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mnt := t.TempDir()
+	srv, err := Mount(mnt, v, MountOptions{FsName: path, SourcePath: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Unmount(); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+	})
+	return mnt, v
+}
+
+func fixture(t *testing.T, name string) string {
+	return testenv.Fixture(t, "beton", name)
+}
+
+// sampleFiles lists every sample file of the mount, sorted as ImageFolder
+// sorts them.
+func sampleFiles(t *testing.T, mnt string) []string {
+	t.Helper()
+	var out []string
+	classes, err := os.ReadDir(mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range classes {
+		files, err := os.ReadDir(filepath.Join(mnt, c.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			out = append(out, filepath.Join(mnt, c.Name(), f.Name()))
+		}
+	}
+	return out
+}
+
+func TestTreeMatchesBeton(t *testing.T) {
+	path := fixture(t, "imagefolder-mixed.beton")
+	mnt, v := testMount(t, path, Options{})
+	f := v.f
+	files := sampleFiles(t, mnt)
+	if len(files) != f.NumSamples() {
+		t.Fatalf("%d files, %d samples", len(files), f.NumSamples())
+	}
+	for i, p := range files {
+		s, ok := v.SampleOf(i)
+		if !ok || filepath.Base(p) != v.SampleName(s) {
+			t.Fatalf("ImageFolder index %d is %s, want sample %d", i, p, s)
+		}
+		if want := fmt.Sprintf("%d", f.Int(s, v.label)); filepath.Base(filepath.Dir(p)) != want {
+			t.Errorf("%s: label %s", p, want)
+		}
+		got, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, _ := f.Image(s, v.image)
+		data, _ := f.ReadData(s, v.image, nil)
+		if img.Mode == beton.ModeRaw {
+			data = append([]byte(ppmHeader(img.Width, img.Height)), data...)
+		}
+		if !bytes.Equal(got, data) {
+			t.Errorf("%s: %d bytes differ from the beton's", p, len(got))
+		}
+		if st, _ := os.Stat(p); st.Size() != int64(len(data)) || st.Mode().Perm() != 0o444 {
+			t.Errorf("%s: stat size %d mode %v", p, st.Size(), st.Mode())
+		}
+	}
+	whole, err := os.ReadFile(filepath.Join(mnt, ".ffcvfs", "dataset.beton"))
+	src, _ := os.ReadFile(path)
+	if err != nil || !bytes.Equal(whole, src) {
+		t.Errorf("dataset.beton differs from the file (%v)", err)
+	}
+}
+
+// The control folder can be found but is never listed.
+func TestControlFolderHidden(t *testing.T) {
+	mnt, _ := testMount(t, fixture(t, "imagefolder-jpg.beton"), Options{})
+	ents, err := os.ReadDir(mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".") {
+			t.Errorf("root lists %q", e.Name())
+		}
+	}
+	if st, err := os.Stat(filepath.Join(mnt, ".ffcvfs")); err != nil || !st.IsDir() {
+		t.Fatalf(".ffcvfs: %v", err)
+	}
+	st, err := os.Stat(filepath.Join(mnt, ".ffcvfs", "announce"))
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("announce: %v %v", st.Mode(), err)
+	}
+}
+
+func TestAnnounceAndOrders(t *testing.T) {
+	mnt, v := testMount(t, fixture(t, "imagefolder-jpg.beton"), Options{})
+	ctl := filepath.Join(mnt, ".ffcvfs")
+	if err := os.WriteFile(filepath.Join(ctl, "announce"), []byte("imagefolder\n3\n1\n2\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ctl, "announce"), []byte("12\nnot a number\n"), 0); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("garbage announced: %v", err)
+	}
+	order, err := os.ReadFile(filepath.Join(ctl, "orders", "quasi-random", "7", "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Fields(string(order))
+	if len(lines) != v.f.NumSamples() {
+		t.Fatalf("order of %d lines for %d samples", len(lines), v.f.NumSamples())
+	}
+	again, _ := os.ReadFile(filepath.Join(ctl, "orders", "quasi-random", "7", "0"))
+	if !bytes.Equal(order, again) {
+		t.Error("the same order file read twice differs")
+	}
+	sorted := append([]string(nil), lines...)
+	sort.Slice(sorted, func(i, j int) bool {
+		return len(sorted[i]) < len(sorted[j]) || len(sorted[i]) == len(sorted[j]) && sorted[i] < sorted[j]
+	})
+	for i, s := range sorted {
+		if s != fmt.Sprint(i) {
+			t.Fatalf("order is not a permutation of ImageFolder indices: %v", sorted[:10])
+		}
+	}
+	r0, err0 := os.ReadFile(filepath.Join(ctl, "orders", "quasi-random", "7", "0-of-2", "1"))
+	r1, err1 := os.ReadFile(filepath.Join(ctl, "orders", "quasi-random", "7", "1-of-2", "1"))
+	if err0 != nil || err1 != nil || len(strings.Fields(string(r0))) != len(strings.Fields(string(r1))) {
+		t.Errorf("ranks: %v %v, %d and %d lines", err0, err1, len(strings.Fields(string(r0))), len(strings.Fields(string(r1))))
+	}
+	for _, bad := range []string{"orders/nope/1/0", "orders/quasi-random/x/0", "orders/quasi-random/1/2-of-2/0"} {
+		if _, err := os.Stat(filepath.Join(ctl, bad)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+	var st Stats
+	b, err := os.ReadFile(filepath.Join(ctl, "stats.json"))
+	if err != nil || json.Unmarshal(b, &st) != nil {
+		t.Fatalf("stats.json: %v\n%s", err, b)
+	}
+	ids := map[string]bool{}
+	for _, p := range st.Cache.Plans {
+		ids[strings.SplitN(p.ID, ":", 2)[0]] = true
+	}
+	if !ids["announce"] || !ids["order"] || st.Samples != v.f.NumSamples() {
+		t.Errorf("stats.json: plans %v, %d samples", st.Cache.Plans, st.Samples)
+	}
+}
+
+func TestReadOnly(t *testing.T) {
+	mnt, _ := testMount(t, fixture(t, "imagefolder-jpg.beton"), Options{})
+	files := sampleFiles(t, mnt)
+	if _, err := os.OpenFile(files[0], os.O_WRONLY, 0); err == nil {
+		t.Error("a sample opened for writing")
+	}
+	if err := os.WriteFile(filepath.Join(filepath.Dir(files[0]), "new.jpg"), []byte("x"), 0o644); err == nil {
+		t.Error("a file created in a class folder")
+	}
+	if err := os.Remove(files[0]); err == nil {
+		t.Error("a sample removed")
+	}
+	if err := os.Mkdir(filepath.Join(mnt, "newclass"), 0o755); err == nil {
+		t.Error("a folder created")
+	}
+	if err := os.Rename(files[0], files[0]+".bak"); err == nil {
+		t.Error("a sample renamed")
+	}
+	if err := os.Chmod(files[0], 0o777); err == nil {
+		t.Error("a sample's mode changed")
+	}
+	if err := os.Truncate(files[0], 0); err == nil {
+		t.Error("a sample truncated")
+	}
+	if err := os.Remove(filepath.Dir(files[0])); err == nil {
+		t.Error("a class folder removed")
+	}
+	if got := len(sampleFiles(t, mnt)); got != len(files) {
+		t.Errorf("%d files after the attempts, %d before", got, len(files))
+	}
+	if _, err := os.OpenFile(filepath.Join(mnt, ".ffcvfs", "dataset.beton"), os.O_RDWR, 0); err == nil {
+		t.Error("dataset.beton opened for writing")
+	}
+}
+
+// A sample whose metadata is corrupt fails alone with EIO; the rest of the
+// mount keeps working.
+func TestCorruptSampleIsEIO(t *testing.T) {
+	orig := fixture(t, "imagefolder-jpg.beton")
+	data, err := os.ReadFile(orig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := beton.Open(bytes.NewReader(data), int64(len(data)), orig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bad = 5
+	recStart := beton.HeaderSize + beton.DescriptorSize*len(f.Fields()) + bad*f.Layout().RecordSize
+	binary.LittleEndian.PutUint64(data[recStart+f.Layout().Offsets[0]+5:], 12345) // image pointer
+	path := filepath.Join(t.TempDir(), "corrupt.beton")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mnt, v := testMount(t, path, Options{})
+	files := sampleFiles(t, mnt)
+	ok := 0
+	for _, p := range files {
+		_, err := os.ReadFile(p)
+		if filepath.Base(p) == v.SampleName(bad) {
+			if !errors.Is(err, syscall.EIO) {
+				t.Errorf("corrupt sample %s: %v, want EIO", p, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+		ok++
+	}
+	if ok != f.NumSamples()-1 {
+		t.Errorf("%d good samples read", ok)
+	}
+	if st := v.Stats(); st.Reads.Errors == 0 {
+		t.Error("the failed read was not counted")
+	}
+}
+
+// Read-only analogues of go-fuse's posixtest cases: those create their
+// files by writing, which a read-only mount refuses.
+func TestPosixReadOnly(t *testing.T) {
+	mnt, _ := testMount(t, fixture(t, "imagefolder-mixed.beton"), Options{})
+	files := sampleFiles(t, mnt)
+	class := filepath.Dir(files[0])
+
+	t.Run("ReadDirConsistency", func(t *testing.T) {
+		for _, dir := range []string{mnt, class} {
+			a, _ := os.ReadDir(dir)
+			b, _ := os.ReadDir(dir)
+			if len(a) == 0 || !reflect.DeepEqual(names(a), names(b)) {
+				t.Errorf("%s: %d then %d entries", dir, len(a), len(b))
+			}
+		}
+	})
+	t.Run("DirSeek", func(t *testing.T) {
+		d, err := os.Open(class)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		first, err := d.ReadDir(3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rest, _ := d.ReadDir(-1)
+		if _, err := d.Seek(0, io.SeekStart); err != nil {
+			t.Fatal(err)
+		}
+		all, _ := d.ReadDir(-1)
+		if !reflect.DeepEqual(names(all), append(names(first), names(rest)...)) {
+			t.Errorf("listing after a seek differs")
+		}
+	})
+	t.Run("ParallelFileOpen", func(t *testing.T) {
+		want, _ := os.ReadFile(files[1])
+		var wg sync.WaitGroup
+		for i := 0; i < 10; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				got, err := os.ReadFile(files[1])
+				if err != nil || !bytes.Equal(got, want) {
+					t.Errorf("parallel read: %v", err)
+				}
+			}()
+		}
+		wg.Wait()
+	})
+	t.Run("FdLeak", func(t *testing.T) {
+		before := countFds(t)
+		for i := 0; i < 100; i++ {
+			if _, err := os.ReadFile(files[i%len(files)]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if after := countFds(t); after > before {
+			t.Errorf("%d open descriptors after 100 reads, %d before", after, before)
+		}
+	})
+	t.Run("DirectIO", func(t *testing.T) {
+		fd, err := syscall.Open(files[2], syscall.O_RDONLY|syscall.O_DIRECT, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer syscall.Close(fd)
+		buf := alignedBuf(1 << 20)
+		n, err := syscall.Read(fd, buf)
+		want, _ := os.ReadFile(files[2])
+		if err != nil || !bytes.Equal(buf[:n], want) {
+			t.Errorf("O_DIRECT read: %d bytes, %v", n, err)
+		}
+	})
+	t.Run("LseekEnd", func(t *testing.T) {
+		fh, err := os.Open(files[3])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fh.Close()
+		st, _ := fh.Stat()
+		if end, err := fh.Seek(0, io.SeekEnd); err != nil || end != st.Size() {
+			t.Errorf("seek to end: %d, %v; size %d", end, err, st.Size())
+		}
+	})
+	t.Run("FileLarge", func(t *testing.T) {
+		p := filepath.Join(mnt, ".ffcvfs", "dataset.beton")
+		fh, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fh.Close()
+		st, _ := fh.Stat()
+		buf := make([]byte, 100000)
+		for _, off := range []int64{0, st.Size() / 3, st.Size() - int64(len(buf)), st.Size() - 10} {
+			n, err := fh.ReadAt(buf, off)
+			if (err != nil && err != io.EOF) || int64(n) != min(int64(len(buf)), st.Size()-off) {
+				t.Errorf("ReadAt(%d): %d, %v", off, n, err)
+			}
+		}
+	})
+}
+
+func names(ents []os.DirEntry) []string {
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+func countFds(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+func alignedBuf(n int) []byte {
+	b := make([]byte, n+4096)
+	off := int(4096 - uintptr(unsafe.Pointer(&b[0]))%4096)
+	return b[off : off+n]
+}
+
+func TestClassNames(t *testing.T) {
+	path := fixture(t, "imagefolder-jpg.beton")
+	classNames := []string{"ant", "bee", "cat", "dog", "eel", "fox", "gnu", "hen", "ibis", "jay"}
+	mnt, _ := testMount(t, path, Options{Classes: classNames})
+	ents, _ := os.ReadDir(mnt)
+	if got := names(ents); !reflect.DeepEqual(got, classNames) {
+		t.Errorf("classes %v", got)
+	}
+	src, _ := pagecache.OpenSource(t.Context(), path, pagecache.SourceOptions{})
+	defer src.Close()
+	f, _ := beton.Open(src, src.Size(), path)
+	c, _ := pagecache.New(src, f, pagecache.Options{Budget: f.PageSize()})
+	defer c.Close()
+	unsorted := append([]string{"zebra"}, classNames[1:]...)
+	if _, err := NewView(c, Options{Classes: unsorted}); err == nil || !strings.Contains(err.Error(), "sort") {
+		t.Errorf("unsorted names: %v", err)
+	}
+	if _, err := NewView(c, Options{Classes: classNames[:3]}); err == nil {
+		t.Error("too few class names accepted")
+	}
+	if _, err := NewView(c, Options{LabelField: "nope"}); err == nil || !strings.Contains(err.Error(), "nope") {
+		t.Errorf("missing label field: %v", err)
+	}
+}
+
+func TestMountpointChecks(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "x"), nil, 0o644)
+	if err := CheckMountpoint(dir); err == nil || !strings.Contains(err.Error(), "not empty") {
+		t.Errorf("non-empty: %v", err)
+	}
+	if err := CheckMountpoint(filepath.Join(dir, "missing")); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("missing: %v", err)
+	}
+	if err := CheckMountpoint(filepath.Join(dir, "x")); err == nil || !strings.Contains(err.Error(), "not a folder") {
+		t.Errorf("file: %v", err)
+	}
+	mnt, _ := testMount(t, fixture(t, "imagefolder-jpg.beton"), Options{})
+	if err := CheckMountpoint(mnt); err == nil || !strings.Contains(err.Error(), "already a mountpoint") {
+		t.Errorf("mounted: %v", err)
+	}
+}
