@@ -9,6 +9,9 @@
 #                                 source with 5 ms added per read, budget 10 %:
 #                                 quasi-random plan for 1 and 2 epochs and random
 #                                 order without a plan, vs plain sequential reads
+#   scripts/bench.sh mount [N]    reading every file of a mounted beton of N images
+#                                 (default 2000 fixture photos), 1 and 4 readers,
+#                                 warm, vs the same files in a plain folder
 #
 # Environment: RUNS (default 3) runs per figure; BENCH_DIR (default a temp dir).
 set -euo pipefail
@@ -93,7 +96,73 @@ gobench() {
 		}'
 }
 
+# photo_folder N DIR: an ImageFolder of N real photos, the shared fixture
+# photos copied round-robin into their classes.
+photo_folder() {
+	local n=$1 dir=$2 src i=0 f cls
+	src="$(shared_dir)/fixtures/imagefolder-small"
+	[[ -d $src ]] || die "fixture photos not found at $src"
+	rm -rf "$dir"
+	while ((i < n)); do
+		for f in "$src"/*/*; do
+			((i < n)) || break
+			cls=$(basename "$(dirname "$f")")
+			mkdir -p "$dir/$cls"
+			cp "$f" "$dir/$cls/$i-$(basename "$f")"
+			((i += 1))
+		done
+	done
+}
+
+# readall_rate J DIR: median files/s and MB/s of reading DIR with J readers.
+readall_rate() {
+	local j=$1 dir=$2 i out
+	out=$(for ((i = 0; i < RUNS; i++)); do "$READALL" -j "$j" "$dir"; done)
+	printf '%10.0f %10.1f\n' "$(awk '{print $5}' <<<"$out" | median)" "$(awk '{print $7}' <<<"$out" | median)"
+}
+
+bench_mount() {
+	local n=${1:-2000} dir mnt pid
+	dir=${BENCH_DIR:-$(mktemp -d)}
+	mnt="$dir/mnt"
+	photo_folder "$n" "$dir/folder"
+	bin/ffcvfs write --classes-out "$dir/classes.txt" "$dir/folder" "$dir/data.beton" >/dev/null
+	mkdir -p "$mnt"
+	READALL="$dir/readall"
+	go build -o "$READALL" ./scripts/readall
+	echo "reading every file: $n real-photo JPEGs, warm, median of $RUNS runs, $(nproc) cores"
+	printf '%-52s %10s %10s %8s\n' "what" "files/s" "MB/s" "ratio"
+	local mode args base1 base4 r
+	"$READALL" "$dir/folder" >/dev/null # warm the kernel page cache
+	base1=$(readall_rate 1 "$dir/folder")
+	base4=$(readall_rate 4 "$dir/folder")
+	printf '%-52s %s %8s\n' "plain folder, 1 reader (baseline)" "$base1" "1.00"
+	printf '%-52s %s %8s\n' "plain folder, 4 readers (baseline)" "$base4" "1.00"
+	for mode in "mount (page cache only)|" "mount --kernel-cache|--kernel-cache"; do
+		args=${mode#*|}
+		# shellcheck disable=SC2086
+		bin/ffcvfs mount --cache-size 1GiB --classes "$dir/classes.txt" $args "$dir/data.beton" "$mnt" 2>"$dir/mount.log" &
+		pid=$!
+		for _ in $(seq 100); do [[ -e $mnt/.ffcvfs/stats.json ]] && break; sleep 0.1; done
+		"$READALL" "$mnt" >/dev/null # warm the page cache
+		for j in 1 4; do
+			r=$(readall_rate "$j" "$mnt")
+			local b=$base1
+			((j == 4)) && b=$base4
+			printf '%-52s %s %8.3f\n' "${mode%%|*}, $j reader(s)" "$r" "$(echo "$(echo "$r" | awk '{print $1}') / $(echo "$b" | awk '{print $1}')" | bc -l)"
+		done
+		kill -TERM "$pid"
+		wait "$pid" || true
+	done
+	[[ -n ${BENCH_DIR:-} ]] || rm -rf "$dir"
+}
+
 case ${1:-} in
+mount)
+	build
+	shift
+	bench_mount "$@"
+	;;
 cache)
 	ensure_deps
 	echo "page cache: 1 GiB beton of 8 MiB pages, 4 consumers, budget 10 %, median of $RUNS runs"
@@ -106,7 +175,7 @@ write)
 	bench_write "$@"
 	;;
 *)
-	echo "usage: scripts/bench.sh write [N] | cache" >&2
+	echo "usage: scripts/bench.sh write [N] | cache | mount [N]" >&2
 	exit 2
 	;;
 esac
