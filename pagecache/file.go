@@ -89,21 +89,21 @@ func OpenFile(path string, opts SourceOptions) (*FileSource, error) {
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("open source: %w", err)
+		return nil, fmt.Errorf("opening the beton: %w", err)
 	}
 	st, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("open source: %w", err)
+		return nil, fmt.Errorf("opening the beton: %w", err)
 	}
 	if !st.Mode().IsRegular() {
 		f.Close()
-		return nil, fmt.Errorf("open source %s: not a regular file (%v)", path, st.Mode().Type())
+		return nil, fmt.Errorf("opening the beton %s: not a regular file (%v)", path, st.Mode().Type())
 	}
 	rc, err := f.SyscallConn()
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("open source %s: %w", path, err)
+		return nil, fmt.Errorf("opening the beton %s: %w", path, err)
 	}
 	s := &FileSource{f: f, rc: rc, name: path, size: st.Size(), log: opts.Logger}
 	switch {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 )
@@ -62,6 +63,11 @@ func usageError(format string, args ...any) error {
 // needArgs checks the number of positional arguments.
 func needArgs(c *cli.Context, names ...string) error {
 	if c.NArg() != len(names) {
+		for _, a := range c.Args().Slice() {
+			if strings.HasPrefix(a, "-") {
+				return usageError("flags go before the arguments: %q comes after them (see ffcvfs %s --help)", a, c.Command.Name)
+			}
+		}
 		return usageError("%s needs %d argument(s): %v, got %d (see ffcvfs %s --help)", c.Command.Name, len(names), names, c.NArg(), c.Command.Name)
 	}
 	return nil
