@@ -3,11 +3,15 @@ package integration
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
@@ -99,4 +103,176 @@ json.dump({"classes": d.classes, "samples": d.samples}, sys.stdout)
 		t.Fatal(err)
 	}
 	return v.Classes, v.Samples
+}
+
+// mountBeton mounts src with `ffcvfs mount args... src mnt` on a new folder
+// under t.TempDir(), waits until the mount serves its control files, and
+// returns mnt. t.Cleanup unmounts it with SIGTERM and checks that the
+// process exits and leaves no mount behind.
+func mountBeton(t *testing.T, src string, args ...string) (mnt string) {
+	t.Helper()
+	return startMount(t, nil, src, args...).mnt
+}
+
+// mountProc is a running `ffcvfs mount`.
+type mountProc struct {
+	mnt    string
+	cmd    *exec.Cmd
+	stderr *mountLog
+	exited chan struct{} // closed when cmd has exited
+}
+
+// mountLog is a buffer that the child writes while the test reads it.
+type mountLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *mountLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *mountLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// needFUSE ends the test via testenv.Missing when FUSE mounts cannot work.
+func needFUSE(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		testenv.Missing(t, "/dev/fuse: %v", err)
+	}
+	testenv.LookPath(t, "fusermount3")
+}
+
+// startMount is mountBeton with extra environment variables (NAME=value)
+// for the child, which replace the test process's AWS_* variables when
+// given. It returns the running process.
+func startMount(t *testing.T, env []string, src string, args ...string) *mountProc {
+	t.Helper()
+	needFUSE(t)
+	ffcvfs := binary(t, "ffcvfs")
+	mnt := filepath.Join(t.TempDir(), "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := &mountProc{mnt: mnt, stderr: &mountLog{}, exited: make(chan struct{})}
+	p.cmd = exec.Command(ffcvfs, append(append([]string{"mount"}, args...), src, mnt)...)
+	p.cmd.Stdout = p.stderr
+	p.cmd.Stderr = p.stderr
+	if env != nil {
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "AWS_") {
+				p.cmd.Env = append(p.cmd.Env, kv)
+			}
+		}
+		p.cmd.Env = append(p.cmd.Env, env...)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() { p.stop(t) })
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(mnt, ".ffcvfs", "stats.json")); err == nil {
+			return p
+		}
+		select {
+		case <-p.exited:
+			t.Fatalf("ffcvfs mount %s exited before serving (%s):\n%s", src, p.cmd.ProcessState, p.stderr)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ffcvfs mount %s: %s/.ffcvfs/stats.json not there after 20 s:\n%s", src, mnt, p.stderr)
+		}
+	}
+}
+
+// terminate sends SIGTERM and waits up to 10 s for the process to exit. It
+// reports whether it exited.
+func (p *mountProc) terminate() bool {
+	select {
+	case <-p.exited:
+		return true
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+		return true
+	case <-time.After(10 * time.Second):
+		return false
+	}
+}
+
+// stop unmounts with SIGTERM (detaching the mount and killing the process
+// when that does not end it within 10 s) and checks that the process exited
+// with status 0 and that no mount, stale or live, remains.
+func (p *mountProc) stop(t *testing.T) {
+	t.Helper()
+	signaled := true
+	select {
+	case <-p.exited:
+		signaled = false // ended earlier; the test has seen to it
+	default:
+	}
+	if !p.terminate() {
+		t.Errorf("ffcvfs mount %s: still running 10 s after SIGTERM; detaching and killing it:\n%s", p.mnt, p.stderr)
+		forceUnmount(p.mnt)
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	} else if signaled && !p.cmd.ProcessState.Success() {
+		t.Errorf("ffcvfs mount %s: %s after SIGTERM:\n%s", p.mnt, p.cmd.ProcessState, p.stderr)
+	}
+	checkUnmounted(t, p.mnt)
+}
+
+// checkUnmounted fails the test when dir is still a mountpoint, or a stale
+// FUSE mount (whose server is gone) is left there, and detaches it then.
+func checkUnmounted(t *testing.T, dir string) {
+	t.Helper()
+	if isMountpoint(t, dir) {
+		t.Errorf("%s is still in /proc/self/mountinfo after the mount process ended", dir)
+		forceUnmount(dir)
+	}
+	if _, err := os.Stat(dir); errors.Is(err, syscall.ENOTCONN) {
+		t.Errorf("%s is a stale mount: %v", dir, err)
+		forceUnmount(dir)
+	}
+}
+
+// isMountpoint reports whether dir appears as a mountpoint in
+// /proc/self/mountinfo.
+func isMountpoint(t *testing.T, dir string) bool {
+	t.Helper()
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unescape := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && unescape.Replace(f[4]) == abs {
+			return true
+		}
+	}
+	return false
+}
+
+// forceUnmount detaches a mount lazily.
+func forceUnmount(dir string) {
+	if exec.Command("fusermount3", "-u", "-z", dir).Run() != nil {
+		_ = exec.Command("umount", "-l", dir).Run()
+	}
 }

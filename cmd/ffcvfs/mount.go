@@ -119,23 +119,20 @@ func runMount(c *cli.Context) error {
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	go func() {
-		for n := 0; ; n++ {
-			sig := <-sigs
-			slog.Info("unmounting", "signal", sig.String(), "mountpoint", mnt)
-			err := srv.Unmount()
-			if err == nil {
-				return
-			}
-			// Busy: a program still has files open. Retry; a second signal
-			// detaches the mount lazily.
-			slog.Warn("unmount failed; close the programs using the mount, or signal again to detach it lazily", "err", err)
-			if n > 0 {
-				if err := lazyUnmount(mnt); err != nil {
-					slog.Error("lazy unmount failed", "err", err)
-				}
-				return
+		sig := <-sigs
+		slog.Info("unmounting", "signal", sig.String(), "mountpoint", mnt)
+		if err := srv.Unmount(); err != nil {
+			// Busy: programs still have files open. Detach the mount now, so
+			// no new path resolves and no stale mount can remain; the server
+			// ends when the last open file is closed.
+			slog.Warn("mount busy; detached it, serving the files still open until they close", "err", err)
+			if err := lazyUnmount(mnt); err != nil {
+				slog.Error("detaching the mount failed", "err", err)
 			}
 		}
+		sig = <-sigs
+		slog.Warn("second signal: exiting with files still open", "signal", sig.String())
+		os.Exit(1)
 	}()
 	srv.Wait()
 	slog.Info("unmounted", "mountpoint", mnt)
@@ -178,7 +175,11 @@ func readLines(path string) ([]string, error) {
 	return out, sc.Err()
 }
 
+// lazyUnmount detaches the mount at dir even while files are open.
 func lazyUnmount(dir string) error {
+	if os.Getuid() == 0 {
+		return syscall.Unmount(dir, syscall.MNT_DETACH)
+	}
 	return runQuiet("fusermount3", "-u", "-z", dir)
 }
 

@@ -1,0 +1,737 @@
+package integration
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ffcvfs/ffcvfs/internal/s3test"
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
+)
+
+// writeSmallBeton converts the imagefolder-small fixture with
+// --classes-out and returns the fixture folder, the beton and the classes
+// file.
+func writeSmallBeton(t *testing.T) (src, out, classes string) {
+	t.Helper()
+	src = testenv.Fixture(t, "imagefolder-small")
+	dir := t.TempDir()
+	out, classes = filepath.Join(dir, "small.beton"), filepath.Join(dir, "classes.txt")
+	run(t, 0, binary(t, "ffcvfs"), "write", "--page-size", "2MiB", "--classes-out", classes, src, out)
+	return src, out, classes
+}
+
+// TestMountImageFolder: torchvision's ImageFolder sees the same dataset in a
+// mount of a written beton as in the folder it was written from.
+func TestMountImageFolder(t *testing.T) {
+	src, out, classes := writeSmallBeton(t)
+	mnt := mountBeton(t, out, "--classes", classes)
+	checkSameImageFolder(t, mnt, src)
+}
+
+// imageFolderComparison is what the script of checkSameImageFolder prints.
+type imageFolderComparison struct {
+	Classes, WantClasses       []string
+	ClassToIdx, WantClassToIdx map[string]int
+	Len, WantLen               int
+	LabelDiffers, BytesDiffer  []int
+}
+
+// checkSameImageFolder checks that ImageFolder(got) and ImageFolder(want)
+// have the same classes, class_to_idx and length, and that every index has
+// the same label and file bytes in both.
+func checkSameImageFolder(t *testing.T, got, want string) {
+	t.Helper()
+	py := debianPython(t, "torchvision")
+	stdout, _ := run(t, 0, py, "-c", `
+import json, sys
+from torchvision.datasets import ImageFolder
+
+def raw(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+a, b = ImageFolder(sys.argv[1], loader=raw), ImageFolder(sys.argv[2], loader=raw)
+res = {"Classes": a.classes, "WantClasses": b.classes,
+       "ClassToIdx": a.class_to_idx, "WantClassToIdx": b.class_to_idx,
+       "Len": len(a), "WantLen": len(b), "LabelDiffers": [], "BytesDiffer": []}
+for i in range(min(len(a), len(b))):
+    x, lx = a[i]
+    y, ly = b[i]
+    if lx != ly:
+        res["LabelDiffers"].append(i)
+    if x != y:
+        res["BytesDiffer"].append(i)
+json.dump(res, sys.stdout)
+`, got, want)
+	var r imageFolderComparison
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		t.Fatalf("%v: %s", err, stdout)
+	}
+	if strings.Join(r.Classes, "\n") != strings.Join(r.WantClasses, "\n") {
+		t.Errorf("classes %q, want %q", r.Classes, r.WantClasses)
+	}
+	if fmt.Sprint(r.ClassToIdx) != fmt.Sprint(r.WantClassToIdx) {
+		t.Errorf("class_to_idx %v, want %v", r.ClassToIdx, r.WantClassToIdx)
+	}
+	if r.Len != r.WantLen || r.Len == 0 {
+		t.Errorf("%d samples, want %d", r.Len, r.WantLen)
+	}
+	if len(r.LabelDiffers) > 0 {
+		t.Errorf("%d indices have another label, first %v", len(r.LabelDiffers), r.LabelDiffers[:min(5, len(r.LabelDiffers))])
+	}
+	if len(r.BytesDiffer) > 0 {
+		t.Errorf("%d indices have other bytes, first %v", len(r.BytesDiffer), r.BytesDiffer[:min(5, len(r.BytesDiffer))])
+	}
+}
+
+// manifestImage is an image field of a sample in a fixture's manifest.
+type manifestImage struct {
+	Mode          string
+	Width, Height int
+	Size          int
+	SHA256        string
+}
+
+// fixtureManifest reads the manifest of a fixture beton: per sample, the
+// label and the image fields.
+func fixtureManifest(t *testing.T, beton string) (labels []int64, images []map[string]manifestImage) {
+	t.Helper()
+	b, err := os.ReadFile(beton + ".manifest.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		NumSamples int `json:"num_samples"`
+		Fields     map[string]struct {
+			Handler string
+		}
+		Samples []map[string]json.RawMessage
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("%s.manifest.json: %v", beton, err)
+	}
+	if len(m.Samples) != m.NumSamples {
+		t.Fatalf("%s.manifest.json: %d samples listed, num_samples %d", beton, len(m.Samples), m.NumSamples)
+	}
+	for i, s := range m.Samples {
+		var label int64
+		if err := json.Unmarshal(s["label"], &label); err != nil {
+			t.Fatalf("%s.manifest.json: sample %d label: %v", beton, i, err)
+		}
+		imgs := map[string]manifestImage{}
+		for name, fd := range m.Fields {
+			if fd.Handler != "RGBImageField" {
+				continue
+			}
+			var img manifestImage
+			if err := json.Unmarshal(s[name], &img); err != nil {
+				t.Fatalf("%s.manifest.json: sample %d %s: %v", beton, i, name, err)
+			}
+			imgs[name] = img
+		}
+		labels = append(labels, label)
+		images = append(images, imgs)
+	}
+	return labels, images
+}
+
+// TestMountFixtureBetons: every reference beton mounts; every sample file
+// holds exactly the stored image (a raw one behind a P6 header that PIL
+// reads), in the folder of its label; dataset.beton is the file itself.
+func TestMountFixtureBetons(t *testing.T) {
+	paths, _ := filepath.Glob(filepath.Join(testenv.Fixture(t, "beton"), "*.beton"))
+	if len(paths) == 0 {
+		testenv.Missing(t, "no fixture betons")
+	}
+	for _, p := range paths {
+		t.Run(strings.TrimSuffix(filepath.Base(p), ".beton"), func(t *testing.T) {
+			labels, images := fixtureManifest(t, p)
+			mnt := mountBeton(t, p)
+			checkMountedSamples(t, mnt, labels, images, "image")
+			want, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := os.ReadFile(filepath.Join(mnt, ".ffcvfs", "dataset.beton"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf(".ffcvfs/dataset.beton (%d bytes) differs from %s (%d bytes)", len(got), p, len(want))
+			}
+		})
+	}
+	t.Run("label-first-two-images/thumb", func(t *testing.T) {
+		p := testenv.Fixture(t, "beton", "label-first-two-images.beton")
+		labels, images := fixtureManifest(t, p)
+		mnt := mountBeton(t, p, "--image-field", "thumb")
+		if n := checkMountedSamples(t, mnt, labels, images, "thumb"); n[".ppm"] != len(labels) {
+			t.Errorf("files by extension %v, want %d .ppm", n, len(labels))
+		}
+	})
+}
+
+// checkMountedSamples checks the class folders and sample files of mnt
+// against a manifest's labels and images (field), and returns how many
+// files of each extension it found.
+func checkMountedSamples(t *testing.T, mnt string, labels []int64, images []map[string]manifestImage, field string) map[string]int {
+	t.Helper()
+	var maxLabel int64
+	for _, l := range labels {
+		maxLabel = max(maxLabel, l)
+	}
+	labelWidth, idWidth := len(strconv.FormatInt(maxLabel, 10)), len(strconv.Itoa(len(labels)-1))
+	type ppm struct {
+		Path          string
+		Width, Height int
+		Header        int
+	}
+	var ppms []ppm
+	seen := make([]bool, len(labels))
+	exts := map[string]int{}
+	classes, err := os.ReadDir(mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range classes {
+		files, err := os.ReadDir(filepath.Join(mnt, c.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, fe := range files {
+			name := fe.Name()
+			ext := filepath.Ext(name)
+			id, err := strconv.Atoi(strings.TrimSuffix(name, ext))
+			if err != nil || id < 0 || id >= len(labels) || seen[id] {
+				t.Errorf("%s/%s: not a sample file name, or a sample served twice", c.Name(), name)
+				continue
+			}
+			seen[id] = true
+			exts[ext]++
+			img := images[id][field]
+			wantExt := map[string]string{"jpg": ".jpg", "raw": ".ppm"}[img.Mode]
+			if want := fmt.Sprintf("%0*d%s", idWidth, id, wantExt); name != want {
+				t.Errorf("sample %d is %s, want %s", id, name, want)
+			}
+			if want := fmt.Sprintf("%0*d", labelWidth, labels[id]); c.Name() != want {
+				t.Errorf("sample %d (label %d) is in folder %s, want %s", id, labels[id], c.Name(), want)
+			}
+			path := filepath.Join(mnt, c.Name(), name)
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Errorf("sample %d: %v", id, err)
+				continue
+			}
+			if st, err := os.Stat(path); err != nil || st.Size() != int64(len(data)) {
+				t.Errorf("sample %d: stat says %v (%v), read %d bytes", id, st.Size(), err, len(data))
+			}
+			if img.Mode == "raw" {
+				hdr := fmt.Sprintf("P6\n%d %d\n255\n", img.Width, img.Height)
+				if !bytes.HasPrefix(data, []byte(hdr)) {
+					t.Errorf("sample %d: .ppm starts %q, want %q", id, data[:min(len(data), 20)], hdr)
+					continue
+				}
+				data = data[len(hdr):]
+				ppms = append(ppms, ppm{path, img.Width, img.Height, len(hdr)})
+			}
+			if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != img.SHA256 || len(data) != img.Size {
+				t.Errorf("sample %d (%s): %d bytes with SHA-256 %x, manifest: %d bytes, %s", id, name, len(data), sum, img.Size, img.SHA256)
+			}
+		}
+	}
+	for id, ok := range seen {
+		if !ok {
+			t.Errorf("sample %d has no file", id)
+		}
+	}
+	if len(ppms) == 0 {
+		return exts
+	}
+	// PIL reads each .ppm to its size, and its pixels are the bytes after
+	// the header.
+	py := debianPython(t, "PIL")
+	list, _ := json.Marshal(ppms)
+	stdout, _ := run(t, 0, py, "-c", `
+import json, sys
+from PIL import Image
+bad = []
+for p in json.loads(sys.argv[1]):
+    with open(p["Path"], "rb") as f:
+        pixels = f.read()[p["Header"]:]
+    with Image.open(p["Path"]) as im:
+        if im.format != "PPM" or im.mode != "RGB" or im.size != (p["Width"], p["Height"]) or im.tobytes() != pixels:
+            bad.append("%s: %s %s %s" % (p["Path"], im.format, im.mode, im.size))
+json.dump(bad, sys.stdout)
+`, string(list))
+	var bad []string
+	if err := json.Unmarshal([]byte(stdout), &bad); err != nil {
+		t.Fatalf("%v: %s", err, stdout)
+	}
+	for _, b := range bad {
+		t.Errorf("PIL: %s", b)
+	}
+	return exts
+}
+
+// loaderEpoch is what the DataLoader script prints per epoch.
+type loaderEpoch struct {
+	Seen       []int
+	Bad        []int
+	SamplerLen int
+	Stats      mountStats
+}
+
+// mountStats is the part of .ffcvfs/stats.json the tests look at.
+type mountStats struct {
+	Cache struct {
+		PagesRead uint64 `json:"pages_read"`
+		Misses    uint64 `json:"misses"`
+		Hits      uint64 `json:"hits"`
+		Slots     int    `json:"slots"`
+		Plans     []struct {
+			ID  string `json:"id"`
+			Len int    `json:"len"`
+		} `json:"plans"`
+	} `json:"cache"`
+	Pages     int   `json:"pages"`
+	DataBytes int64 `json:"data_bytes"`
+	Samples   int   `json:"samples"`
+}
+
+func readMountStats(t *testing.T, mnt string) mountStats {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(mnt, ".ffcvfs", "stats.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s mountStats
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatalf("stats.json: %v\n%s", err, b)
+	}
+	return s
+}
+
+// dataLoaderScript reads a mount with torch's DataLoader (4 workers,
+// batches of 16), loading each file's bytes and keeping their count, for
+// epochs 0 and 1 in QuasiRandomSampler order ("quasi") or one epoch with
+// shuffle=True ("shuffle"). It prints the indices seen, those whose size
+// or label is wrong, and stats.json after each epoch.
+const dataLoaderScript = `
+import json, os, sys
+sys.path.insert(0, sys.argv[2])
+from torch.utils.data import DataLoader
+from torchvision.datasets import ImageFolder
+from ffcvfs_sampler import QuasiRandomSampler
+
+def nbytes(path):
+    with open(path, "rb") as f:
+        return len(f.read())
+
+class Indexed(ImageFolder):
+    def __getitem__(self, i):
+        n, label = super().__getitem__(i)
+        return i, n, label
+
+def stats(mnt):
+    with open(os.path.join(mnt, ".ffcvfs", "stats.json")) as f:
+        return json.load(f)
+
+if __name__ == "__main__":
+    mnt, mode = sys.argv[1], sys.argv[3]
+    ds = Indexed(mnt, loader=nbytes)
+    sizes = [os.path.getsize(p) for p, _ in ds.samples]
+    if mode == "quasi":
+        sampler = QuasiRandomSampler(mnt, seed=1)
+        loader = DataLoader(ds, batch_size=16, sampler=sampler, num_workers=4)
+        epochs = [0, 1]
+    else:
+        sampler = None
+        loader = DataLoader(ds, batch_size=16, shuffle=True, num_workers=4)
+        epochs = [0]
+    out = []
+    for e in epochs:
+        if sampler is not None:
+            sampler.set_epoch(e)
+        seen, bad = [], []
+        for idx, n, label in loader:
+            for i, k, l in zip(idx.tolist(), n.tolist(), label.tolist()):
+                seen.append(i)
+                if k != sizes[i] or k == 0 or l != ds.targets[i]:
+                    bad.append(i)
+        out.append({"Seen": seen, "Bad": bad, "SamplerLen": len(sampler) if sampler else len(ds), "Stats": stats(mnt)})
+    json.dump(out, sys.stdout)
+`
+
+// runDataLoader runs dataLoaderScript on mnt.
+func runDataLoader(t *testing.T, mnt, mode string) []loaderEpoch {
+	t.Helper()
+	py := debianPython(t, "torch", "torchvision")
+	pydir, err := filepath.Abs("../python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, _ := run(t, 0, py, "-c", dataLoaderScript, mnt, pydir, mode)
+	var out []loaderEpoch
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+		t.Fatalf("%v: %.2000s", err, stdout)
+	}
+	return out
+}
+
+// checkEpoch checks that an epoch saw every one of n samples once, with
+// the right sizes and labels.
+func checkEpoch(t *testing.T, name string, e loaderEpoch, n int) {
+	t.Helper()
+	count := make([]int, n)
+	for _, i := range e.Seen {
+		if i < 0 || i >= n {
+			t.Errorf("%s: index %d out of range [0, %d)", name, i, n)
+			continue
+		}
+		count[i]++
+	}
+	for i, c := range count {
+		if c != 1 {
+			t.Errorf("%s: index %d seen %d times", name, i, c)
+			break
+		}
+	}
+	if len(e.Seen) != n || e.SamplerLen != n {
+		t.Errorf("%s: %d samples seen, len %d, want %d", name, len(e.Seen), e.SamplerLen, n)
+	}
+	if len(e.Bad) > 0 {
+		t.Errorf("%s: %d samples with a wrong size or label, first %d", name, len(e.Bad), e.Bad[0])
+	}
+}
+
+// TestMountDataLoaderCache: with QuasiRandomSampler's orders, a cache of a
+// tenth of the dataset reads every page once per epoch (bar the pages still
+// cached from the epoch before); a shuffled DataLoader through the same
+// cache still works, at the cost of re-reads.
+func TestMountDataLoaderCache(t *testing.T) {
+	debianPython(t, "torch", "torchvision")
+	ffcvfs := binary(t, "ffcvfs")
+	dir := t.TempDir()
+	const pageSize = 2 << 20
+	var beton string
+	var pages int
+	for perClass := 150; ; perClass += 50 {
+		tree := filepath.Join(dir, fmt.Sprintf("tree%d", perClass))
+		cmd := exec.Command("go", "run", "./scripts/mkimagefolder", "-out", tree, "-classes", "20", "-per-class", strconv.Itoa(perClass), "-seed", "3")
+		cmd.Dir = ".."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("mkimagefolder: %v\n%s", err, out)
+		}
+		beton = filepath.Join(dir, fmt.Sprintf("d%d.beton", perClass))
+		run(t, 0, ffcvfs, "write", "--page-size", "2MiB", tree, beton)
+		stdout, _ := run(t, 0, ffcvfs, "info", "--json", beton)
+		var info struct{ Pages int }
+		if err := json.Unmarshal([]byte(stdout), &info); err != nil {
+			t.Fatal(err)
+		}
+		pages = info.Pages
+		if pages >= 30 || perClass >= 400 {
+			break
+		}
+	}
+	if pages < 30 {
+		t.Fatalf("only %d pages", pages)
+	}
+	// A tenth of the data pages, but at least 5: the DataLoader's 4 workers
+	// read 4 batches at once, and its read-ahead (prefetch_factor 2, so 8
+	// batches of 16) spans up to 5 pages of a quasi-random order whose
+	// window is 2 pages. A cache smaller than what is read at once must
+	// re-read pages, whatever its policy.
+	cachePages := max(5, pages*pageSize/10/pageSize)
+	budget := fmt.Sprintf("%dMiB", cachePages*pageSize>>20)
+	t.Logf("%d pages, cache %s (%d pages)", pages, budget, cachePages)
+
+	mnt := mountBeton(t, beton, "--cache-size", budget, "--order-batch-size", "16")
+	epochs := runDataLoader(t, mnt, "quasi")
+	if len(epochs) != 2 {
+		t.Fatalf("%d epochs", len(epochs))
+	}
+	n := epochs[0].Stats.Samples
+	for e, ep := range epochs {
+		checkEpoch(t, fmt.Sprintf("quasi-random epoch %d", e), ep, n)
+	}
+	s0, s1 := epochs[0].Stats, epochs[1].Stats
+	if s0.Pages != pages || s0.Cache.Slots != cachePages {
+		t.Errorf("stats.json: %d pages, %d slots; want %d, %d", s0.Pages, s0.Cache.Slots, pages, cachePages)
+	}
+	t.Logf("quasi-random: pages_read %d after epoch 0, %d after epoch 1 (%d pages, %d slots; misses %d, hits %d)",
+		s0.Cache.PagesRead, s1.Cache.PagesRead, s0.Pages, s0.Cache.Slots, s1.Cache.Misses, s1.Cache.Hits)
+	if s0.Cache.PagesRead != uint64(s0.Pages) {
+		t.Errorf("epoch 0 read %d pages, want each of the %d pages once", s0.Cache.PagesRead, s0.Pages)
+	}
+	if hi, lo := 2*s0.Pages, 2*s0.Pages-s0.Cache.Slots; s1.Cache.PagesRead > uint64(hi) || s1.Cache.PagesRead < uint64(lo) {
+		t.Errorf("after epoch 1, %d pages read, want %d to %d", s1.Cache.PagesRead, lo, hi)
+	}
+
+	mnt2 := mountBeton(t, beton, "--cache-size", budget, "--order-batch-size", "16")
+	shuffled := runDataLoader(t, mnt2, "shuffle")
+	if len(shuffled) != 1 {
+		t.Fatalf("%d epochs", len(shuffled))
+	}
+	checkEpoch(t, "shuffled epoch", shuffled[0], n)
+	s := shuffled[0].Stats
+	t.Logf("shuffled: pages_read %d (%d pages), misses %d, hits %d", s.Cache.PagesRead, s.Pages, s.Cache.Misses, s.Cache.Hits)
+	if s.Cache.Misses == 0 || s.Cache.PagesRead <= uint64(s.Pages) {
+		t.Errorf("a shuffled epoch through %d slots: %d misses, %d pages read of %d; want misses and re-reads", s.Cache.Slots, s.Cache.Misses, s.Cache.PagesRead, s.Pages)
+	}
+}
+
+// TestMountS3: a beton in S3 mounts and reads like the local file.
+func TestMountS3(t *testing.T) {
+	src, out, classes := writeSmallBeton(t)
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := s3test.Start(t)
+	srv.CreateBucket(t, "datasets")
+	srv.PutObject(t, "datasets", "small/train.beton", data)
+	p := startMount(t, srv.Env(), "s3://datasets/small/train.beton",
+		"--classes", classes, "--s3-endpoint", srv.Endpoint(), "--s3-path-style")
+	checkSameImageFolder(t, p.mnt, src)
+	got, err := os.ReadFile(filepath.Join(p.mnt, ".ffcvfs", "dataset.beton"))
+	if err != nil || !bytes.Equal(got, data) {
+		t.Errorf("dataset.beton: %d bytes (%v), differs from the object", len(got), err)
+	}
+}
+
+// mountFails runs `ffcvfs mount args...`, which must fail with status 1,
+// and returns its stderr. Should it mount instead, it is unmounted and
+// killed after 30 s.
+func mountFails(t *testing.T, mnt string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(binary(t, "ffcvfs"), append([]string{"mount"}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		forceUnmount(mnt)
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("mount %v still running after 30 s; it should have failed\n%s", args, stderr.String())
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 1 {
+		t.Errorf("mount %v: exit %d, want 1\n%s", args, code, stderr.String())
+	}
+	return stderr.String()
+}
+
+// TestMountErrors: mounts that cannot work fail with a clear message; the
+// mount refuses changes; the control folder is hidden but there, and its
+// announce file takes orders and refuses garbage.
+func TestMountErrors(t *testing.T) {
+	needFUSE(t)
+	fixture := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
+	dir := t.TempDir()
+
+	t.Run("not-empty", func(t *testing.T) {
+		mnt := filepath.Join(dir, "full")
+		os.MkdirAll(mnt, 0o755)
+		os.WriteFile(filepath.Join(mnt, "x"), nil, 0o644)
+		if stderr := mountFails(t, mnt, fixture, mnt); !strings.Contains(stderr, "not empty") {
+			t.Errorf("stderr: %q", stderr)
+		}
+		checkUnmounted(t, mnt)
+	})
+	t.Run("missing-source", func(t *testing.T) {
+		mnt := filepath.Join(dir, "m1")
+		os.MkdirAll(mnt, 0o755)
+		missing := filepath.Join(dir, "missing.beton")
+		if stderr := mountFails(t, mnt, missing, mnt); !strings.Contains(stderr, missing) {
+			t.Errorf("stderr does not name %s: %q", missing, stderr)
+		}
+		checkUnmounted(t, mnt)
+	})
+	t.Run("corrupt", func(t *testing.T) {
+		data, err := os.ReadFile(fixture)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bad := filepath.Join(dir, "truncated.beton")
+		os.WriteFile(bad, data[:len(data)/2], 0o644)
+		mnt := filepath.Join(dir, "m2")
+		os.MkdirAll(mnt, 0o755)
+		if stderr := mountFails(t, mnt, bad, mnt); !strings.Contains(stderr, "corrupt beton") || !strings.Contains(stderr, bad) {
+			t.Errorf("stderr: %q", stderr)
+		}
+		checkUnmounted(t, mnt)
+	})
+
+	mnt := mountBeton(t, fixture)
+	t.Run("already-mounted", func(t *testing.T) {
+		if stderr := mountFails(t, mnt, fixture, mnt); !strings.Contains(stderr, "already a mountpoint") {
+			t.Errorf("stderr: %q", stderr)
+		}
+		if _, err := os.Stat(filepath.Join(mnt, ".ffcvfs", "stats.json")); err != nil {
+			t.Errorf("the first mount no longer serves: %v", err)
+		}
+	})
+	t.Run("read-only", func(t *testing.T) {
+		refused := func(what string, err error) {
+			t.Helper()
+			if !errors.Is(err, syscall.EROFS) && !errors.Is(err, syscall.EACCES) {
+				t.Errorf("%s: %v, want EROFS or EACCES", what, err)
+			}
+		}
+		refused("create", os.WriteFile(filepath.Join(mnt, "0", "x.jpg"), []byte("x"), 0o644))
+		sample := filepath.Join(mnt, "0", "000.jpg")
+		if _, err := os.Stat(sample); err != nil {
+			t.Fatal(err)
+		}
+		for _, flag := range []int{os.O_WRONLY, os.O_RDWR, os.O_WRONLY | os.O_TRUNC, os.O_WRONLY | os.O_APPEND} {
+			f, err := os.OpenFile(sample, flag, 0)
+			if err == nil {
+				f.Close()
+			}
+			refused(fmt.Sprintf("open with flags %#x", flag), err)
+		}
+		refused("mkdir", os.Mkdir(filepath.Join(mnt, "new"), 0o755))
+		refused("remove", os.Remove(sample))
+		refused("rename", os.Rename(sample, filepath.Join(mnt, "0", "y.jpg")))
+		refused("write to dataset.beton", os.WriteFile(filepath.Join(mnt, ".ffcvfs", "dataset.beton"), nil, 0o644))
+	})
+	t.Run("control-folder", func(t *testing.T) {
+		ents, err := os.ReadDir(mnt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), ".") {
+				t.Errorf("the root lists %s", e.Name())
+			}
+		}
+		if st, err := os.Stat(filepath.Join(mnt, ".ffcvfs")); err != nil || !st.IsDir() {
+			t.Errorf("stat .ffcvfs: %v", err)
+		}
+		announce := filepath.Join(mnt, ".ffcvfs", "announce")
+		st, err := os.Stat(announce)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode() != 0o600 {
+			t.Errorf("announce has mode %v, want -rw-------", st.Mode())
+		}
+		if err := os.WriteFile(announce, []byte("imagefolder\n0\n1\n"), 0o600); err != nil {
+			t.Errorf("announcing a valid order: %v", err)
+		}
+		found := false
+		for _, p := range readMountStats(t, mnt).Cache.Plans {
+			found = found || strings.HasPrefix(p.ID, "announce:") && p.Len == 2
+		}
+		if !found {
+			t.Errorf("stats.json lists no plan of 2 samples after the announce: %+v", readMountStats(t, mnt).Cache.Plans)
+		}
+		if err := os.WriteFile(announce, []byte("not a number\n"), 0o600); !errors.Is(err, syscall.EINVAL) {
+			t.Errorf("announcing garbage: %v, want EINVAL", err)
+		}
+		if _, err := os.ReadFile(announce); !errors.Is(err, syscall.EACCES) {
+			t.Errorf("reading announce: %v, want EACCES", err)
+		}
+	})
+}
+
+// TestMountSIGTERMWhileReading: SIGTERM ends a mount that is being read
+// hard, and leaves no mount behind, stale or live.
+func TestMountSIGTERMWhileReading(t *testing.T) {
+	p := startMount(t, nil, testenv.Fixture(t, "beton", "imagefolder-jpg.beton"))
+	var files []string
+	classes, err := os.ReadDir(p.mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range classes {
+		ents, err := os.ReadDir(filepath.Join(p.mnt, c.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			files = append(files, filepath.Join(p.mnt, c.Name(), e.Name()))
+		}
+	}
+	if len(files) == 0 {
+		t.Fatal("no files in the mount")
+	}
+	var (
+		stop          = make(chan struct{})
+		wg            sync.WaitGroup
+		reads, failed atomic.Int64
+	)
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := g; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// Errors are expected once the mount goes away.
+				if _, err := os.ReadFile(files[i%len(files)]); err != nil {
+					failed.Add(1)
+				} else {
+					reads.Add(1)
+				}
+			}
+		}()
+	}
+	// Let the readers get going: every file read at least once.
+	for reads.Load() < int64(len(files)) {
+		select {
+		case <-p.exited:
+			close(stop)
+			wg.Wait()
+			t.Fatalf("the mount exited while being read: %s\n%s", p.cmd.ProcessState, p.stderr)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	exited := p.terminate()
+	if !exited {
+		// The unmount was refused (busy) and the process waits for a
+		// second signal, which detaches the mount lazily: see that this
+		// at least cleans up.
+		t.Errorf("still running 10 s after one SIGTERM while being read (%d reads, %d failed); a busy unmount must not keep the mount up:\n%s", reads.Load(), failed.Load(), p.stderr)
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.exited:
+		case <-time.After(10 * time.Second):
+		}
+	}
+	close(stop)
+	wg.Wait()
+	select {
+	case <-p.exited:
+	default:
+		t.Fatalf("still running 10 s after a second SIGTERM:\n%s", p.stderr)
+	}
+	t.Logf("%d reads, %d failed; %s", reads.Load(), failed.Load(), p.cmd.ProcessState)
+	if !p.cmd.ProcessState.Success() {
+		t.Errorf("exit: %s\n%s", p.cmd.ProcessState, p.stderr)
+	}
+	checkUnmounted(t, p.mnt)
+}

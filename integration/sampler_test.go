@@ -1,0 +1,174 @@
+package integration
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/ffcvfs/ffcvfs/beton"
+)
+
+// samplerScript exercises QuasiRandomSampler on a mount and prints what it
+// saw as JSON.
+const samplerScript = `
+import json, sys
+sys.path.insert(0, sys.argv[2])
+from ffcvfs_sampler import QuasiRandomSampler, NotAnFfcvfsMountError
+
+mnt, plain = sys.argv[1], sys.argv[3]
+out = {}
+s = QuasiRandomSampler(mnt)
+out["Len"] = len(s)
+out["Epoch0"] = list(s)
+out["Epoch0Again"] = list(s)
+s.set_epoch(1)
+out["Epoch1"] = list(s)
+out["Len1"] = len(s)
+ranks = [QuasiRandomSampler(mnt, rank=r, world_size=2) for r in range(2)]
+out["RankLens"] = [len(r) for r in ranks]
+out["Ranks"] = [list(r) for r in ranks]
+
+def error(f):
+    try:
+        f()
+    except Exception as e:
+        return "%s: %s" % (type(e).__name__, e)
+    return ""
+
+out["NotAMount"] = error(lambda: QuasiRandomSampler(plain))
+out["Missing"] = error(lambda: QuasiRandomSampler(plain + "/missing"))
+out["NotAMountIsValueError"] = issubclass(NotAnFfcvfsMountError, ValueError)
+out["BadArgs"] = [
+    error(lambda: QuasiRandomSampler(mnt, rank=2, world_size=2)),
+    error(lambda: QuasiRandomSampler(mnt, rank=-1, world_size=2)),
+    error(lambda: QuasiRandomSampler(mnt, world_size=0)),
+    error(lambda: QuasiRandomSampler(mnt, seed=-1)),
+    error(lambda: QuasiRandomSampler(mnt, seed=1.5)),
+    error(lambda: QuasiRandomSampler(mnt, seed=True)),
+    error(lambda: s.set_epoch(-1)),
+    error(lambda: s.set_epoch("1")),
+]
+json.dump(out, sys.stdout)
+`
+
+// TestQuasiRandomSampler: the Python sampler reads the mount's orders: one
+// permutation of the dataset per epoch, the same each time it is read, and
+// with two ranks, equal lengths over disjoint pages.
+func TestQuasiRandomSampler(t *testing.T) {
+	py := debianPython(t, "torch")
+	_, out, _ := writeSmallBeton(t)
+	mnt := mountBeton(t, out)
+	pydir, err := filepath.Abs("../python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, _ := run(t, 0, py, "-c", samplerScript, mnt, pydir, t.TempDir())
+	var r struct {
+		Len, Len1                   int
+		Epoch0, Epoch0Again, Epoch1 []int
+		RankLens                    []int
+		Ranks                       [][]int
+		NotAMount, Missing          string
+		NotAMountIsValueError       bool
+		BadArgs                     []string
+	}
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		t.Fatalf("%v: %.2000s", err, stdout)
+	}
+
+	f, err := beton.OpenFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n := f.NumSamples()
+	if r.Len != n || r.Len1 != n || len(r.Epoch0) != n {
+		t.Errorf("len %d (epoch 1: %d), epoch 0 has %d indices; the beton has %d samples", r.Len, r.Len1, len(r.Epoch0), n)
+	}
+	if !slices.Equal(r.Epoch0, r.Epoch0Again) {
+		t.Errorf("epoch 0 read twice gives two orders")
+	}
+	if slices.Equal(r.Epoch0, r.Epoch1) {
+		t.Errorf("epochs 0 and 1 have the same order")
+	}
+	for e, o := range [][]int{r.Epoch0, r.Epoch1} {
+		s := slices.Sorted(slices.Values(o))
+		for i := range s {
+			if s[i] != i {
+				t.Errorf("epoch %d is not a permutation of range(%d): sorted, position %d holds %d", e, n, i, s[i])
+				break
+			}
+		}
+	}
+
+	// ImageFolder index i is the i-th file in sorted (class, file name)
+	// order; the file name is the sample id.
+	var sampleOf []int
+	classes, err := os.ReadDir(mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range classes {
+		files, err := os.ReadDir(filepath.Join(mnt, c.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, fe := range files {
+			id, err := strconv.Atoi(strings.TrimSuffix(fe.Name(), filepath.Ext(fe.Name())))
+			if err != nil {
+				t.Fatalf("%s/%s: %v", c.Name(), fe.Name(), err)
+			}
+			sampleOf = append(sampleOf, id)
+		}
+	}
+	if len(sampleOf) != n {
+		t.Fatalf("%d files in the mount, %d samples", len(sampleOf), n)
+	}
+	if len(r.Ranks) != 2 || len(r.RankLens) != 2 {
+		t.Fatalf("ranks: %v", r.RankLens)
+	}
+	if r.RankLens[0] != r.RankLens[1] || len(r.Ranks[0]) != r.RankLens[0] || len(r.Ranks[1]) != r.RankLens[1] {
+		t.Errorf("ranks' lengths %v, iterated %d and %d", r.RankLens, len(r.Ranks[0]), len(r.Ranks[1]))
+	}
+	pageRank := map[int64]int{}
+	covered := make([]bool, n)
+	for rank, idx := range r.Ranks {
+		for _, i := range idx {
+			if i < 0 || i >= n {
+				t.Fatalf("rank %d: index %d out of range", rank, i)
+			}
+			covered[sampleOf[i]] = true
+			p := f.SamplePage(sampleOf[i])
+			if other, ok := pageRank[p]; ok && other != rank {
+				t.Errorf("page %d is read by ranks %d and %d", p, other, rank)
+			}
+			pageRank[p] = rank
+		}
+	}
+	if !slices.Equal(covered, slices.Repeat([]bool{true}, n)) {
+		t.Errorf("the two ranks together leave samples out")
+	}
+	t.Logf("%d samples in %d pages; ranks of 2: %d each, pages %v", n, f.NumPages(), r.RankLens[0], pageRank)
+
+	if !strings.Contains(r.NotAMount, "NotAnFfcvfsMountError") || !strings.Contains(r.NotAMount, "not an ffcvfs mount") {
+		t.Errorf("a plain folder as root: %q", r.NotAMount)
+	}
+	if !strings.Contains(r.Missing, "not an ffcvfs mount") {
+		t.Errorf("a missing root: %q", r.Missing)
+	}
+	if !r.NotAMountIsValueError {
+		t.Errorf("NotAnFfcvfsMountError is not a ValueError")
+	}
+	for i, e := range r.BadArgs {
+		if !strings.HasPrefix(e, "ValueError: ") {
+			t.Errorf("bad argument %d: %q, want a ValueError", i, e)
+		}
+	}
+	if f.NumPages() < 2 {
+		t.Errorf("the beton has %d pages; the rank check needs 2 or more", f.NumPages())
+	}
+}
