@@ -429,7 +429,7 @@ func TestMountDataLoaderCache(t *testing.T) {
 	const pageSize = 2 << 20
 	var beton string
 	var pages int
-	for perClass := 150; ; perClass += 50 {
+	for perClass := 230; ; perClass += 40 {
 		tree := filepath.Join(dir, fmt.Sprintf("tree%d", perClass))
 		cmd := exec.Command("go", "run", "./scripts/mkimagefolder", "-out", tree, "-classes", "20", "-per-class", strconv.Itoa(perClass), "-seed", "3")
 		cmd.Dir = ".."
@@ -444,19 +444,20 @@ func TestMountDataLoaderCache(t *testing.T) {
 			t.Fatal(err)
 		}
 		pages = info.Pages
-		if pages >= 30 || perClass >= 400 {
+		if pages >= 50 || perClass >= 500 {
 			break
 		}
 	}
-	if pages < 30 {
-		t.Fatalf("only %d pages", pages)
+	// A tenth of the data pages. The dataset is large enough for that to be
+	// at least 5 pages: the DataLoader's 4 workers read 4 batches at once,
+	// and its read-ahead (prefetch_factor 2, so 8 batches of 16) spans up to
+	// 5 pages of a quasi-random order whose window is 2 pages. A cache
+	// smaller than what is read at once must re-read pages, whatever its
+	// policy.
+	if pages < 50 {
+		t.Fatalf("only %d pages; a tenth of them would not hold what the DataLoader reads at once", pages)
 	}
-	// A tenth of the data pages, but at least 5: the DataLoader's 4 workers
-	// read 4 batches at once, and its read-ahead (prefetch_factor 2, so 8
-	// batches of 16) spans up to 5 pages of a quasi-random order whose
-	// window is 2 pages. A cache smaller than what is read at once must
-	// re-read pages, whatever its policy.
-	cachePages := max(5, pages*pageSize/10/pageSize)
+	cachePages := pages / 10
 	budget := fmt.Sprintf("%dMiB", cachePages*pageSize>>20)
 	t.Logf("%d pages, cache %s (%d pages)", pages, budget, cachePages)
 
