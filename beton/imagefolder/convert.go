@@ -161,9 +161,8 @@ func convertLoop(ctx context.Context, w *beton.Writer, tree *Tree, jobs chan<- i
 				if r.err != nil {
 					return fmt.Errorf("sample %d (%s): %w", next, s.Path, r.err)
 				}
-				mode := beton.ModeRaw
+				mode := r.p.Mode()
 				if r.p.JPEG {
-					mode = beton.ModeJPEG
 					res.JPEG++
 					if r.p.Verbatim {
 						res.Verbatim++

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/ffcvfs/ffcvfs/beton"
 	"image"
 	"math"
 	"math/rand/v2"
@@ -11,27 +12,6 @@ import (
 	"github.com/pixiv/go-libjpeg/jpeg"
 	"github.com/pixiv/go-libjpeg/rgb"
 )
-
-// Mode is how an RGB image field stores one image; its values are the ones
-// the .beton format writes.
-type Mode int
-
-const (
-	// JPEG stores a JPEG file.
-	JPEG Mode = 0
-	// Raw stores Height×Width×3 bytes of RGB pixels, row by row.
-	Raw Mode = 1
-)
-
-func (m Mode) String() string {
-	switch m {
-	case JPEG:
-		return "jpg"
-	case Raw:
-		return "raw"
-	}
-	return fmt.Sprintf("Mode(%d)", int(m))
-}
 
 // Write modes accepted in Options.Mode; they are the reference writer's.
 const (
@@ -128,11 +108,11 @@ type Prepared struct {
 }
 
 // Mode is the storage mode of p.
-func (p Prepared) Mode() Mode {
+func (p Prepared) Mode() beton.ImageMode {
 	if p.JPEG {
-		return JPEG
+		return beton.ModeJPEG
 	}
-	return Raw
+	return beton.ModeRaw
 }
 
 // Scratch holds buffers that Prepare reuses from one image to the next. The

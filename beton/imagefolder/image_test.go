@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ffcvfs/ffcvfs/beton"
 	"hash/crc32"
 	"image"
 	"image/color"
@@ -111,7 +112,7 @@ func TestVerbatimJPEG(t *testing.T) {
 			{Mode: WriteProportion, CompressProbability: 1},
 		} {
 			p := mustPrepare(t, path, src, o)
-			if !p.Verbatim || !p.JPEG || p.Mode() != JPEG || !bytes.Equal(p.Data, src) {
+			if !p.Verbatim || !p.JPEG || p.Mode() != beton.ModeJPEG || !bytes.Equal(p.Data, src) {
 				t.Fatalf("%s %+v: not verbatim (%v, %v, %d bytes)", path, o, p.Verbatim, p.JPEG, len(p.Data))
 			}
 			if p.Width != cfg.Width || p.Height != cfg.Height {
