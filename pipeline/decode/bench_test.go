@@ -1,0 +1,70 @@
+package decode
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"testing"
+
+	libjpeg "github.com/pixiv/go-libjpeg/jpeg"
+)
+
+// BenchmarkTrainCrop compares a full go-libjpeg decode (the baseline) with
+// Decoder.DecodeRegion and Decoder.Apply for RandomResizedCrop to 160×160,
+// cycling over the fixture photos, on one goroutine.
+func BenchmarkTrainCrop(b *testing.B) {
+	fs := loadFixtures(b, 50)
+	var total int
+	for _, f := range fs {
+		total += len(f.data)
+	}
+	avg := int64(total / len(fs))
+	op := Op{Kind: RandomResizedCrop, OutW: 160, OutH: 160, FlipProb: 0.5}
+
+	b.Run("full-decode-golibjpeg", func(b *testing.B) {
+		b.SetBytes(avg)
+		b.ReportAllocs()
+		opts := &libjpeg.DecoderOptions{DCTMethod: libjpeg.DCTISlow}
+		for i := 0; b.Loop(); i++ {
+			if _, err := libjpeg.DecodeIntoRGB(bytes.NewReader(fs[i%len(fs)].data), opts); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "images/s")
+	})
+	d, err := NewDecoder()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	b.Run("decode-region", func(b *testing.B) {
+		b.SetBytes(avg)
+		b.ReportAllocs()
+		rng := rand.New(rand.NewPCG(1, 2))
+		buf := make([]byte, 4096*4096*3)
+		for i := 0; b.Loop(); i++ {
+			f := fs[i%len(fs)]
+			w, h, err := d.Header(f.data)
+			if err != nil {
+				b.Fatal(err)
+			}
+			x, y, cw, ch, _ := op.Crop(rng, w, h)
+			denom := ChooseScale(cw, ch, op.OutW, op.OutH)
+			if _, _, err := d.DecodeRegion(f.data, x, y, cw, ch, denom, buf, cw*3); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "images/s")
+	})
+	b.Run("apply", func(b *testing.B) {
+		b.SetBytes(avg)
+		b.ReportAllocs()
+		rng := rand.New(rand.NewPCG(1, 2))
+		dst := make([]byte, op.OutW*op.OutH*3)
+		for i := 0; b.Loop(); i++ {
+			if err := d.Apply(fs[i%len(fs)].data, JPEG, 0, 0, op, rng, dst); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "images/s")
+	})
+}

@@ -1,0 +1,72 @@
+package decode
+
+import (
+	"math"
+	"math/rand/v2"
+)
+
+// Default parameters of RandomResizedCrop (torchvision's and FFCV's) and of
+// FFCV's center crop.
+var (
+	DefaultScale = [2]float64{0.08, 1}
+	DefaultRatio = [2]float64{3.0 / 4.0, 4.0 / 3.0}
+)
+
+// DefaultCenterRatio is FFCV's DEFAULT_CROP_RATIO, 224/256.
+const DefaultCenterRatio = 224.0 / 256.0
+
+// RandomResizedCropParams picks a crop of a w×h image the way torchvision's
+// RandomResizedCrop.get_params does: up to 10 attempts draw an area
+// fraction uniformly from scale and an aspect ratio log-uniformly from
+// ratio, round the sides half to even (Python's round), and accept the
+// first crop that fits, placing it uniformly; otherwise the crop is the
+// whole image trimmed to the nearest ratio bound, centered.
+func RandomResizedCropParams(rng *rand.Rand, w, h int, scale [2]float64, ratio [2]float64) (x, y, cw, ch int) {
+	area := float64(w * h)
+	logLo, logHi := math.Log(ratio[0]), math.Log(ratio[1])
+	for range 10 {
+		target := area * (scale[0] + rng.Float64()*(scale[1]-scale[0]))
+		ar := math.Exp(logLo + rng.Float64()*(logHi-logLo))
+		cw := int(math.RoundToEven(math.Sqrt(target * ar)))
+		ch := int(math.RoundToEven(math.Sqrt(target / ar)))
+		if 0 < cw && cw <= w && 0 < ch && ch <= h {
+			y := rng.IntN(h - ch + 1)
+			x := rng.IntN(w - cw + 1)
+			return x, y, cw, ch
+		}
+	}
+	inRatio := float64(w) / float64(h)
+	lo, hi := min(ratio[0], ratio[1]), max(ratio[0], ratio[1])
+	switch {
+	case inRatio < lo:
+		cw = w
+		ch = int(math.RoundToEven(float64(cw) / lo))
+	case inRatio > hi:
+		ch = h
+		cw = int(math.RoundToEven(float64(ch) * hi))
+	default:
+		cw, ch = w, h
+	}
+	return (w - cw) / 2, (h - ch) / 2, cw, ch
+}
+
+// CenterCropParams returns FFCV's validation crop (CenterCropRGBImageDecoder):
+// a square of side int(ratio·min(w, h)), centered.
+func CenterCropParams(w, h int, ratio float64) (x, y, cw, ch int) {
+	s := int(ratio * float64(min(w, h)))
+	s = max(1, min(s, min(w, h)))
+	return (w - s) / 2, (h - s) / 2, s, s
+}
+
+// ChooseScale returns the largest JPEG DCT scale denominator in {1, 2, 4, 8}
+// that keeps a cw×ch region at least outW×outH pixels once scaled, so that
+// the resize after decoding only ever shrinks by the same or more than it
+// would at full resolution, never enlarges because of the scaling.
+func ChooseScale(cw, ch, outW, outH int) int {
+	for _, d := range [...]int{8, 4, 2} {
+		if cw/d >= outW && ch/d >= outH {
+			return d
+		}
+	}
+	return 1
+}

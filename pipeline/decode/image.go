@@ -1,0 +1,147 @@
+package decode
+
+import (
+	"fmt"
+	"math/rand/v2"
+)
+
+// Kind selects the crop an Op takes.
+type Kind int
+
+const (
+	// RandomResizedCrop is torchvision's training crop (RandomResizedCropParams).
+	RandomResizedCrop Kind = iota
+	// CenterCrop is FFCV's validation crop (CenterCropParams).
+	CenterCrop
+)
+
+// Mode says how the bytes handed to Apply are encoded.
+type Mode int
+
+const (
+	// JPEG: a JPEG file; only the crop region is decoded.
+	JPEG Mode = iota
+	// Raw: packed RGB pixels, w×h×3 bytes, row-major (HWC); cropped in place.
+	Raw
+)
+
+// Op describes the image transform of one sample: a crop, a resize to
+// OutW×OutH and a random horizontal flip.
+type Op struct {
+	Kind       Kind
+	OutW, OutH int
+	// Scale and Ratio bound RandomResizedCrop's area fraction and aspect
+	// ratio; zero values mean DefaultScale and DefaultRatio.
+	Scale, Ratio [2]float64
+	// CenterRatio is CenterCrop's side over the image's shorter side; zero
+	// means DefaultCenterRatio.
+	CenterRatio float64
+	// FlipProb is the probability of a horizontal flip.
+	FlipProb float64
+}
+
+// Validate reports whether op can be applied.
+func (op Op) Validate() error {
+	switch {
+	case op.Kind != RandomResizedCrop && op.Kind != CenterCrop:
+		return fmt.Errorf("op: unknown kind %d: %w", op.Kind, ErrArgument)
+	case op.OutW <= 0 || op.OutH <= 0:
+		return fmt.Errorf("op: output size %dx%d: %w", op.OutW, op.OutH, ErrArgument)
+	case op.FlipProb < 0 || op.FlipProb > 1:
+		return fmt.Errorf("op: flip probability %g: %w", op.FlipProb, ErrArgument)
+	case op.Scale != [2]float64{} && !(0 < op.Scale[0] && op.Scale[0] <= op.Scale[1]):
+		return fmt.Errorf("op: scale %v: %w", op.Scale, ErrArgument)
+	case op.Ratio != [2]float64{} && !(0 < op.Ratio[0] && op.Ratio[0] <= op.Ratio[1]):
+		return fmt.Errorf("op: ratio %v: %w", op.Ratio, ErrArgument)
+	case op.CenterRatio < 0 || op.CenterRatio > 1:
+		return fmt.Errorf("op: center ratio %g: %w", op.CenterRatio, ErrArgument)
+	}
+	return nil
+}
+
+// Crop returns the crop op takes of a w×h image and whether to flip it,
+// drawing from rng in a fixed order: the crop's draws, then one for the
+// flip when 0 < FlipProb < 1.
+func (op Op) Crop(rng *rand.Rand, w, h int) (x, y, cw, ch int, flip bool) {
+	switch op.Kind {
+	case CenterCrop:
+		r := op.CenterRatio
+		if r == 0 {
+			r = DefaultCenterRatio
+		}
+		x, y, cw, ch = CenterCropParams(w, h, r)
+	default:
+		scale, ratio := op.Scale, op.Ratio
+		if scale == ([2]float64{}) {
+			scale = DefaultScale
+		}
+		if ratio == ([2]float64{}) {
+			ratio = DefaultRatio
+		}
+		x, y, cw, ch = RandomResizedCropParams(rng, w, h, scale, ratio)
+	}
+	switch {
+	case op.FlipProb >= 1:
+		flip = true
+	case op.FlipProb > 0:
+		flip = rng.Float64() < op.FlipProb
+	}
+	return x, y, cw, ch, flip
+}
+
+// Apply transforms one image into dst, OutH×OutW×3 bytes (HWC RGB): it picks
+// the crop (Op.Crop), decodes only that region of a JPEG at the DCT scale
+// ChooseScale allows, or takes it straight from Raw pixels, and resizes it
+// into dst, flipped when drawn. For JPEG, w and h may be 0, in which case
+// they are read from the header; for Raw they are required. rng may be nil
+// for a CenterCrop without random flips.
+func (d *Decoder) Apply(src []byte, mode Mode, w, h int, op Op, rng *rand.Rand, dst []byte) error {
+	if err := op.Validate(); err != nil {
+		return err
+	}
+	if need := op.OutW * op.OutH * 3; len(dst) < need {
+		return fmt.Errorf("apply: destination has %d bytes, need %d: %w", len(dst), need, ErrArgument)
+	}
+	if mode == JPEG && (w <= 0 || h <= 0) {
+		var err error
+		if w, h, err = d.Header(src); err != nil {
+			return fmt.Errorf("apply: %w", err)
+		}
+	}
+	if w <= 0 || h <= 0 {
+		return fmt.Errorf("apply: image size %dx%d: %w", w, h, ErrArgument)
+	}
+	x, y, cw, ch, flip := op.Crop(rng, w, h)
+	switch mode {
+	case Raw:
+		if len(src) < w*h*3 {
+			return fmt.Errorf("apply: raw image has %d bytes, %dx%d needs %d: %w", len(src), w, h, w*h*3, ErrArgument)
+		}
+		stride := w * 3
+		d.resizer.Resize(dst, op.OutW*3, op.OutW, op.OutH,
+			src[y*stride+x*3:], stride, cw, ch, flip)
+		return nil
+	case JPEG:
+		denom := ChooseScale(cw, ch, op.OutW, op.OutH)
+		rw := (x+cw+denom-1)/denom - x/denom
+		rh := (y+ch+denom-1)/denom - y/denom
+		if n := rw * rh * 3; cap(d.region) < n {
+			d.region = make([]byte, n)
+		}
+		region := d.region[:rw*rh*3]
+		ow, oh, err := d.DecodeRegion(src, x, y, cw, ch, denom, region, rw*3)
+		if err != nil {
+			return fmt.Errorf("apply: %w", err)
+		}
+		// The decoded region starts at x/denom, rounded down: map the
+		// exact crop onto it.
+		f := float64(denom)
+		fx := float64(x)/f - float64(x/denom)
+		fy := float64(y)/f - float64(y/denom)
+		d.resizer.ResizeWindow(dst, op.OutW*3, op.OutW, op.OutH, region, rw*3, ow, oh,
+			fx, fy, float64(cw)/f, float64(ch)/f, flip)
+		return nil
+	default:
+		return fmt.Errorf("apply: unknown mode %d: %w", mode, ErrArgument)
+	}
+}

@@ -1,0 +1,239 @@
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jpeglib.h>
+#include <jerror.h>
+
+#include "jpeg.h"
+
+/* Extra columns decoded on each side of a crop; see ffj_decode_region. */
+#define FFJ_PAD 4
+
+struct ffj_decoder {
+	struct jpeg_decompress_struct d;
+	struct jpeg_error_mgr err;
+	jmp_buf jb;
+	char msg[JMSG_LENGTH_MAX];
+	char warn[JMSG_LENGTH_MAX];
+	unsigned char *row; /* one scanline of the (widened) cropped output */
+	size_t rowcap;
+};
+
+static void ffj_error_exit(j_common_ptr c) {
+	ffj_decoder *d = (ffj_decoder *)c->client_data;
+	(*c->err->format_message)(c, d->msg);
+	longjmp(d->jb, 1);
+}
+
+/* Keeps libjpeg quiet: warnings are recorded, never printed. Warnings that
+ * mean the data ran out or is damaged inside the entropy-coded segment are
+ * turned into errors, since the pixels after them are made up. */
+static void ffj_emit_message(j_common_ptr c, int level) {
+	ffj_decoder *d = (ffj_decoder *)c->client_data;
+	if (level >= 0) {
+		return; /* trace messages */
+	}
+	c->err->num_warnings++;
+	switch (c->err->msg_code) {
+	case JWRN_JPEG_EOF:
+	case JWRN_HIT_MARKER:
+	case JWRN_MUST_RESYNC:
+	case JWRN_NOT_SEQUENTIAL:
+		(*c->err->format_message)(c, d->msg);
+		longjmp(d->jb, 1);
+	default:
+		(*c->err->format_message)(c, d->warn);
+	}
+}
+
+static void ffj_output_message(j_common_ptr c) {
+	ffj_decoder *d = (ffj_decoder *)c->client_data;
+	(*c->err->format_message)(c, d->warn);
+}
+
+ffj_decoder *ffj_new(void) {
+	ffj_decoder *d = calloc(1, sizeof(*d));
+	if (d == NULL) {
+		return NULL;
+	}
+	d->d.err = jpeg_std_error(&d->err);
+	d->err.error_exit = ffj_error_exit;
+	d->err.emit_message = ffj_emit_message;
+	d->err.output_message = ffj_output_message;
+	d->d.client_data = d;
+	if (setjmp(d->jb)) {
+		jpeg_destroy_decompress(&d->d);
+		free(d);
+		return NULL;
+	}
+	jpeg_create_decompress(&d->d);
+	return d;
+}
+
+void ffj_free(ffj_decoder *d) {
+	if (d == NULL) {
+		return;
+	}
+	jpeg_destroy_decompress(&d->d);
+	free(d->row);
+	free(d);
+}
+
+const char *ffj_message(ffj_decoder *d) { return d->msg; }
+const char *ffj_warning(ffj_decoder *d) { return d->warn; }
+
+static void ffj_reset(ffj_decoder *d) {
+	d->msg[0] = 0;
+	d->warn[0] = 0;
+	d->err.num_warnings = 0;
+}
+
+/* Drops the decoder's reference to the caller's input buffer. */
+static void ffj_release_src(ffj_decoder *d) {
+	if (d->d.src != NULL) {
+		d->d.src->next_input_byte = NULL;
+		d->d.src->bytes_in_buffer = 0;
+	}
+}
+
+int ffj_header(ffj_decoder *d, const unsigned char *src, size_t n, int *w, int *h) {
+	ffj_reset(d);
+	if (n == 0) {
+		snprintf(d->msg, sizeof(d->msg), "empty input");
+		return FFJ_ERR_ARG;
+	}
+	if (setjmp(d->jb)) {
+		jpeg_abort_decompress(&d->d);
+		ffj_release_src(d);
+		return FFJ_ERR_LIBJPEG;
+	}
+	jpeg_mem_src(&d->d, src, (unsigned long)n);
+	jpeg_read_header(&d->d, TRUE);
+	*w = (int)d->d.image_width;
+	*h = (int)d->d.image_height;
+	jpeg_abort_decompress(&d->d);
+	ffj_release_src(d);
+	return FFJ_OK;
+}
+
+int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
+                      int x, int y, int w, int h, int denom,
+                      unsigned char *dst, size_t dst_len, int dst_stride,
+                      int *out_w, int *out_h) {
+	/* volatile: read after a longjmp. */
+	volatile int x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+	JDIMENSION xoff, cw;
+	int r;
+
+	ffj_reset(d);
+	*out_w = 0;
+	*out_h = 0;
+	if (n == 0) {
+		snprintf(d->msg, sizeof(d->msg), "empty input");
+		return FFJ_ERR_ARG;
+	}
+	if (denom != 1 && denom != 2 && denom != 4 && denom != 8) {
+		snprintf(d->msg, sizeof(d->msg), "scale denominator %d not in {1,2,4,8}", denom);
+		return FFJ_ERR_ARG;
+	}
+	if (x < 0 || y < 0 || w <= 0 || h <= 0) {
+		snprintf(d->msg, sizeof(d->msg), "bad region %dx%d+%d+%d", w, h, x, y);
+		return FFJ_ERR_ARG;
+	}
+	if (setjmp(d->jb)) {
+		jpeg_abort_decompress(&d->d);
+		ffj_release_src(d);
+		return FFJ_ERR_LIBJPEG;
+	}
+	jpeg_mem_src(&d->d, src, (unsigned long)n);
+	jpeg_read_header(&d->d, TRUE);
+	if ((long)x + w > (long)d->d.image_width || (long)y + h > (long)d->d.image_height) {
+		snprintf(d->msg, sizeof(d->msg), "region %dx%d+%d+%d outside %ux%u image",
+		         w, h, x, y, d->d.image_width, d->d.image_height);
+		jpeg_abort_decompress(&d->d);
+		ffj_release_src(d);
+		return FFJ_ERR_ARG;
+	}
+	d->d.out_color_space = JCS_RGB;
+	d->d.dct_method = JDCT_ISLOW;
+	d->d.scale_num = 1;
+	d->d.scale_denom = (unsigned int)denom;
+	jpeg_start_decompress(&d->d);
+
+	/* Scaled region, rounded outward, clamped to the scaled image. */
+	x0 = x / denom;
+	y0 = y / denom;
+	x1 = (x + w + denom - 1) / denom;
+	y1 = (y + h + denom - 1) / denom;
+	if (x1 > (int)d->d.output_width) x1 = (int)d->d.output_width;
+	if (y1 > (int)d->d.output_height) y1 = (int)d->d.output_height;
+	if (x1 <= x0 || y1 <= y0) {
+		snprintf(d->msg, sizeof(d->msg), "empty scaled region");
+		jpeg_abort_decompress(&d->d);
+		ffj_release_src(d);
+		return FFJ_ERR_ARG;
+	}
+	if ((x1 - x0) * 3 > dst_stride ||
+	    (size_t)(y1 - y0 - 1) * (size_t)dst_stride + (size_t)(x1 - x0) * 3 > dst_len) {
+		snprintf(d->msg, sizeof(d->msg), "destination too small for %dx%d", x1 - x0, y1 - y0);
+		jpeg_abort_decompress(&d->d);
+		ffj_release_src(d);
+		return FFJ_ERR_ARG;
+	}
+
+	/* jpeg_crop_scanline widens the region leftward to an iMCU boundary
+	 * (and may widen it rightward); the requested columns start at
+	 * x0 - xoff within each decoded row. */
+	/* The decoded columns are padded on both sides: libjpeg treats the
+	 * cropped columns' ends as the image edges when upsampling chroma,
+	 * which changes the outer columns of a crop inside the image. The left
+	 * pad moves the start back an iMCU only when x0 lies within FFJ_PAD
+	 * columns of an iMCU boundary. */
+	xoff = (JDIMENSION)(x0 > FFJ_PAD ? x0 - FFJ_PAD : 0);
+	cw = (JDIMENSION)(x1 - (int)xoff + FFJ_PAD);
+	if (xoff + cw > d->d.output_width) {
+		cw = d->d.output_width - xoff;
+	}
+	if (xoff != 0 || cw != d->d.output_width) {
+		jpeg_crop_scanline(&d->d, &xoff, &cw);
+	}
+	if ((size_t)d->d.output_width * 3 > d->rowcap) {
+		size_t need = (size_t)d->d.output_width * 3;
+		unsigned char *p = realloc(d->row, need);
+		if (p == NULL) {
+			jpeg_abort_decompress(&d->d);
+			ffj_release_src(d);
+			return FFJ_ERR_NOMEM;
+		}
+		d->row = p;
+		d->rowcap = need;
+	}
+	if (y0 > 0) {
+		JDIMENSION skipped = jpeg_skip_scanlines(&d->d, (JDIMENSION)y0);
+		if ((int)skipped != y0) {
+			snprintf(d->msg, sizeof(d->msg), "skipped %u of %d rows", skipped, y0);
+			jpeg_abort_decompress(&d->d);
+			ffj_release_src(d);
+			return FFJ_ERR_LIBJPEG;
+		}
+	}
+	for (r = y0; r < y1; r++) {
+		JSAMPROW rp = d->row;
+		if (jpeg_read_scanlines(&d->d, &rp, 1) != 1) {
+			snprintf(d->msg, sizeof(d->msg), "read no scanline at row %d", r);
+			jpeg_abort_decompress(&d->d);
+			ffj_release_src(d);
+			return FFJ_ERR_LIBJPEG;
+		}
+		memcpy(dst + (size_t)(r - y0) * (size_t)dst_stride,
+		       d->row + (size_t)(x0 - (int)xoff) * 3, (size_t)(x1 - x0) * 3);
+	}
+	/* The rows below the region are never decoded. */
+	jpeg_abort_decompress(&d->d);
+	ffj_release_src(d);
+	*out_w = x1 - x0;
+	*out_h = y1 - y0;
+	return FFJ_OK;
+}

@@ -1,0 +1,169 @@
+package decode
+
+/*
+#cgo LDFLAGS: -ljpeg
+#include <stdlib.h>
+#include "jpeg.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"unsafe"
+)
+
+// Sentinel errors. Errors returned by this package wrap one of them.
+var (
+	// ErrCorrupt marks input that libjpeg could not decode: bad markers,
+	// truncated or damaged entropy-coded data, unsupported color spaces.
+	ErrCorrupt = errors.New("decode: corrupt or unsupported JPEG")
+	// ErrArgument marks a bad region, scale or destination buffer.
+	ErrArgument = errors.New("decode: invalid argument")
+)
+
+// Decoder decodes JPEG regions with a libjpeg decompressor allocated in C
+// and reused across calls, along with its scratch buffers.
+//
+// A Decoder is not safe for concurrent use: give each goroutine its own.
+// Close frees the C state; a Decoder that is never closed is freed when it
+// is garbage collected.
+type Decoder struct {
+	c       *C.ffj_decoder
+	cleanup runtime.Cleanup
+
+	// Scratch for Apply, grown as needed and reused.
+	region  []byte
+	resizer Resizer
+}
+
+// NewDecoder allocates a Decoder.
+func NewDecoder() (*Decoder, error) {
+	c := C.ffj_new()
+	if c == nil {
+		return nil, errors.New("decode: cannot allocate libjpeg decompressor")
+	}
+	d := &Decoder{c: c}
+	d.cleanup = runtime.AddCleanup(d, func(c *C.ffj_decoder) { C.ffj_free(c) }, c)
+	return d, nil
+}
+
+// Close frees the decoder's C state. The Decoder must not be used after.
+func (d *Decoder) Close() {
+	if d.c == nil {
+		return
+	}
+	d.cleanup.Stop()
+	C.ffj_free(d.c)
+	d.c = nil
+}
+
+// LastWarning returns the last non-fatal libjpeg warning of the previous
+// call, or "". Warnings are never printed.
+func (d *Decoder) LastWarning() string {
+	if d.c == nil {
+		return ""
+	}
+	return C.GoString(C.ffj_warning(d.c))
+}
+
+func (d *Decoder) err(op string, rc C.int) error {
+	msg := C.GoString(C.ffj_message(d.c))
+	switch rc {
+	case C.FFJ_ERR_ARG:
+		return fmt.Errorf("%s: %s: %w", op, msg, ErrArgument)
+	case C.FFJ_ERR_NOMEM:
+		return fmt.Errorf("%s: out of memory", op)
+	default:
+		return fmt.Errorf("%s: %s: %w", op, msg, ErrCorrupt)
+	}
+}
+
+func bytesPtr(b []byte) *C.uchar {
+	if len(b) == 0 {
+		return nil
+	}
+	return (*C.uchar)(unsafe.Pointer(unsafe.SliceData(b)))
+}
+
+// Header returns the dimensions of the JPEG image in src.
+func (d *Decoder) Header(src []byte) (w, h int, err error) {
+	if d.c == nil {
+		return 0, 0, fmt.Errorf("decode header: decoder closed: %w", ErrArgument)
+	}
+	var cw, ch C.int
+	rc := C.ffj_header(d.c, bytesPtr(src), C.size_t(len(src)), &cw, &ch)
+	runtime.KeepAlive(src)
+	if rc != C.FFJ_OK {
+		return 0, 0, d.err("decode header", rc)
+	}
+	return int(cw), int(ch), nil
+}
+
+// DecodeRegion decodes the region [x, x+w) × [y, y+h) of the JPEG image in
+// src, given in full-resolution pixels, at scale 1/scaleDenom (1, 2, 4 or
+// 8, using libjpeg's DCT scaling) as packed RGB into dst, whose rows lie
+// dstStride bytes apart. Grayscale images are expanded to RGB. The scaled
+// region is rounded outward (x/denom down, (x+w)/denom up) and clamped to
+// the scaled image; its size is returned.
+//
+// Only the iMCU columns that cover the region are decoded, the rows above
+// it are skipped and decoding stops after its last row, so data damaged or
+// missing below the region goes unnoticed. Damage met while decoding, and
+// truncation inside the region, are errors wrapping ErrCorrupt.
+func (d *Decoder) DecodeRegion(src []byte, x, y, w, h int, scaleDenom int, dst []byte, dstStride int) (outW, outH int, err error) {
+	if d.c == nil {
+		return 0, 0, fmt.Errorf("decode region: decoder closed: %w", ErrArgument)
+	}
+	if dstStride < 0 || x > maxCInt || y > maxCInt || w > maxCInt || h > maxCInt || dstStride > maxCInt {
+		return 0, 0, fmt.Errorf("decode region: bad region or stride: %w", ErrArgument)
+	}
+	var ow, oh C.int
+	rc := C.ffj_decode_region(d.c, bytesPtr(src), C.size_t(len(src)),
+		C.int(x), C.int(y), C.int(w), C.int(h), C.int(scaleDenom),
+		bytesPtr(dst), C.size_t(len(dst)), C.int(dstStride), &ow, &oh)
+	runtime.KeepAlive(src)
+	runtime.KeepAlive(dst)
+	if rc != C.FFJ_OK {
+		return 0, 0, d.err("decode region", rc)
+	}
+	return int(ow), int(oh), nil
+}
+
+const maxCInt = 1<<31 - 1
+
+var decoderPool = sync.Pool{New: func() any {
+	d, err := NewDecoder()
+	if err != nil {
+		return nil
+	}
+	return d
+}}
+
+func withDecoder[T any](f func(d *Decoder) (T, T, error)) (T, T, error) {
+	v := decoderPool.Get()
+	if v == nil {
+		var zero T
+		return zero, zero, errors.New("decode: cannot allocate libjpeg decompressor")
+	}
+	d := v.(*Decoder)
+	a, b, err := f(d)
+	decoderPool.Put(d)
+	return a, b, err
+}
+
+// Header returns the dimensions of the JPEG image in src, using a pooled
+// Decoder.
+func Header(src []byte) (w, h int, err error) {
+	return withDecoder(func(d *Decoder) (int, int, error) { return d.Header(src) })
+}
+
+// DecodeRegion is Decoder.DecodeRegion on a pooled Decoder; it is safe for
+// concurrent use.
+func DecodeRegion(src []byte, x, y, w, h int, scaleDenom int, dst []byte, dstStride int) (outW, outH int, err error) {
+	return withDecoder(func(d *Decoder) (int, int, error) {
+		return d.DecodeRegion(src, x, y, w, h, scaleDenom, dst, dstStride)
+	})
+}

@@ -1,0 +1,33 @@
+#ifndef FFCVFS_DECODE_JPEG_H
+#define FFCVFS_DECODE_JPEG_H
+
+#include <stddef.h>
+
+/* Return codes of the ffj_* functions. */
+#define FFJ_OK 0
+#define FFJ_ERR_LIBJPEG 1   /* libjpeg reported an error; message in ffj_message */
+#define FFJ_ERR_ARG 2       /* invalid argument (region, scale, buffer size) */
+#define FFJ_ERR_NOMEM 3
+
+typedef struct ffj_decoder ffj_decoder;
+
+ffj_decoder *ffj_new(void);
+void ffj_free(ffj_decoder *d);
+
+/* Message of the last error (or "" when none). Valid until the next call. */
+const char *ffj_message(ffj_decoder *d);
+/* Last non-fatal warning of the last call, or "". */
+const char *ffj_warning(ffj_decoder *d);
+
+int ffj_header(ffj_decoder *d, const unsigned char *src, size_t n, int *w, int *h);
+
+/* Decodes the region [x, x+w) x [y, y+h) of full-resolution pixels at scale
+ * 1/denom as RGB into dst (rows dst_stride bytes apart, dst_len bytes in
+ * all). The scaled region is rounded outward; its size goes to *out_w,
+ * *out_h. src and dst are used only during the call. */
+int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
+                      int x, int y, int w, int h, int denom,
+                      unsigned char *dst, size_t dst_len, int dst_stride,
+                      int *out_w, int *out_h);
+
+#endif
