@@ -1,0 +1,49 @@
+// Package cudafeed delivers finished batches to a training process in another
+// program, whatever its framework.
+//
+// # What it owns
+//
+// A [Ring] is a POSIX shared-memory file (/dev/shm/NAME, mode 0600) holding a
+// fixed number of slots; each slot holds one batch, one 64-byte-aligned region
+// per field. A [Server] listens on a Unix socket (born 0600) and speaks
+// newline-delimited JSON with one consumer at a time:
+//
+//	server → consumer, once on connect:
+//	  {"hello":1,"shm":"/dev/shm/NAME","slots":N,"slot_bytes":S,
+//	   "fields":[{"name":..,"dtype":..,"shape":[..],"offset":O,"bytes":L}],
+//	   "batches_per_epoch":K,"epochs":E}
+//	  field f of slot i lies at bytes [i*S+O, i*S+O+L) of the shm file; shape[0]
+//	  is the batch dimension.
+//	server → consumer, per batch:   {"slot":i,"epoch":e,"batch":b,"size":n}
+//	  only the first n rows of each field are valid.
+//	consumer → server, when done:    {"release":i}
+//	server → consumer, after the last batch: {"end":true}
+//	server → a second consumer while one is connected: {"error":"..."}, then close.
+//
+// The producer calls [Server.AcquireSlot], fills [Ring.Slot], then
+// [Server.Publish]. A slot is free when it is neither being filled nor
+// published-but-unreleased, so AcquireSlot blocks while the consumer holds
+// every slot, or while nobody is connected and every slot waits to be sent:
+// the producer waits for a consumer.
+//
+// # Consumers that come and go
+//
+// Published batches are sent in publish order. A batch that was sent to a
+// consumer that then disconnects without releasing it is dropped: its slot is
+// freed, and it is not sent again. Batches published but not yet sent stay
+// queued and go to the next consumer, which therefore resumes with the oldest
+// unsent batch. The end message is sent to every consumer that connects after
+// the last batch, once the queue has drained.
+//
+// # Concurrency
+//
+// One mutex (Server.mu) guards slot states, the send queue and the active
+// connection; it is never held across socket I/O. Each connection has a writer
+// (the goroutine that accepted it) and a reader goroutine. AcquireSlot takes
+// free slots from a channel of capacity Slots, so it honours its context.
+//
+// # Never
+//
+// The server never panics on a consumer's input: a bad message is logged and
+// that connection closed. Nothing allocates per batch on the producer side.
+package cudafeed

@@ -1,0 +1,205 @@
+package cudafeed
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// ShmDir is where shared-memory rings live.
+const ShmDir = "/dev/shm"
+
+// Alignment is the alignment, in bytes, of every field region and of every slot.
+const Alignment = 64
+
+// ErrExists is returned by CreateRing when the shared-memory file exists.
+var ErrExists = errors.New("shared-memory file already exists")
+
+// dtypeSizes gives the element size of each supported dtype.
+var dtypeSizes = map[string]int{"uint8": 1, "float16": 2, "float32": 4, "int64": 8}
+
+// FieldSpec describes one field of a batch.
+type FieldSpec struct {
+	Name  string
+	DType string // "uint8", "float16", "float32" or "int64"
+	Shape []int  // per batch; Shape[0] is the batch size, e.g. [B, H, W, 3]
+}
+
+// Layout describes a ring: the fields of one batch and the number of slots.
+type Layout struct {
+	Fields []FieldSpec
+	Slots  int
+}
+
+// FieldInfo is a field's place inside a slot, as announced in the hello.
+type FieldInfo struct {
+	Name   string `json:"name"`
+	DType  string `json:"dtype"`
+	Shape  []int  `json:"shape"`
+	Offset int    `json:"offset"` // from the start of the slot; a multiple of Alignment
+	Bytes  int    `json:"bytes"`
+}
+
+// Validate checks the layout and returns the batch size (Shape[0], shared by
+// every field).
+func (l Layout) Validate() (batch int, err error) {
+	if l.Slots < 1 {
+		return 0, fmt.Errorf("cudafeed: layout needs at least one slot, has %d", l.Slots)
+	}
+	if len(l.Fields) == 0 {
+		return 0, errors.New("cudafeed: layout has no fields")
+	}
+	seen := map[string]bool{}
+	for i, f := range l.Fields {
+		if f.Name == "" || seen[f.Name] {
+			return 0, fmt.Errorf("cudafeed: field %d: name %q empty or repeated", i, f.Name)
+		}
+		seen[f.Name] = true
+		if dtypeSizes[f.DType] == 0 {
+			return 0, fmt.Errorf("cudafeed: field %q: unsupported dtype %q", f.Name, f.DType)
+		}
+		if len(f.Shape) == 0 {
+			return 0, fmt.Errorf("cudafeed: field %q: empty shape (the first dimension is the batch)", f.Name)
+		}
+		for _, d := range f.Shape {
+			if d < 1 {
+				return 0, fmt.Errorf("cudafeed: field %q: shape %v has a dimension < 1", f.Name, f.Shape)
+			}
+		}
+		if i == 0 {
+			batch = f.Shape[0]
+		} else if f.Shape[0] != batch {
+			return 0, fmt.Errorf("cudafeed: field %q: batch dimension %d, field %q has %d",
+				f.Name, f.Shape[0], l.Fields[0].Name, batch)
+		}
+	}
+	return batch, nil
+}
+
+// Plan computes the field offsets and the slot size of a layout.
+func (l Layout) Plan() (fields []FieldInfo, slotBytes int, err error) {
+	if _, err := l.Validate(); err != nil {
+		return nil, 0, err
+	}
+	off := 0
+	for _, f := range l.Fields {
+		n := dtypeSizes[f.DType]
+		for _, d := range f.Shape {
+			n *= d
+		}
+		fields = append(fields, FieldInfo{Name: f.Name, DType: f.DType,
+			Shape: append([]int(nil), f.Shape...), Offset: off, Bytes: n})
+		off = alignUp(off + n)
+	}
+	return fields, off, nil
+}
+
+func alignUp(n int) int { return (n + Alignment - 1) &^ (Alignment - 1) }
+
+// Ring is a shared-memory ring of batch slots.
+//
+// Slot states (who may write a slot) are the Server's business; Ring only
+// owns the memory.
+type Ring struct {
+	// Immutable after construction.
+	path      string
+	layout    Layout
+	fields    []FieldInfo
+	slotBytes int
+	batch     int
+	slots     [][][]byte // slots[i][f]: field f of slot i
+
+	mem []byte // nil once closed
+}
+
+// CreateRing creates /dev/shm/NAME (mode 0600; it must not exist), sizes it
+// to Slots × slot size and maps it.
+func CreateRing(name string, layout Layout) (*Ring, error) {
+	if name == "" || strings.ContainsRune(name, '/') || name == "." || name == ".." {
+		return nil, fmt.Errorf("cudafeed: ring name %q: must be a plain file name", name)
+	}
+	batch, err := layout.Validate()
+	if err != nil {
+		return nil, err
+	}
+	fields, slotBytes, err := layout.Plan()
+	if err != nil {
+		return nil, err
+	}
+	path := ShmDir + "/" + name
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return nil, fmt.Errorf("cudafeed: %s: %w (another ffcvfeed, or a stale ring: remove it if nobody uses it)", path, ErrExists)
+		}
+		return nil, fmt.Errorf("cudafeed: creating %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	fail := func(err error) (*Ring, error) {
+		_ = unix.Unlink(path)
+		return nil, err
+	}
+	// The umask can only narrow 0600; make it exactly 0600 all the same.
+	if err := unix.Fchmod(fd, 0o600); err != nil {
+		return fail(fmt.Errorf("cudafeed: chmod %s: %w", path, err))
+	}
+	size := slotBytes * layout.Slots
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		return fail(fmt.Errorf("cudafeed: sizing %s to %d bytes: %w", path, size, err))
+	}
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fail(fmt.Errorf("cudafeed: mapping %s (%d bytes): %w", path, size, err))
+	}
+	r := &Ring{path: path, layout: layout, fields: fields, slotBytes: slotBytes, batch: batch, mem: mem}
+	r.slots = make([][][]byte, layout.Slots)
+	for i := range r.slots {
+		r.slots[i] = make([][]byte, len(fields))
+		base := i * slotBytes
+		for f, fi := range fields {
+			lo := base + fi.Offset
+			r.slots[i][f] = mem[lo : lo+fi.Bytes : lo+fi.Bytes]
+		}
+	}
+	return r, nil
+}
+
+// Path returns the shared-memory file's path.
+func (r *Ring) Path() string { return r.path }
+
+// Slots returns the number of slots.
+func (r *Ring) Slots() int { return len(r.slots) }
+
+// SlotBytes returns the size of one slot, a multiple of Alignment.
+func (r *Ring) SlotBytes() int { return r.slotBytes }
+
+// BatchSize returns the batch dimension shared by every field.
+func (r *Ring) BatchSize() int { return r.batch }
+
+// Fields returns the fields' places inside a slot.
+func (r *Ring) Fields() []FieldInfo { return r.fields }
+
+// Slot returns slot i's field regions, in layout order. The slices are
+// computed once; calling Slot allocates nothing.
+func (r *Ring) Slot(i int) [][]byte { return r.slots[i] }
+
+// Close unmaps and unlinks the shared-memory file. Consumers that mapped it
+// keep their mapping until they unmap it.
+func (r *Ring) Close() error {
+	if r.mem == nil {
+		return nil
+	}
+	err := unix.Munmap(r.mem)
+	r.mem = nil
+	r.slots = nil
+	if uerr := unix.Unlink(r.path); uerr != nil && !errors.Is(uerr, os.ErrNotExist) && err == nil {
+		err = uerr
+	}
+	if err != nil {
+		return fmt.Errorf("cudafeed: closing %s: %w", r.path, err)
+	}
+	return nil
+}

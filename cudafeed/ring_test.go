@@ -1,0 +1,124 @@
+package cudafeed
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+)
+
+func testLayout() Layout {
+	return Layout{Slots: 3, Fields: []FieldSpec{
+		{Name: "images", DType: "uint8", Shape: []int{5, 7, 7, 3}}, // 735 bytes
+		{Name: "labels", DType: "int64", Shape: []int{5}},          // 40 bytes
+		{Name: "weights", DType: "float16", Shape: []int{5, 3}},    // 30 bytes
+	}}
+}
+
+// testRing creates a ring with a name unique to the test and closes it at cleanup.
+func testRing(t *testing.T, l Layout) *Ring {
+	t.Helper()
+	name := fmt.Sprintf("cudafeed-test-%d-%d-%s", os.Getpid(), ringSeq.Add(1), t.Name())
+	name = sanitize(name)
+	r, err := CreateRing(name, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+var ringSeq atomic.Int64
+
+func sanitize(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c == '/' {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+func TestRingLayout(t *testing.T) {
+	r := testRing(t, testLayout())
+	want := []struct{ off, n int }{{0, 735}, {768, 40}, {832, 30}}
+	for i, f := range r.Fields() {
+		if f.Offset != want[i].off || f.Bytes != want[i].n || f.Offset%Alignment != 0 {
+			t.Errorf("field %s: offset %d bytes %d, want %d %d", f.Name, f.Offset, f.Bytes, want[i].off, want[i].n)
+		}
+	}
+	if r.SlotBytes() != 896 || r.BatchSize() != 5 || r.Slots() != 3 {
+		t.Errorf("slot bytes %d batch %d slots %d, want 896 5 3", r.SlotBytes(), r.BatchSize(), r.Slots())
+	}
+	fi, err := os.Stat(r.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v, want 0600", fi.Mode().Perm())
+	}
+	if fi.Size() != 3*896 {
+		t.Errorf("size %d, want %d", fi.Size(), 3*896)
+	}
+	// Writes through Slot land at slot*SlotBytes+Offset of the file.
+	for i := 0; i < r.Slots(); i++ {
+		for f, b := range r.Slot(i) {
+			if len(b) != r.Fields()[f].Bytes {
+				t.Fatalf("slot %d field %d: len %d", i, f, len(b))
+			}
+			b[0] = byte(10*i + f + 1)
+		}
+	}
+	data, err := os.ReadFile(r.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < r.Slots(); i++ {
+		for f, fi := range r.Fields() {
+			if got := data[i*r.SlotBytes()+fi.Offset]; got != byte(10*i+f+1) {
+				t.Errorf("slot %d field %d: file byte %d", i, f, got)
+			}
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = r.Slot(1) }); n != 0 {
+		t.Errorf("Slot allocates %v times", n)
+	}
+}
+
+func TestRingExistsAndUnlink(t *testing.T) {
+	r := testRing(t, testLayout())
+	name := r.Path()[len(ShmDir)+1:]
+	if _, err := CreateRing(name, testLayout()); !errors.Is(err, ErrExists) {
+		t.Fatalf("second CreateRing: %v, want ErrExists", err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(r.Path()); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("after Close: stat %v, want not exist", err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+func TestRingBadLayout(t *testing.T) {
+	for _, l := range []Layout{
+		{Slots: 0, Fields: testLayout().Fields},
+		{Slots: 1},
+		{Slots: 1, Fields: []FieldSpec{{Name: "x", DType: "int32", Shape: []int{2}}}},
+		{Slots: 1, Fields: []FieldSpec{{Name: "x", DType: "uint8", Shape: nil}}},
+		{Slots: 1, Fields: []FieldSpec{{Name: "x", DType: "uint8", Shape: []int{2, 0}}}},
+		{Slots: 1, Fields: []FieldSpec{{Name: "x", DType: "uint8", Shape: []int{2}}, {Name: "x", DType: "uint8", Shape: []int{2}}}},
+		{Slots: 1, Fields: []FieldSpec{{Name: "x", DType: "uint8", Shape: []int{2}}, {Name: "y", DType: "uint8", Shape: []int{3}}}},
+	} {
+		if _, err := CreateRing("cudafeed-test-bad", l); err == nil {
+			t.Errorf("layout %+v accepted", l)
+		}
+	}
+	if _, err := CreateRing("a/b", testLayout()); err == nil {
+		t.Error("name with a slash accepted")
+	}
+}

@@ -1,0 +1,115 @@
+"""Tests of ffcvfeed.Loader against an in-process fake server.
+
+Run: PYTHONPATH=python /usr/bin/python3 -m unittest python/test_ffcvfeed_client.py
+"""
+
+import json
+import mmap
+import os
+import socket
+import tempfile
+import threading
+import unittest
+
+import numpy as np
+
+from ffcvfeed import FeedError, Loader
+
+
+class FakeServer:
+    """Sends the given lines to the first client, records what it sends back."""
+
+    def __init__(self, lines):
+        self.dir = tempfile.TemporaryDirectory()
+        self.path = os.path.join(self.dir.name, "feed.sock")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(self.path)
+        self.sock.listen(1)
+        self.lines = lines
+        self.received = b""
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        conn, _ = self.sock.accept()
+        with conn:
+            for line in self.lines:
+                conn.sendall(line if isinstance(line, bytes) else (json.dumps(line) + "\n").encode())
+            while True:
+                b = conn.recv(4096)
+                if not b:
+                    return
+                self.received += b
+
+    def close(self):
+        self.sock.close()
+        self.thread.join(5)
+        self.dir.cleanup()
+
+
+class LoaderTest(unittest.TestCase):
+    def setUp(self):
+        self.shm = tempfile.NamedTemporaryFile(dir="/dev/shm", prefix="ffcvfeed-pytest-")
+        self.shm.truncate(2 * 128)
+        mm = mmap.mmap(self.shm.fileno(), 256)
+        labels = np.ndarray((4,), np.int64, mm, 64)
+        labels[:] = [10, 11, 12, 13]
+        np.ndarray((4,), np.int64, mm, 128 + 64)[:] = [20, 21, 22, 23]
+        del labels
+        mm.close()
+        self.hello = {"hello": 1, "shm": self.shm.name, "slots": 2, "slot_bytes": 128,
+                      "fields": [{"name": "images", "dtype": "uint8", "shape": [4, 4, 4, 1], "offset": 0, "bytes": 64},
+                                 {"name": "labels", "dtype": "int64", "shape": [4], "offset": 64, "bytes": 32}],
+                      "batches_per_epoch": 2, "epochs": 1}
+
+    def tearDown(self):
+        self.shm.close()
+
+    def test_missing_socket(self):
+        with self.assertRaisesRegex(FeedError, "no ffcvfeed server"):
+            Loader("/nonexistent/feed.sock")
+
+    def test_malformed_hello(self):
+        for bad in [b"garbage\n", {"hello": 1}, dict(self.hello, fields="x"), dict(self.hello, hello=2), b"[1]\n", b""]:
+            srv = FakeServer([bad])
+            try:
+                with self.assertRaises(FeedError):
+                    Loader(srv.path, hello_timeout=0.2)
+            finally:
+                srv.close()
+
+    def test_batches_and_releases(self):
+        srv = FakeServer([self.hello, {"slot": 1, "epoch": 0, "batch": 0, "size": 4},
+                          {"slot": 0, "epoch": 0, "batch": 1, "size": 3}, {"end": True}])
+        try:
+            with Loader(srv.path) as loader:
+                self.assertEqual(len(loader), 2)
+                got = []
+                for images, labels in loader:
+                    self.assertTrue(np.shares_memory(labels, loader.buffer))
+                    self.assertEqual(images.shape[1:], (4, 4, 1))
+                    got.append(labels.tolist())
+                self.assertEqual(got, [[20, 21, 22, 23], [10, 11, 12]])
+                self.assertTrue(loader.ended)
+                self.assertEqual(list(loader), [])
+        finally:
+            srv.close()
+        self.assertEqual(srv.received, b'{"release":1}\n{"release":0}\n')
+
+    def test_torch_zero_copy(self):
+        try:
+            import torch
+        except ImportError:
+            self.skipTest("torch not installed")
+        srv = FakeServer([self.hello, {"slot": 0, "epoch": 0, "batch": 1, "size": 2}, {"end": True}])
+        try:
+            with Loader(srv.path) as loader:
+                for images, labels in loader.torch():
+                    self.assertEqual(labels.tolist(), [10, 11])
+                    self.assertEqual(labels.data_ptr(), loader.buffer.ctypes.data + 64)
+        finally:
+            srv.close()
+
+
+if __name__ == "__main__":
+    unittest.main()
