@@ -1,0 +1,441 @@
+// Command ffcvfeed reads a beton (directly or through an ffcvfs mount),
+// decodes and augments its images, and delivers finished batches to a
+// training process of any framework through shared memory and a Unix
+// socket (see package cudafeed and python/ffcvfeed.py).
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/cudafeed"
+	"github.com/ffcvfs/ffcvfs/internal/bytesize"
+	"github.com/ffcvfs/ffcvfs/pagecache"
+	"github.com/ffcvfs/ffcvfs/pipeline"
+	"github.com/ffcvfs/ffcvfs/pipeline/decode"
+	"github.com/ffcvfs/ffcvfs/pipeline/order"
+	"github.com/urfave/cli/v2"
+)
+
+func main() {
+	app := &cli.App{
+		Name:  "ffcvfeed",
+		Usage: "decode, augment and deliver training batches from a .beton to any framework",
+		Description: `ffcvfeed serve reads a beton (a path, s3://, http(s)://, or an ffcvfs mount),
+decodes its JPEGs with libjpeg-turbo (only the region each crop needs), crops,
+flips and converts them, and puts finished batches into shared memory; a
+training process reads them through a Unix socket, without copying:
+
+   from ffcvfeed import Loader          # python/ffcvfeed.py
+   for images, labels in Loader("/tmp/feed.sock"): ...
+
+Examples:
+   ffcvfeed serve --data train.beton --socket /tmp/feed.sock --batch-size 256 --resolution 160
+   ffcvfeed serve --data /mnt/train --socket /tmp/feed.sock --dtype float16 --layout nchw --normalize imagenet
+   ffcvfeed bench --data train.beton --resolution 160`,
+		Commands:        []*cli.Command{serveCommand(), benchCommand(), decodeBenchCommand()},
+		HideHelpCommand: true,
+	}
+	if err := app.Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "ffcvfeed:", err)
+		if ec, ok := err.(cli.ExitCoder); ok {
+			os.Exit(ec.ExitCode())
+		}
+		os.Exit(1)
+	}
+}
+
+func pipelineFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "data", Required: true, Usage: "the beton: a path, s3://bucket/key, http(s):// URL, or an ffcvfs mountpoint", Category: "data"},
+		&cli.StringFlag{Name: "cache-size", Value: "512MiB", Usage: "RAM for pages of the beton", Category: "data"},
+		&cli.StringFlag{Name: "image-field", Usage: "RGB image field (default: the first)", Category: "data"},
+		&cli.StringFlag{Name: "label-field", Value: "label", Usage: "int field of labels", Category: "data"},
+		&cli.StringFlag{Name: "s3-endpoint", Usage: "S3 endpoint URL", Category: "data"},
+		&cli.StringFlag{Name: "s3-region", Usage: "S3 region", Category: "data"},
+		&cli.BoolFlag{Name: "s3-path-style", Usage: "path-style S3 addressing", Category: "data"},
+		&cli.IntFlag{Name: "batch-size", Value: 256, Usage: "samples per batch", Category: "batches"},
+		&cli.IntFlag{Name: "resolution", Value: 160, Usage: "output side in pixels (square)", Category: "augment"},
+		&cli.StringFlag{Name: "crop", Value: "random-resized", Usage: "random-resized (training) or center (validation)", Category: "augment"},
+		&cli.StringFlag{Name: "scale", Value: "0.08,1", Usage: "random-resized: area fraction range", Category: "augment"},
+		&cli.StringFlag{Name: "ratio", Value: "0.75,1.3333333333333333", Usage: "random-resized: aspect ratio range", Category: "augment"},
+		&cli.Float64Flag{Name: "center-ratio", Value: decode.DefaultCenterRatio, Usage: "center: crop side over the shorter side", Category: "augment"},
+		&cli.Float64Flag{Name: "flip", Value: 0.5, Usage: "probability of a horizontal flip", Category: "augment"},
+		&cli.StringFlag{Name: "dtype", Value: "uint8", Usage: "uint8, float16 or float32", Category: "output"},
+		&cli.StringFlag{Name: "layout", Value: "nhwc", Usage: "nhwc or nchw", Category: "output"},
+		&cli.StringFlag{Name: "normalize", Value: "none", Usage: "none, imagenet, or M,M,M/S,S,S on the 0-1 scale (float dtypes)", Category: "output"},
+		&cli.StringFlag{Name: "order", Value: "quasi-random", Usage: "quasi-random, random or sequential", Category: "batches"},
+		&cli.Uint64Flag{Name: "seed", Usage: "seed of orders and augmentations", Category: "batches"},
+		&cli.IntFlag{Name: "epochs", Value: 1, Usage: "epochs to deliver", Category: "batches"},
+		&cli.IntFlag{Name: "rank", Usage: "this process's rank (distributed training)", Category: "batches"},
+		&cli.IntFlag{Name: "world-size", Value: 1, Usage: "number of ranks", Category: "batches"},
+		&cli.IntFlag{Name: "workers", Value: runtime.NumCPU(), Usage: "decoding goroutines", Category: "batches"},
+		&cli.StringFlag{Name: "on-error", Value: "skip", Usage: "skip (replace an undecodable sample by another of its batch) or fail", Category: "batches"},
+	}
+}
+
+func pair(s, name string) ([2]float64, error) {
+	a, b, ok := strings.Cut(s, ",")
+	x, err1 := strconv.ParseFloat(strings.TrimSpace(a), 64)
+	y, err2 := strconv.ParseFloat(strings.TrimSpace(b), 64)
+	if !ok || err1 != nil || err2 != nil || x > y {
+		return [2]float64{}, cli.Exit(fmt.Sprintf("--%s %q: want two numbers LOW,HIGH", name, s), 2)
+	}
+	return [2]float64{x, y}, nil
+}
+
+func triple(s string) ([3]float64, error) {
+	var v [3]float64
+	parts := strings.Split(s, ",")
+	if len(parts) != 3 {
+		return v, fmt.Errorf("want three numbers, got %q", s)
+	}
+	for i, p := range parts {
+		f, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
+		if err != nil {
+			return v, fmt.Errorf("%q is not a number", p)
+		}
+		v[i] = f
+	}
+	return v, nil
+}
+
+// pipelineOptions turns the flags into pipeline options.
+func pipelineOptions(c *cli.Context) (pipeline.Options, error) {
+	kind, err := order.ParseKind(c.String("order"))
+	if err != nil {
+		return pipeline.Options{}, cli.Exit("--order: "+err.Error(), 2)
+	}
+	o := pipeline.Options{
+		Order:     order.Options{Kind: kind, Seed: c.Uint64("seed"), Rank: c.Int("rank"), WorldSize: c.Int("world-size")},
+		BatchSize: c.Int("batch-size"),
+		DType:     c.String("dtype"), Layout: c.String("layout"),
+		Workers: c.Int("workers"), OnError: c.String("on-error"),
+		ImageField: c.String("image-field"), LabelField: c.String("label-field"),
+		Op: decode.Op{OutW: c.Int("resolution"), OutH: c.Int("resolution"), FlipProb: c.Float64("flip"), CenterRatio: c.Float64("center-ratio")},
+	}
+	switch c.String("crop") {
+	case "random-resized":
+		o.Op.Kind = decode.RandomResizedCrop
+		if o.Op.Scale, err = pair(c.String("scale"), "scale"); err != nil {
+			return o, err
+		}
+		if o.Op.Ratio, err = pair(c.String("ratio"), "ratio"); err != nil {
+			return o, err
+		}
+	case "center":
+		o.Op.Kind = decode.CenterCrop
+	default:
+		return o, cli.Exit(fmt.Sprintf("--crop %q: want random-resized or center", c.String("crop")), 2)
+	}
+	switch n := c.String("normalize"); n {
+	case "none", "":
+	case "imagenet":
+		o.Normalize, o.Mean, o.Std = true, pipeline.ImageNetMean, pipeline.ImageNetStd
+	default:
+		m, s, ok := strings.Cut(n, "/")
+		var err1, err2 error
+		o.Mean, err1 = triple(m)
+		o.Std, err2 = triple(s)
+		if !ok || err1 != nil || err2 != nil {
+			return o, cli.Exit(fmt.Sprintf("--normalize %q: want none, imagenet or M,M,M/S,S,S", n), 2)
+		}
+		o.Normalize = true
+	}
+	if err := o.Validate(); err != nil {
+		return o, cli.Exit(err.Error(), 2)
+	}
+	return o, nil
+}
+
+// openData opens --data: a source URL or path, or an ffcvfs mount whose
+// dataset.beton is read and whose announce file is told each order.
+func openData(c *cli.Context) (*pagecache.Cache, pagecache.Source, func([]uint32) error, error) {
+	data := c.String("data")
+	var announce func([]uint32) error
+	if st, err := os.Stat(filepath.Join(data, ".ffcvfs")); err == nil && st.IsDir() {
+		ctl := filepath.Join(data, ".ffcvfs")
+		data = filepath.Join(ctl, "dataset.beton")
+		announce = func(ids []uint32) error {
+			var b strings.Builder
+			for _, s := range ids {
+				b.WriteString(strconv.Itoa(int(s)))
+				b.WriteByte('\n')
+			}
+			if err := os.WriteFile(filepath.Join(ctl, "announce"), []byte(b.String()), 0); err != nil {
+				return fmt.Errorf("announcing the order to the mount: %w", err)
+			}
+			return nil
+		}
+	}
+	budget, err := bytesize.Parse(c.String("cache-size"))
+	if err != nil {
+		return nil, nil, nil, cli.Exit("--cache-size: "+err.Error(), 2)
+	}
+	ctx, cancel := context.WithTimeout(c.Context, 2*time.Minute)
+	defer cancel()
+	src, err := pagecache.OpenSource(ctx, data, pagecache.SourceOptions{
+		Endpoint: c.String("s3-endpoint"), Region: c.String("s3-region"), PathStyle: c.Bool("s3-path-style"),
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	f, err := beton.Open(src, src.Size(), src.Name())
+	if err != nil {
+		src.Close()
+		return nil, nil, nil, err
+	}
+	cache, err := pagecache.New(src, f, pagecache.Options{Budget: budget})
+	if err != nil {
+		src.Close()
+		return nil, nil, nil, fmt.Errorf("%s: %w", src.Name(), err)
+	}
+	return cache, src, announce, nil
+}
+
+func serveCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "serve",
+		Usage:     "serve batches over a Unix socket and shared memory",
+		UsageText: "ffcvfeed serve --data SRC|MOUNT --socket PATH [options]",
+		Flags: append(pipelineFlags(),
+			&cli.StringFlag{Name: "socket", Required: true, Usage: "Unix socket to serve on (created 0600)", Category: "output"},
+			&cli.IntFlag{Name: "slots", Value: 4, Usage: "batches in shared memory at once", Category: "output"},
+		),
+		Action: func(c *cli.Context) error {
+			opts, err := pipelineOptions(c)
+			if err != nil {
+				return err
+			}
+			cache, src, announce, err := openData(c)
+			if err != nil {
+				return err
+			}
+			defer src.Close()
+			defer cache.Close()
+			p, err := pipeline.New(cache, opts, announce)
+			if err != nil {
+				return err
+			}
+			nb, err := p.BatchesPerEpoch()
+			if err != nil {
+				return err
+			}
+			ring, err := cudafeed.CreateRing(fmt.Sprintf("ffcvfeed-%d", os.Getpid()), cudafeed.Layout{Fields: p.Fields(), Slots: c.Int("slots")})
+			if err != nil {
+				return err
+			}
+			defer ring.Close()
+			srv, err := cudafeed.NewServer(ring, cudafeed.Options{SocketPath: c.String("socket"), BatchesPerEpoch: nb, Epochs: c.Int("epochs")})
+			if err != nil {
+				return err
+			}
+			defer srv.Close()
+			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			slog.Info("serving", "socket", c.String("socket"), "shm", ring.Path(), "batches_per_epoch", nb, "epochs", c.Int("epochs"))
+			sink := serverSink{srv: srv, ring: ring}
+			for e := 0; e < c.Int("epochs"); e++ {
+				start := time.Now()
+				n, err := p.RunEpoch(ctx, e, sink)
+				if err != nil {
+					return err
+				}
+				slog.Info("epoch done", "epoch", e, "images", n, "images_per_s", fmt.Sprintf("%.0f", float64(n)/time.Since(start).Seconds()), "errors", p.Errors.Load())
+			}
+			// Wait until the consumer has released every slot.
+			for i := 0; i < ring.Slots(); i++ {
+				if _, err := srv.AcquireSlot(ctx); err != nil {
+					return nil
+				}
+			}
+			return nil
+		},
+	}
+}
+
+type serverSink struct {
+	srv  *cudafeed.Server
+	ring *cudafeed.Ring
+}
+
+func (s serverSink) Acquire(ctx context.Context) (int, error) { return s.srv.AcquireSlot(ctx) }
+func (s serverSink) Buffers(slot int) ([]byte, []byte) {
+	b := s.ring.Slot(slot)
+	return b[0], b[1]
+}
+func (s serverSink) Publish(slot, epoch, batch, size int) error {
+	return s.srv.Publish(slot, epoch, batch, size)
+}
+
+// memorySink is a ring in plain memory whose batches are consumed at once.
+type memorySink struct {
+	free           chan int
+	images, labels [][]byte
+}
+
+func newMemorySink(slots, imageBytes, labelBytes int) *memorySink {
+	m := &memorySink{free: make(chan int, slots)}
+	for i := 0; i < slots; i++ {
+		m.images = append(m.images, make([]byte, imageBytes))
+		m.labels = append(m.labels, make([]byte, labelBytes))
+		m.free <- i
+	}
+	return m
+}
+
+func (m *memorySink) Acquire(ctx context.Context) (int, error) {
+	select {
+	case s := <-m.free:
+		return s, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+func (m *memorySink) Buffers(slot int) ([]byte, []byte) { return m.images[slot], m.labels[slot] }
+func (m *memorySink) Publish(slot, epoch, batch, size int) error {
+	m.free <- slot
+	return nil
+}
+
+func benchCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "bench",
+		Usage:     "run the pipeline with no consumer and print images/s",
+		UsageText: "ffcvfeed bench --data SRC|MOUNT [options]",
+		Flags:     pipelineFlags(),
+		Action: func(c *cli.Context) error {
+			opts, err := pipelineOptions(c)
+			if err != nil {
+				return err
+			}
+			cache, src, announce, err := openData(c)
+			if err != nil {
+				return err
+			}
+			defer src.Close()
+			defer cache.Close()
+			p, err := pipeline.New(cache, opts, announce)
+			if err != nil {
+				return err
+			}
+			var bytesPer int
+			for _, f := range p.Fields()[:1] {
+				bytesPer = 1
+				for _, d := range f.Shape {
+					bytesPer *= d
+				}
+				if f.DType == "float16" {
+					bytesPer *= 2
+				} else if f.DType == "float32" {
+					bytesPer *= 4
+				}
+			}
+			sink := newMemorySink(4, bytesPer, 8*opts.BatchSize)
+			total, start := 0, time.Now()
+			for e := 0; e < c.Int("epochs"); e++ {
+				t := time.Now()
+				n, err := p.RunEpoch(c.Context, e, sink)
+				if err != nil {
+					return err
+				}
+				total += n
+				el := time.Since(t).Seconds()
+				fmt.Printf("epoch %d: ffcvfeed bench: %d images in %.2f s: %.0f images/s\n", e, n, el, float64(n)/el)
+			}
+			el := time.Since(start).Seconds()
+			fmt.Printf("total: ffcvfeed bench: %d images in %.2f s: %.0f images/s (errors %d)\n", total, el, float64(total)/el, p.Errors.Load())
+			return nil
+		},
+	}
+}
+
+func decodeBenchCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "decode-bench",
+		Usage:     "decode every JPEG of a beton in full with libjpeg-turbo (the baseline of ffcvfeed bench)",
+		UsageText: "ffcvfeed decode-bench --data SRC [--workers N]",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "data", Required: true, Usage: "the beton"},
+			&cli.IntFlag{Name: "workers", Value: runtime.NumCPU(), Usage: "decoding goroutines"},
+		},
+		Action: func(c *cli.Context) error {
+			f, err := beton.OpenFile(c.String("data"))
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			fi := -1
+			for i, fd := range f.Fields() {
+				if fd.Type == beton.TypeRGBImage {
+					fi = i
+					break
+				}
+			}
+			if fi < 0 {
+				return cli.Exit("no RGB image field", 1)
+			}
+			// Load every JPEG first: the figure is decoding alone.
+			var jpegs [][]byte
+			for s := 0; s < f.NumSamples(); s++ {
+				if img, err := f.Image(s, fi); err == nil && img.Mode == beton.ModeJPEG {
+					b, err := f.ReadData(s, fi, nil)
+					if err != nil {
+						return err
+					}
+					jpegs = append(jpegs, b)
+				}
+			}
+			workers := max(1, c.Int("workers"))
+			next := make(chan []byte, workers)
+			done := make(chan error, workers)
+			start := time.Now()
+			for w := 0; w < workers; w++ {
+				go func() {
+					d, err := decode.NewDecoder()
+					if err != nil {
+						done <- err
+						return
+					}
+					defer d.Close()
+					var buf []byte
+					for b := range next {
+						w, h, err := d.Header(b)
+						if err == nil {
+							if len(buf) < w*h*3 {
+								buf = make([]byte, w*h*3)
+							}
+							_, _, err = d.DecodeRegion(b, 0, 0, w, h, 1, buf, w*3)
+						}
+						if err != nil {
+							slog.Warn("decode failed", "err", err)
+						}
+					}
+					done <- nil
+				}()
+			}
+			for _, b := range jpegs {
+				next <- b
+			}
+			close(next)
+			for w := 0; w < workers; w++ {
+				if err := <-done; err != nil {
+					return err
+				}
+			}
+			el := time.Since(start).Seconds()
+			fmt.Printf("decode-only: %d images in %.2f s: %.0f images/s\n", len(jpegs), el, float64(len(jpegs))/el)
+			return nil
+		},
+	}
+}

@@ -1,0 +1,482 @@
+// Package pipeline turns the samples of a beton into finished training
+// batches: an order (package order), a read of each sample's page through
+// the page cache, a region decode and crop (package decode), conversion to
+// the output dtype and layout, written in place into a batch slot that a
+// Sink (a shared-memory ring) provides.
+//
+// # Concurrency
+//
+// Options.Workers goroutines process samples; each owns a decoder, a random
+// source and a scratch buffer, so steady state allocates nothing per
+// sample. Batches are filled concurrently, as many as the Sink has free
+// slots, and published in batch order.
+//
+// # What it must never do
+//
+// Let one bad sample stop an epoch when OnError is "skip": a sample that
+// fails to decode is counted, logged by id, and replaced by another sample
+// of its batch.
+package pipeline
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/cudafeed"
+	"github.com/ffcvfs/ffcvfs/pagecache"
+	"github.com/ffcvfs/ffcvfs/pipeline/decode"
+	"github.com/ffcvfs/ffcvfs/pipeline/order"
+)
+
+// ImageNet's per-channel mean and standard deviation, on the 0–1 scale.
+var (
+	ImageNetMean = [3]float64{0.485, 0.456, 0.406}
+	ImageNetStd  = [3]float64{0.229, 0.224, 0.225}
+)
+
+// Options configures a Pipeline.
+type Options struct {
+	// Order says which samples an epoch reads, in which order (Epoch is set
+	// per epoch).
+	Order     order.Options
+	BatchSize int
+	// Op is the crop, resize and flip of every image.
+	Op decode.Op
+	// DType is "uint8", "float16" or "float32"; Layout "nhwc" or "nchw".
+	DType, Layout string
+	// Normalize maps pixels (on the 0–1 scale) to (x - Mean) / Std. Only for
+	// float dtypes.
+	Normalize bool
+	Mean, Std [3]float64
+	// Workers is the number of goroutines that decode (default: all cores).
+	Workers int
+	// OnError is "skip" (replace a sample that cannot be decoded by another
+	// of its batch) or "fail" (end the epoch with the error).
+	OnError                string
+	ImageField, LabelField string
+	Logger                 *slog.Logger
+}
+
+// Validate fills defaults and checks the options.
+func (o *Options) Validate() error {
+	if o.BatchSize == 0 {
+		o.BatchSize = 256
+	}
+	if o.Workers == 0 {
+		o.Workers = runtime.NumCPU()
+	}
+	if o.DType == "" {
+		o.DType = "uint8"
+	}
+	if o.Layout == "" {
+		o.Layout = "nhwc"
+	}
+	if o.OnError == "" {
+		o.OnError = "skip"
+	}
+	if o.LabelField == "" {
+		o.LabelField = "label"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Order.Kind == "" {
+		o.Order.Kind = order.QuasiRandom
+	}
+	if o.Order.BatchSize == 0 {
+		o.Order.BatchSize = o.BatchSize
+	}
+	switch {
+	case o.BatchSize < 1:
+		return fmt.Errorf("batch size must be at least 1, got %d", o.BatchSize)
+	case o.Workers < 1:
+		return fmt.Errorf("workers must be at least 1, got %d", o.Workers)
+	case o.DType != "uint8" && o.DType != "float16" && o.DType != "float32":
+		return fmt.Errorf("dtype %q: want uint8, float16 or float32", o.DType)
+	case o.Layout != "nhwc" && o.Layout != "nchw":
+		return fmt.Errorf("layout %q: want nhwc or nchw", o.Layout)
+	case o.Normalize && o.DType == "uint8":
+		return errors.New("normalizing needs a float dtype (float16 or float32)")
+	case o.OnError != "skip" && o.OnError != "fail":
+		return fmt.Errorf("on-error %q: want skip or fail", o.OnError)
+	}
+	if o.Normalize {
+		for c, s := range o.Std {
+			if s <= 0 {
+				return fmt.Errorf("normalize: standard deviation of channel %d is %v; it must be positive", c, s)
+			}
+		}
+	}
+	if err := o.Op.Validate(); err != nil {
+		return err
+	}
+	return o.Order.Validate()
+}
+
+// Sink takes finished batches: a slot to fill, its buffers, and the
+// publication of a filled slot.
+type Sink interface {
+	Acquire(ctx context.Context) (slot int, err error)
+	Buffers(slot int) (images, labels []byte)
+	Publish(slot, epoch, batch, size int) error
+}
+
+// Pipeline produces batches from one beton.
+type Pipeline struct {
+	c        *pagecache.Cache
+	f        *beton.File
+	opts     Options
+	image    int
+	label    int
+	announce func(order []uint32) error
+
+	lut16 [3][256]uint16
+	lut32 [3][256]float32
+
+	// Counters.
+	Images, Errors atomic.Uint64
+}
+
+// New returns a pipeline over the cache's beton. announce, if set, is told
+// each epoch's order before it is read (the cache is told in any case).
+func New(c *pagecache.Cache, opts Options, announce func([]uint32) error) (*Pipeline, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	f := c.File()
+	p := &Pipeline{c: c, f: f, opts: opts, image: -1, announce: announce}
+	for i, fd := range f.Fields() {
+		if opts.ImageField == "" && fd.Type == beton.TypeRGBImage || fd.Name == opts.ImageField {
+			p.image = i
+			break
+		}
+	}
+	if p.image < 0 || f.Fields()[p.image].Type != beton.TypeRGBImage {
+		return nil, fmt.Errorf("%s: no RGB image field %q", f.Name(), opts.ImageField)
+	}
+	p.label = f.FieldIndex(opts.LabelField)
+	if p.label < 0 || f.Fields()[p.label].Type != beton.TypeInt {
+		return nil, fmt.Errorf("%s: no int field %q for labels", f.Name(), opts.LabelField)
+	}
+	for c := 0; c < 3; c++ {
+		for v := 0; v < 256; v++ {
+			x := float64(v)
+			if opts.Normalize {
+				x = (x/255 - opts.Mean[c]) / opts.Std[c]
+			}
+			p.lut32[c][v] = float32(x)
+			p.lut16[c][v] = float16Bits(float32(x))
+		}
+	}
+	return p, nil
+}
+
+// Fields returns the ring fields of a batch: "image" and "label".
+func (p *Pipeline) Fields() []cudafeed.FieldSpec {
+	o := p.opts
+	shape := []int{o.BatchSize, o.Op.OutH, o.Op.OutW, 3}
+	if o.Layout == "nchw" {
+		shape = []int{o.BatchSize, 3, o.Op.OutH, o.Op.OutW}
+	}
+	return []cudafeed.FieldSpec{{Name: "image", DType: o.DType, Shape: shape}, {Name: "label", DType: "int64", Shape: []int{o.BatchSize}}}
+}
+
+// BatchesPerEpoch returns the number of batches an epoch yields.
+func (p *Pipeline) BatchesPerEpoch() (int, error) {
+	ids, err := order.Generate(p.f, p.orderOf(0))
+	if err != nil {
+		return 0, err
+	}
+	return (len(ids) + p.opts.BatchSize - 1) / p.opts.BatchSize, nil
+}
+
+func (p *Pipeline) orderOf(epoch int) order.Options {
+	o := p.opts.Order
+	o.Epoch = uint64(epoch)
+	return o
+}
+
+type batch struct {
+	slot, index, size int
+	images, labels    []byte
+	remaining         atomic.Int32
+	failed            []bool
+	err               error
+	errOnce           sync.Once
+}
+
+type job struct {
+	b *batch
+	j int
+	s uint32
+}
+
+// RunEpoch reads one epoch and publishes its batches to sink in order. It
+// returns the number of samples delivered.
+func (p *Pipeline) RunEpoch(ctx context.Context, epoch int, sink Sink) (int, error) {
+	ids, err := order.Generate(p.f, p.orderOf(epoch))
+	if err != nil {
+		return 0, err
+	}
+	if err := p.c.Announce("ffcvfeed", ids); err != nil {
+		return 0, err
+	}
+	if p.announce != nil {
+		if err := p.announce(ids); err != nil {
+			return 0, err
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	B := p.opts.BatchSize
+	nb := (len(ids) + B - 1) / B
+	jobs := make(chan job, 2*B)
+	done := make(chan *batch, nb)
+	var wg sync.WaitGroup
+	for w := 0; w < p.opts.Workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.worker(ctx, epoch, jobs, done)
+		}()
+	}
+	// The feeder acquires a slot per batch (waiting while the sink is full)
+	// and hands out its samples.
+	feedErr := make(chan error, 1)
+	go func() {
+		defer close(jobs)
+		for bi := 0; bi < nb; bi++ {
+			slot, err := sink.Acquire(ctx)
+			if err != nil {
+				feedErr <- err
+				return
+			}
+			lo, hi := bi*B, min(len(ids), (bi+1)*B)
+			images, labels := sink.Buffers(slot)
+			b := &batch{slot: slot, index: bi, size: hi - lo, images: images, labels: labels, failed: make([]bool, hi-lo)}
+			b.remaining.Store(int32(hi - lo))
+			for j := lo; j < hi; j++ {
+				select {
+				case jobs <- job{b: b, j: j - lo, s: ids[j]}:
+				case <-ctx.Done():
+					feedErr <- ctx.Err()
+					return
+				}
+			}
+		}
+		feedErr <- nil
+	}()
+	// Publish in batch order.
+	pending := map[int]*batch{}
+	next, delivered := 0, 0
+	var runErr error
+	for next < nb && runErr == nil {
+		select {
+		case b := <-done:
+			pending[b.index] = b
+			for {
+				b, ok := pending[next]
+				if !ok {
+					break
+				}
+				delete(pending, next)
+				if err := p.finish(b); err != nil {
+					runErr = err
+					break
+				}
+				if err := sink.Publish(b.slot, epoch, b.index, b.size); err != nil {
+					runErr = err
+					break
+				}
+				delivered += b.size
+				next++
+			}
+		case err := <-feedErr:
+			if err != nil {
+				runErr = err
+			}
+		case <-ctx.Done():
+			runErr = ctx.Err()
+		}
+	}
+	cancel()
+	wg.Wait()
+	return delivered, runErr
+}
+
+// finish replaces the failed samples of a finished batch, or fails it.
+func (p *Pipeline) finish(b *batch) error {
+	if b.err != nil {
+		return b.err
+	}
+	good := -1
+	for j, f := range b.failed {
+		if !f {
+			good = j
+			break
+		}
+	}
+	per := len(b.images) / p.opts.BatchSize
+	for j, f := range b.failed {
+		if !f {
+			continue
+		}
+		if good < 0 {
+			return fmt.Errorf("%s: batch %d: no sample of the batch could be decoded", p.f.Name(), b.index)
+		}
+		copy(b.images[j*per:(j+1)*per], b.images[good*per:(good+1)*per])
+		copy(b.labels[j*8:j*8+8], b.labels[good*8:good*8+8])
+	}
+	return nil
+}
+
+func (p *Pipeline) worker(ctx context.Context, epoch int, jobs <-chan job, done chan<- *batch) {
+	dec, err := decode.NewDecoder()
+	if err != nil {
+		p.opts.Logger.Error("creating a JPEG decoder", "err", err)
+		return
+	}
+	defer dec.Close()
+	o := p.opts
+	pcg := rand.NewPCG(0, 0)
+	rng := rand.New(pcg)
+	pix := o.Op.OutW * o.Op.OutH * 3
+	var scratch []byte
+	if o.DType != "uint8" || o.Layout != "nhwc" {
+		scratch = make([]byte, pix)
+	}
+	for jb := range jobs {
+		b := jb.b
+		// Each sample's augmentation depends only on (seed, epoch, sample).
+		pcg.Seed(o.Order.Seed^uint64(epoch)*0x9E3779B97F4A7C15, uint64(jb.s))
+		err := p.sample(ctx, dec, rng, jb, scratch)
+		if err != nil {
+			p.Errors.Add(1)
+			if ctx.Err() == nil {
+				p.opts.Logger.Error("sample failed", "sample", jb.s, "err", err)
+			}
+			if o.OnError == "fail" || ctx.Err() != nil || !errors.Is(err, decode.ErrCorrupt) && !errors.Is(err, beton.ErrCorrupt) {
+				b.errOnce.Do(func() { b.err = fmt.Errorf("sample %d: %w", jb.s, err) })
+			}
+			b.failed[jb.j] = true
+		} else {
+			p.Images.Add(1)
+		}
+		if b.remaining.Add(-1) == 0 {
+			done <- b
+		}
+	}
+}
+
+func (p *Pipeline) sample(ctx context.Context, dec *decode.Decoder, rng *rand.Rand, jb job, scratch []byte) error {
+	o := p.opts
+	s := int(jb.s)
+	img, err := p.f.Image(s, p.image)
+	if err != nil {
+		return err
+	}
+	pg, err := p.c.AcquireSample(ctx, s)
+	if err != nil {
+		return err
+	}
+	data := pg.Data[int64(img.Ptr)-p.f.PageOffset(pg.Num):][:img.Size]
+	mode := decode.JPEG
+	if img.Mode == beton.ModeRaw {
+		mode = decode.Raw
+	}
+	pix := o.Op.OutW * o.Op.OutH * 3
+	per := len(jb.b.images) / o.BatchSize
+	out := jb.b.images[jb.j*per : (jb.j+1)*per]
+	dst := scratch
+	if dst == nil {
+		dst = out[:pix]
+	}
+	err = dec.Apply(data, mode, img.Width, img.Height, o.Op, rng, dst)
+	pg.Release()
+	if err != nil {
+		return err
+	}
+	if scratch != nil {
+		p.convert(out, scratch)
+	}
+	binary.LittleEndian.PutUint64(jb.b.labels[jb.j*8:], uint64(p.f.Int(s, p.label)))
+	return nil
+}
+
+// convert writes the HWC uint8 pixels src into out in the output dtype and
+// layout, through per-channel lookup tables.
+func (p *Pipeline) convert(out, src []byte) {
+	o := p.opts
+	hw := o.Op.OutW * o.Op.OutH
+	idx := func(i, c int) int { // element index of pixel i, channel c
+		if o.Layout == "nchw" {
+			return c*hw + i
+		}
+		return i*3 + c
+	}
+	switch o.DType {
+	case "uint8":
+		for i := 0; i < hw; i++ {
+			for c := 0; c < 3; c++ {
+				out[idx(i, c)] = src[i*3+c]
+			}
+		}
+	case "float16":
+		for i := 0; i < hw; i++ {
+			for c := 0; c < 3; c++ {
+				binary.LittleEndian.PutUint16(out[2*idx(i, c):], p.lut16[c][src[i*3+c]])
+			}
+		}
+	case "float32":
+		for i := 0; i < hw; i++ {
+			for c := 0; c < 3; c++ {
+				binary.LittleEndian.PutUint32(out[4*idx(i, c):], math.Float32bits(p.lut32[c][src[i*3+c]]))
+			}
+		}
+	}
+}
+
+// float16Bits converts to IEEE half precision, rounding to nearest even.
+func float16Bits(f float32) uint16 {
+	b := math.Float32bits(f)
+	sign := uint16(b>>16) & 0x8000
+	exp := int32(b>>23&0xff) - 127 + 15
+	mant := b & 0x7fffff
+	switch {
+	case b&0x7fffffff == 0:
+		return sign
+	case exp >= 31:
+		if b&0x7fffffff > 0x7f800000 {
+			return sign | 0x7e00 // NaN
+		}
+		return sign | 0x7c00 // overflow to infinity
+	case exp <= 0:
+		if exp < -10 {
+			return sign
+		}
+		mant |= 0x800000
+		shift := uint32(14 - exp)
+		h := mant >> shift
+		rem := mant & (1<<shift - 1)
+		half := uint32(1) << (shift - 1)
+		if rem > half || rem == half && h&1 == 1 {
+			h++
+		}
+		return sign | uint16(h)
+	}
+	h := uint32(exp)<<10 | mant>>13
+	rem := mant & 0x1fff
+	if rem > 0x1000 || rem == 0x1000 && h&1 == 1 {
+		h++
+	}
+	return sign | uint16(h)
+}
