@@ -190,6 +190,18 @@ func (p *Pipeline) Fields() []cudafeed.FieldSpec {
 	return []cudafeed.FieldSpec{{Name: "image", DType: o.DType, Shape: shape}, {Name: "label", DType: "int64", Shape: []int{o.BatchSize}}}
 }
 
+// sampleBytes returns the bytes of one sample's image in the output dtype.
+func (p *Pipeline) sampleBytes() int {
+	n := p.opts.Op.OutW * p.opts.Op.OutH * 3
+	switch p.opts.DType {
+	case "float16":
+		return 2 * n
+	case "float32":
+		return 4 * n
+	}
+	return n
+}
+
 // BatchesPerEpoch returns the number of batches an epoch yields.
 func (p *Pipeline) BatchesPerEpoch() (int, error) {
 	ids, err := order.Generate(p.f, p.orderOf(0))
@@ -262,6 +274,10 @@ func (p *Pipeline) RunEpoch(ctx context.Context, epoch int, sink Sink) (int, err
 			}
 			lo, hi := bi*B, min(len(ids), (bi+1)*B)
 			images, labels := sink.Buffers(slot)
+			if len(images) != B*p.sampleBytes() || len(labels) != 8*B {
+				feedErr <- fmt.Errorf("slot %d holds %d image and %d label bytes; a batch needs %d and %d", slot, len(images), len(labels), B*p.sampleBytes(), 8*B)
+				return
+			}
 			b := &batch{slot: slot, index: bi, size: hi - lo, images: images, labels: labels, failed: make([]bool, hi-lo)}
 			b.remaining.Store(int32(hi - lo))
 			for j := lo; j < hi; j++ {
@@ -325,7 +341,7 @@ func (p *Pipeline) finish(b *batch) error {
 			break
 		}
 	}
-	per := len(b.images) / p.opts.BatchSize
+	per := p.sampleBytes()
 	for j, f := range b.failed {
 		if !f {
 			continue
@@ -394,7 +410,7 @@ func (p *Pipeline) sample(ctx context.Context, dec *decode.Decoder, rng *rand.Ra
 		mode = decode.Raw
 	}
 	pix := o.Op.OutW * o.Op.OutH * 3
-	per := len(jb.b.images) / o.BatchSize
+	per := p.sampleBytes()
 	out := jb.b.images[jb.j*per : (jb.j+1)*per]
 	dst := scratch
 	if dst == nil {

@@ -1,0 +1,241 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
+	"github.com/ffcvfs/ffcvfs/pagecache"
+	"github.com/ffcvfs/ffcvfs/pipeline/decode"
+	"github.com/ffcvfs/ffcvfs/pipeline/order"
+)
+
+// collectSink keeps a copy of every published batch.
+type collectSink struct {
+	images, labels [][]byte
+	free           chan int
+	got            []published
+}
+
+type published struct {
+	epoch, batch int
+	images       []byte
+	labels       []int64
+}
+
+func newCollectSink(slots, imageBytes, batch int) *collectSink {
+	s := &collectSink{free: make(chan int, slots)}
+	for i := 0; i < slots; i++ {
+		s.images = append(s.images, make([]byte, imageBytes))
+		s.labels = append(s.labels, make([]byte, 8*batch))
+		s.free <- i
+	}
+	return s
+}
+
+func (s *collectSink) Acquire(ctx context.Context) (int, error) {
+	select {
+	case i := <-s.free:
+		return i, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+func (s *collectSink) Buffers(slot int) ([]byte, []byte) { return s.images[slot], s.labels[slot] }
+func (s *collectSink) Publish(slot, epoch, batch, size int) error {
+	p := published{epoch: epoch, batch: batch, images: append([]byte(nil), s.images[slot]...)}
+	for j := 0; j < size; j++ {
+		p.labels = append(p.labels, int64(binary.LittleEndian.Uint64(s.labels[slot][8*j:])))
+	}
+	s.got = append(s.got, p)
+	s.free <- slot
+	return nil
+}
+
+func openCache(t *testing.T, path string) *pagecache.Cache {
+	t.Helper()
+	src, err := pagecache.OpenSource(t.Context(), path, pagecache.SourceOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	f, err := beton.Open(src, src.Size(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := pagecache.New(src, f, pagecache.Options{Budget: 2 * f.PageSize()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func run(t *testing.T, c *pagecache.Cache, opts Options, epochs int) *collectSink {
+	t.Helper()
+	p, err := New(c, opts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := newCollectSink(3, p.opts.BatchSize*p.sampleBytes(), p.opts.BatchSize)
+	for e := 0; e < epochs; e++ {
+		if _, err := p.RunEpoch(context.Background(), e, sink); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return sink
+}
+
+func TestEverySampleOncePerEpochWithItsLabel(t *testing.T) {
+	path := testenv.Fixture(t, "beton", "imagefolder-mixed.beton") // JPEG and raw images
+	c := openCache(t, path)
+	f := c.File()
+	opts := Options{BatchSize: 16, Workers: 2, Op: decode.Op{Kind: decode.RandomResizedCrop, OutW: 32, OutH: 32, FlipProb: 0.5}, Order: order.Options{Kind: order.QuasiRandom, Seed: 3}}
+	sink := run(t, c, opts, 2)
+	want := map[int64]int{}
+	for s := 0; s < f.NumSamples(); s++ {
+		want[f.Int(s, 1)]++
+	}
+	for e := 0; e < 2; e++ {
+		got := map[int64]int{}
+		batch := 0
+		for _, p := range sink.got {
+			if p.epoch != e {
+				continue
+			}
+			if p.batch != batch {
+				t.Fatalf("epoch %d: batch %d published after %d", e, p.batch, batch-1)
+			}
+			batch++
+			for _, l := range p.labels {
+				got[l]++
+			}
+		}
+		for l, n := range want {
+			if got[l] != n {
+				t.Errorf("epoch %d: label %d seen %d times, want %d", e, l, got[l], n)
+			}
+		}
+	}
+	// The same seed gives the same batches.
+	again := run(t, c, opts, 2)
+	for i := range sink.got {
+		if !bytes.Equal(sink.got[i].images, again.got[i].images) {
+			t.Fatalf("batch %d differs between two runs with one seed", i)
+		}
+	}
+}
+
+// Float output equals the uint8 output converted by hand.
+func TestFloatLayoutsAndNormalize(t *testing.T) {
+	path := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
+	c := openCache(t, path)
+	base := Options{BatchSize: 8, Workers: 1, Op: decode.Op{Kind: decode.CenterCrop, OutW: 16, OutH: 16}, Order: order.Options{Kind: order.Sequential}}
+	u8 := run(t, c, base, 1)
+	f32 := base
+	f32.DType, f32.Layout, f32.Normalize, f32.Mean, f32.Std = "float32", "nchw", true, ImageNetMean, ImageNetStd
+	got := run(t, c, f32, 1)
+	f16 := f32
+	f16.DType = "float16"
+	half := run(t, c, f16, 1)
+	const hw = 16 * 16
+	for b := range u8.got {
+		for j := range u8.got[b].labels {
+			for i := 0; i < hw; i++ {
+				for ch := 0; ch < 3; ch++ {
+					v := float64(u8.got[b].images[j*hw*3+i*3+ch])
+					want := (v/255 - ImageNetMean[ch]) / ImageNetStd[ch]
+					k := j*hw*3 + ch*hw + i
+					x := math.Float32frombits(binary.LittleEndian.Uint32(got.got[b].images[4*k:]))
+					if math.Abs(float64(x)-want) > 1e-5 {
+						t.Fatalf("float32 nchw: %v, want %v", x, want)
+					}
+					h := float16ToFloat(binary.LittleEndian.Uint16(half.got[b].images[2*k:]))
+					if math.Abs(h-want) > 2e-3 {
+						t.Fatalf("float16: %v, want %v", h, want)
+					}
+				}
+			}
+		}
+	}
+}
+
+func float16ToFloat(h uint16) float64 {
+	sign := 1.0
+	if h&0x8000 != 0 {
+		sign = -1
+	}
+	exp := int(h>>10) & 0x1f
+	mant := float64(h & 0x3ff)
+	if exp == 0 {
+		return sign * mant / 1024 * math.Pow(2, -14)
+	}
+	return sign * (1 + mant/1024) * math.Pow(2, float64(exp-15))
+}
+
+func TestFloat16Bits(t *testing.T) {
+	for _, c := range []struct {
+		f    float32
+		want uint16
+	}{{0, 0}, {1, 0x3c00}, {-2, 0xc000}, {65504, 0x7bff}, {1e6, 0x7c00}, {0.1, 0x2e66}, {6e-8, 0x0001}, {float32(math.Inf(-1)), 0xfc00}} {
+		if got := float16Bits(c.f); got != c.want {
+			t.Errorf("float16Bits(%v) = %#04x, want %#04x", c.f, got, c.want)
+		}
+	}
+}
+
+// A corrupt JPEG is replaced by another sample of its batch with skip, and
+// ends the epoch with fail.
+func TestCorruptSample(t *testing.T) {
+	orig := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
+	data, err := os.ReadFile(orig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := beton.Open(bytes.NewReader(data), int64(len(data)), orig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, _ := f.Image(3, 0)
+	for i := img.Ptr + 2; i < img.Ptr+img.Size; i++ {
+		data[i] = 0xAA // keep the SOI marker, destroy the rest
+	}
+	path := filepath.Join(t.TempDir(), "corrupt.beton")
+	os.WriteFile(path, data, 0o644)
+	c := openCache(t, path)
+	opts := Options{BatchSize: 8, Workers: 2, Op: decode.Op{Kind: decode.CenterCrop, OutW: 16, OutH: 16}, Order: order.Options{Kind: order.Sequential}}
+	p, err := New(c, opts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := newCollectSink(2, 8*16*16*3, 8)
+	n, err := p.RunEpoch(context.Background(), 0, sink)
+	if err != nil || n != f.NumSamples() || p.Errors.Load() != 1 {
+		t.Fatalf("skip: %d samples, %v, %d errors", n, err, p.Errors.Load())
+	}
+	opts.OnError = "fail"
+	p, _ = New(c, opts, nil)
+	if _, err := p.RunEpoch(context.Background(), 0, newCollectSink(2, 8*16*16*3, 8)); err == nil {
+		t.Fatal("fail mode ignored a corrupt sample")
+	}
+}
+
+func TestOptionErrors(t *testing.T) {
+	for _, o := range []Options{
+		{DType: "int8", Op: decode.Op{OutW: 8, OutH: 8}},
+		{Layout: "chw", Op: decode.Op{OutW: 8, OutH: 8}},
+		{Normalize: true, Std: [3]float64{1, 1, 1}, Op: decode.Op{OutW: 8, OutH: 8}},
+		{OnError: "ignore", Op: decode.Op{OutW: 8, OutH: 8}},
+		{DType: "float32", Normalize: true, Std: [3]float64{1, 0, 1}, Op: decode.Op{OutW: 8, OutH: 8}},
+	} {
+		if err := o.Validate(); err == nil {
+			t.Errorf("%+v accepted", o)
+		}
+	}
+}
