@@ -89,6 +89,7 @@ type Server struct {
 	qHead    int
 	qLen     int
 	finished bool
+	endSent  bool // the end message reached a consumer's socket
 	active   *consumerConn
 	closed   bool
 }
@@ -248,6 +249,25 @@ func (s *Server) kickWriter() {
 	}
 }
 
+// Drain waits until the end of the stream has been written to the consumer,
+// or no consumer is connected, or ctx ends: call it before Close so that a
+// consumer still reading gets the end rather than a closed connection.
+func (s *Server) Drain(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		done := s.endSent || s.active == nil || s.closed
+		s.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
 // Close stops listening, disconnects the consumer and unblocks AcquireSlot.
 // It does not close the ring.
 func (s *Server) Close() error {
@@ -342,6 +362,15 @@ func (s *Server) writeLoop(c *consumerConn) {
 		case s.finished && !endSent:
 			buf = append(buf[:0], `{"end":true}`+"\n"...)
 			endSent = true
+			s.mu.Unlock()
+			_, err := c.conn.Write(buf)
+			s.mu.Lock()
+			s.endSent = err == nil
+			s.mu.Unlock()
+			if err != nil {
+				return
+			}
+			continue
 		default:
 			s.mu.Unlock()
 			select {

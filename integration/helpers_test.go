@@ -42,6 +42,9 @@ func binary(t *testing.T, name string) string {
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
+	if name != "ffcvfs" {
+		return extraBinary(t, name)
+	}
 	return filepath.Join(binDir, name)
 }
 
@@ -275,4 +278,33 @@ func forceUnmount(dir string) {
 	if exec.Command("fusermount3", "-u", "-z", dir).Run() != nil {
 		_ = exec.Command("umount", "-l", dir).Run()
 	}
+}
+
+// extraBuilds holds the commands other than ffcvfs that binary builds on first
+// use (ffcvfeed), each once per test run, so that a command that does not
+// build fails only the tests that use it.
+var extraBuilds sync.Map // name → *extraBuild
+
+type extraBuild struct {
+	once sync.Once
+	err  error
+}
+
+// extraBinary builds ../cmd/<name> into binDir on first use and returns its
+// path. binary has created binDir already.
+func extraBinary(t *testing.T, name string) string {
+	t.Helper()
+	v, _ := extraBuilds.LoadOrStore(name, &extraBuild{})
+	b := v.(*extraBuild)
+	path := filepath.Join(binDir, name)
+	b.once.Do(func() {
+		out, err := exec.Command("go", "build", "-o", path, "../cmd/"+name).CombinedOutput()
+		if err != nil {
+			b.err = &buildError{name, string(out), err}
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return path
 }

@@ -12,8 +12,15 @@
 #   scripts/bench.sh mount [N]    reading every file of a mounted beton of N images
 #                                 (default 2000 fixture photos), 1 and 4 readers,
 #                                 warm, vs the same files in a plain folder
+#   scripts/bench.sh feed [N]     ffcvfeed on N real photos (default 5000, made by
+#                                 scripts/make-bench-data.sh): the pipeline (decode,
+#                                 random-resized crop to 160, flip, uint8 batches of
+#                                 256, 2 workers) vs decoding alone, and vs torchvision
+#                                 ImageFolder + DataLoader (2 workers) doing the same;
+#                                 then ffcvfeed's peak RSS over 1 and 3 epochs
 #
-# Environment: RUNS (default 3) runs per figure; BENCH_DIR (default a temp dir).
+# Environment: RUNS (default 3) runs per figure; BENCH_DIR (default a temp dir;
+# for feed, ${FFCVFS_CACHE:-~/.cache/ffcvfs}/bench, so the data is kept).
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -157,7 +164,72 @@ bench_mount() {
 	[[ -n ${BENCH_DIR:-} ]] || rm -rf "$dir"
 }
 
+# images_per_s: the images/s figure of the last line of stdin that has one
+# ("... N images in S s: R images/s ...").
+images_per_s() {
+	sed -n 's|.* \([0-9.][0-9.]*\) images/s.*|\1|p' | tail -n 1
+}
+
+# rate_of CMD...: the median over RUNS runs of the images/s that CMD prints.
+rate_of() {
+	local i out r
+	for ((i = 0; i < RUNS; i++)); do
+		out=$("$@") || die "$* failed"
+		r=$(images_per_s <<<"$out")
+		[[ -n $r ]] || die "no images/s figure in the output of $*:"$'\n'"$out"
+		echo "$r"
+	done | median
+}
+
+# peak_rss_mib CMD...: the median over RUNS runs of CMD's peak resident set
+# size in MiB, from /usr/bin/time -v.
+peak_rss_mib() {
+	local i f kb
+	f=$(mktemp)
+	for ((i = 0; i < RUNS; i++)); do
+		/usr/bin/time -v -o "$f" "$@" >/dev/null || die "$* failed"
+		kb=$(sed -n 's/^[[:space:]]*Maximum resident set size (kbytes): \([0-9]*\)$/\1/p' "$f")
+		[[ -n $kb ]] || die "no peak RSS in /usr/bin/time -v's output: $(cat "$f")"
+		echo "$kb / 1024" | bc -l
+	done | median
+	rm -f "$f"
+}
+
+bench_feed() {
+	local n=${1:-5000}
+	[[ $n =~ ^[0-9]+$ ]] || die "N must be a whole number, got '$n'"
+	local dir=${BENCH_DIR:-${FFCVFS_CACHE:-$HOME/.cache/ffcvfs}/bench}/feed-$n
+	ensure_apt time python3-torchvision python3-pil
+	scripts/make-bench-data.sh "$n" "$dir" >&2 || die "make-bench-data.sh failed"
+	go build -o bin/ffcvfeed ./cmd/ffcvfeed || die "go build ./cmd/ffcvfeed failed"
+	local beton=$dir/bench.beton folder=$dir/imagefolder
+	local pipe=(--resolution 160 --crop random-resized --flip 0.5 --dtype uint8 --workers 2 --batch-size 256)
+	echo
+	echo "ffcvfeed: $n real-photo JPEGs (shorter side 300-500 px), 2 workers, $(nproc) cores, median of $RUNS runs"
+	echo "decode: full libjpeg-turbo decode of every image. pipeline and torchvision: random-resized crop to"
+	echo "160x160, flip 0.5, uint8 batches of 256, one epoch (torchvision's time includes starting its workers)."
+	echo "peak RSS: /usr/bin/time -v of ffcvfeed bench with the pipeline's flags."
+	printf '%-52s %10s %-9s %8s\n' "what" "value" "unit" "ratio"
+	local base r rss1 rss3
+	bin/ffcvfeed decode-bench --data "$beton" --workers 2 >/dev/null || die "ffcvfeed decode-bench failed" # warm the page cache
+	base=$(rate_of bin/ffcvfeed decode-bench --data "$beton" --workers 2)
+	printf '%-52s %10.0f %-9s %8s\n' "ffcvfeed decode-bench --workers 2 (baseline)" "$base" "images/s" "1.00"
+	r=$(rate_of bin/ffcvfeed bench --data "$beton" "${pipe[@]}")
+	printf '%-52s %10.0f %-9s %8.3f\n' "ffcvfeed bench (pipeline)" "$r" "images/s" "$(echo "$r / $base" | bc -l)"
+	r=$(rate_of /usr/bin/python3 scripts/torch_loader_bench.py "$folder" --workers 2 --batch-size 256 --resolution 160)
+	printf '%-52s %10.0f %-9s %8.3f\n' "torchvision ImageFolder + DataLoader" "$r" "images/s" "$(echo "$r / $base" | bc -l)"
+	rss1=$(peak_rss_mib bin/ffcvfeed bench --data "$beton" "${pipe[@]}" --epochs 1)
+	rss3=$(peak_rss_mib bin/ffcvfeed bench --data "$beton" "${pipe[@]}" --epochs 3)
+	printf '%-52s %10.1f %-9s %8s\n' "ffcvfeed bench peak RSS, 1 epoch (baseline)" "$rss1" "MiB" "1.00"
+	printf '%-52s %10.1f %-9s %8.3f\n' "ffcvfeed bench peak RSS, 3 epochs" "$rss3" "MiB" "$(echo "$rss3 / $rss1" | bc -l)"
+}
+
 case ${1:-} in
+feed)
+	ensure_go
+	shift
+	bench_feed "$@"
+	;;
 mount)
 	build
 	shift
@@ -175,7 +247,7 @@ write)
 	bench_write "$@"
 	;;
 *)
-	echo "usage: scripts/bench.sh write [N] | cache | mount [N]" >&2
+	echo "usage: scripts/bench.sh write [N] | cache | mount [N] | feed [N]" >&2
 	exit 2
 	;;
 esac

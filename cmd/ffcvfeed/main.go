@@ -253,11 +253,17 @@ func serveCommand() *cli.Command {
 				}
 				slog.Info("epoch done", "epoch", e, "images", n, "images_per_s", fmt.Sprintf("%.0f", float64(n)/time.Since(start).Seconds()), "errors", p.Errors.Load())
 			}
-			// Wait until the consumer has released every slot.
+			// Wait until the consumer has released every slot and has been
+			// sent the end of the stream.
 			for i := 0; i < ring.Slots(); i++ {
 				if _, err := srv.AcquireSlot(ctx); err != nil {
 					return nil
 				}
+			}
+			drain, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			if err := srv.Drain(drain); err != nil {
+				slog.Warn("the consumer did not receive the end of the stream", "err", err)
 			}
 			return nil
 		},
