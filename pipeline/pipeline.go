@@ -496,3 +496,40 @@ func float16Bits(f float32) uint16 {
 	}
 	return sign | uint16(h)
 }
+
+// DiscardSink is a Sink whose batches are consumed as soon as they are
+// published: for measuring the pipeline alone.
+type DiscardSink struct {
+	free           chan int
+	images, labels [][]byte
+}
+
+// NewDiscardSink returns a DiscardSink of slots batch buffers sized for p.
+func NewDiscardSink(p *Pipeline, slots int) *DiscardSink {
+	d := &DiscardSink{free: make(chan int, slots)}
+	for i := 0; i < slots; i++ {
+		d.images = append(d.images, make([]byte, p.opts.BatchSize*p.sampleBytes()))
+		d.labels = append(d.labels, make([]byte, 8*p.opts.BatchSize))
+		d.free <- i
+	}
+	return d
+}
+
+// Acquire implements Sink.
+func (d *DiscardSink) Acquire(ctx context.Context) (int, error) {
+	select {
+	case s := <-d.free:
+		return s, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// Buffers implements Sink.
+func (d *DiscardSink) Buffers(slot int) ([]byte, []byte) { return d.images[slot], d.labels[slot] }
+
+// Publish implements Sink: the batch is dropped and its slot freed.
+func (d *DiscardSink) Publish(slot, epoch, batch, size int) error {
+	d.free <- slot
+	return nil
+}

@@ -226,6 +226,20 @@ func TestCorruptSample(t *testing.T) {
 	}
 }
 
+func TestDiscardSinkRunsEpochs(t *testing.T) {
+	c := openCache(t, testenv.Fixture(t, "beton", "imagefolder-mixed.beton"))
+	p, err := New(c, Options{BatchSize: 32, Workers: 2, DType: "float32", Layout: "nchw", Op: decode.Op{Kind: decode.RandomResizedCrop, OutW: 24, OutH: 24}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := NewDiscardSink(p, 2)
+	for e := 0; e < 2; e++ {
+		if n, err := p.RunEpoch(context.Background(), e, sink); err != nil || n != c.File().NumSamples() {
+			t.Fatalf("epoch %d: %d samples, %v", e, n, err)
+		}
+	}
+}
+
 func TestOptionErrors(t *testing.T) {
 	for _, o := range []Options{
 		{DType: "int8", Op: decode.Op{OutW: 8, OutH: 8}},

@@ -203,6 +203,28 @@ func openData(c *cli.Context) (*pagecache.Cache, pagecache.Source, func([]uint32
 	return cache, src, announce, nil
 }
 
+// openPipeline builds the pipeline the flags describe. close releases the
+// cache and the source.
+func openPipeline(c *cli.Context) (p *pipeline.Pipeline, close func(), err error) {
+	opts, err := pipelineOptions(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	cache, src, announce, err := openData(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	close = func() {
+		cache.Close()
+		src.Close()
+	}
+	if p, err = pipeline.New(cache, opts, announce); err != nil {
+		close()
+		return nil, nil, err
+	}
+	return p, close, nil
+}
+
 func serveCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "serve",
@@ -213,20 +235,11 @@ func serveCommand() *cli.Command {
 			&cli.IntFlag{Name: "slots", Value: 4, Usage: "batches in shared memory at once", Category: "output"},
 		),
 		Action: func(c *cli.Context) error {
-			opts, err := pipelineOptions(c)
+			p, closePipeline, err := openPipeline(c)
 			if err != nil {
 				return err
 			}
-			cache, src, announce, err := openData(c)
-			if err != nil {
-				return err
-			}
-			defer src.Close()
-			defer cache.Close()
-			p, err := pipeline.New(cache, opts, announce)
-			if err != nil {
-				return err
-			}
+			defer closePipeline()
 			nb, err := p.BatchesPerEpoch()
 			if err != nil {
 				return err
@@ -284,36 +297,6 @@ func (s serverSink) Publish(slot, epoch, batch, size int) error {
 	return s.srv.Publish(slot, epoch, batch, size)
 }
 
-// memorySink is a ring in plain memory whose batches are consumed at once.
-type memorySink struct {
-	free           chan int
-	images, labels [][]byte
-}
-
-func newMemorySink(slots, imageBytes, labelBytes int) *memorySink {
-	m := &memorySink{free: make(chan int, slots)}
-	for i := 0; i < slots; i++ {
-		m.images = append(m.images, make([]byte, imageBytes))
-		m.labels = append(m.labels, make([]byte, labelBytes))
-		m.free <- i
-	}
-	return m
-}
-
-func (m *memorySink) Acquire(ctx context.Context) (int, error) {
-	select {
-	case s := <-m.free:
-		return s, nil
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	}
-}
-func (m *memorySink) Buffers(slot int) ([]byte, []byte) { return m.images[slot], m.labels[slot] }
-func (m *memorySink) Publish(slot, epoch, batch, size int) error {
-	m.free <- slot
-	return nil
-}
-
 func benchCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "bench",
@@ -321,33 +304,12 @@ func benchCommand() *cli.Command {
 		UsageText: "ffcvfeed bench --data SRC|MOUNT [options]",
 		Flags:     pipelineFlags(),
 		Action: func(c *cli.Context) error {
-			opts, err := pipelineOptions(c)
+			p, closePipeline, err := openPipeline(c)
 			if err != nil {
 				return err
 			}
-			cache, src, announce, err := openData(c)
-			if err != nil {
-				return err
-			}
-			defer src.Close()
-			defer cache.Close()
-			p, err := pipeline.New(cache, opts, announce)
-			if err != nil {
-				return err
-			}
-			var bytesPer int
-			for _, f := range p.Fields()[:1] {
-				bytesPer = 1
-				for _, d := range f.Shape {
-					bytesPer *= d
-				}
-				if f.DType == "float16" {
-					bytesPer *= 2
-				} else if f.DType == "float32" {
-					bytesPer *= 4
-				}
-			}
-			sink := newMemorySink(4, bytesPer, 8*opts.BatchSize)
+			defer closePipeline()
+			sink := pipeline.NewDiscardSink(p, 4)
 			total, start := 0, time.Now()
 			for e := 0; e < c.Int("epochs"); e++ {
 				t := time.Now()
