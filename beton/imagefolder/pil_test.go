@@ -3,6 +3,7 @@ package imagefolder
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
 	"image"
 	"image/color"
 	"image/png"
@@ -99,7 +100,7 @@ json.dump(expect, open(os.path.join(d, "expect.json"), "w"))
 // runs when /usr/bin/python3 has PIL and numpy.
 func TestDecodeMatchesPIL(t *testing.T) {
 	if exec.Command("/usr/bin/python3", "-c", "import PIL, numpy").Run() != nil {
-		t.Skip("/usr/bin/python3 cannot import PIL and numpy")
+		testenv.Missing(t, "/usr/bin/python3 cannot import PIL and numpy (apt-get install python3-pil python3-numpy)")
 	}
 	dir := t.TempDir()
 	writeGoImages(t, dir)

@@ -323,7 +323,7 @@ func compareTrees(t *testing.T, got, want *Tree) {
 // sorted give, through torchvision's own functions when it is installed.
 func TestScanMatchesPython(t *testing.T) {
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		t.Skip("no /usr/bin/python3")
+		testenv.Missing(t, "no /usr/bin/python3 (apt-get install python3)")
 	}
 	impls := []string{"replica"}
 	if exec.Command("/usr/bin/python3", "-c", "import torchvision").Run() == nil {
