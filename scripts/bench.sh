@@ -51,22 +51,9 @@ build() {
 
 bench_write() {
 	local n=${1:-2000}
-	local src dir
-	src="$(shared_dir)/fixtures/imagefolder-small"
-	[[ -d $src ]] || die "fixture photos not found at $src"
+	local dir
 	dir=${BENCH_DIR:-$(mktemp -d)}
-	# N images: the 200 fixture photos copied round-robin into their classes.
-	rm -rf "$dir/folder"
-	local i=0 f cls
-	while ((i < n)); do
-		for f in "$src"/*/*; do
-			((i < n)) || break
-			cls=$(basename "$(dirname "$f")")
-			mkdir -p "$dir/folder/$cls"
-			cp "$f" "$dir/folder/$cls/$i-$(basename "$f")"
-			((i += 1))
-		done
-	done
+	photo_folder "$n" "$dir/folder"
 	sync
 	echo "ffcvfs write: $n real-photo JPEGs (300-650 px), $(nproc) cores, median of $RUNS runs"
 	printf '%-48s %10s %8s\n' "what" "images/s" "ratio"
