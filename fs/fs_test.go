@@ -30,15 +30,11 @@ func testMount(t *testing.T, path string, opts Options) (string, *View) {
 	if err := CheckFUSE(); err != nil {
 		testenv.Missing(t, "FUSE: %v", err)
 	}
-	src, err := pagecache.OpenSource(t.Context(), path, pagecache.SourceOptions{})
+	src, f, err := pagecache.OpenBeton(t.Context(), path, pagecache.SourceOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { src.Close() })
-	f, err := beton.Open(src, src.Size(), src.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
 	c, err := pagecache.New(src, f, pagecache.Options{Budget: 2 * f.PageSize(), Readers: 2, Debug: true})
 	if err != nil {
 		t.Fatal(err)
@@ -414,9 +410,11 @@ func TestClassNames(t *testing.T) {
 	if got := names(ents); !reflect.DeepEqual(got, classNames) {
 		t.Errorf("classes %v", got)
 	}
-	src, _ := pagecache.OpenSource(t.Context(), path, pagecache.SourceOptions{})
+	src, f, err := pagecache.OpenBeton(t.Context(), path, pagecache.SourceOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer src.Close()
-	f, _ := beton.Open(src, src.Size(), path)
 	c, _ := pagecache.New(src, f, pagecache.Options{Budget: f.PageSize()})
 	defer c.Close()
 	unsorted := append([]string{"zebra"}, classNames[1:]...)

@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/ffcvfs/ffcvfs/beton"
 )
 
 // Defaults of SourceOptions.
@@ -238,4 +240,19 @@ func redactURL(raw string) string {
 	}
 	u.Fragment, u.RawFragment = "", ""
 	return u.String()
+}
+
+// OpenBeton opens the source at location (as OpenSource) and the beton it
+// holds. The caller closes the source; on error nothing is left open.
+func OpenBeton(ctx context.Context, location string, opts SourceOptions) (Source, *beton.File, error) {
+	src, err := OpenSource(ctx, location, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	f, err := beton.Open(src, src.Size(), src.Name())
+	if err != nil {
+		src.Close()
+		return nil, nil, err
+	}
+	return src, f, nil
 }

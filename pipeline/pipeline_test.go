@@ -60,15 +60,11 @@ func (s *collectSink) Publish(slot, epoch, batch, size int) error {
 
 func openCache(t *testing.T, path string) *pagecache.Cache {
 	t.Helper()
-	src, err := pagecache.OpenSource(t.Context(), path, pagecache.SourceOptions{})
+	src, f, err := pagecache.OpenBeton(t.Context(), path, pagecache.SourceOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { src.Close() })
-	f, err := beton.Open(src, src.Size(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	c, err := pagecache.New(src, f, pagecache.Options{Budget: 2 * f.PageSize()})
 	if err != nil {
 		t.Fatal(err)

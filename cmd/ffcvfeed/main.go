@@ -184,15 +184,10 @@ func openData(c *cli.Context) (*pagecache.Cache, pagecache.Source, func([]uint32
 	}
 	ctx, cancel := context.WithTimeout(c.Context, 2*time.Minute)
 	defer cancel()
-	src, err := pagecache.OpenSource(ctx, data, pagecache.SourceOptions{
+	src, f, err := pagecache.OpenBeton(ctx, data, pagecache.SourceOptions{
 		Endpoint: c.String("s3-endpoint"), Region: c.String("s3-region"), PathStyle: c.Bool("s3-path-style"),
 	})
 	if err != nil {
-		return nil, nil, nil, err
-	}
-	f, err := beton.Open(src, src.Size(), src.Name())
-	if err != nil {
-		src.Close()
 		return nil, nil, nil, err
 	}
 	cache, err := pagecache.New(src, f, pagecache.Options{Budget: budget})

@@ -147,16 +147,7 @@ func openSource(ctx context.Context, c *cli.Context, src string) (pagecache.Sour
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	source, err := pagecache.OpenSource(ctx, src, sopts)
-	if err != nil {
-		return nil, nil, err
-	}
-	f, err := beton.Open(source, source.Size(), source.Name())
-	if err != nil {
-		source.Close()
-		return nil, nil, err
-	}
-	return source, f, nil
+	return pagecache.OpenBeton(ctx, src, sopts)
 }
 
 func readLines(path string) ([]string, error) {
