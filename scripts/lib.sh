@@ -123,11 +123,7 @@ FFCVFS_VERSITYGW_VERSION=v1.8.0
 ensure_versitygw() {
 	command -v versitygw >/dev/null 2>&1 && return 0
 	local gobin
-	gobin=$(cd / && go env GOBIN) || die "'go env GOBIN' failed"
-	if [[ -z "$gobin" ]]; then
-		gobin=$(cd / && go env GOPATH) || die "'go env GOPATH' failed"
-		gobin=${gobin%%:*}/bin
-	fi
+	gobin=$(go_bin) || die "'go env GOPATH' failed"
 	if [[ ! -x "$gobin/versitygw" ]]; then
 		log "installing versitygw $FFCVFS_VERSITYGW_VERSION into $gobin"
 		# Outside the repository, so that its go.mod plays no part.
@@ -138,11 +134,53 @@ ensure_versitygw() {
 	command -v versitygw >/dev/null 2>&1 || die "versitygw is not in $gobin after installing it"
 }
 
+# The proxy that tests and benchmarks put between a client and the S3 server
+# to add latency, bandwidth limits and faults, and the version installed when
+# it is missing.
+FFCVFS_TOXIPROXY_MODULE=github.com/Shopify/toxiproxy/v2
+FFCVFS_TOXIPROXY_VERSION=v2.5.0
+
+# ensure_toxiproxy: make sure toxiproxy-server (and toxiproxy-cli) are on
+# PATH: found there, or in Go's bin folder, which is then added to PATH;
+# otherwise built there. 'go install' would name them server and cli after
+# their package folders, so they are installed into a folder of their own
+# and linked under their usual names. Needs ensure_go first.
+ensure_toxiproxy() {
+	command -v toxiproxy-server >/dev/null 2>&1 && return 0
+	local gobin
+	gobin=$(go_bin) || die "'go env GOPATH' failed"
+	if [[ ! -x "$gobin/toxiproxy-server" ]]; then
+		local dir="$gobin/toxiproxy-$FFCVFS_TOXIPROXY_VERSION"
+		log "installing toxiproxy $FFCVFS_TOXIPROXY_VERSION into $gobin"
+		(cd / && GOBIN="$dir" go install \
+			"$FFCVFS_TOXIPROXY_MODULE/cmd/server@$FFCVFS_TOXIPROXY_VERSION" \
+			"$FFCVFS_TOXIPROXY_MODULE/cmd/cli@$FFCVFS_TOXIPROXY_VERSION") ||
+			die "could not install toxiproxy: go install $FFCVFS_TOXIPROXY_MODULE/cmd/{server,cli}@$FFCVFS_TOXIPROXY_VERSION failed"
+		ln -sf "$dir/server" "$gobin/toxiproxy-server"
+		ln -sf "$dir/cli" "$gobin/toxiproxy-cli"
+	fi
+	export PATH="$PATH:$gobin"
+	command -v toxiproxy-server >/dev/null 2>&1 || die "toxiproxy-server is not in $gobin after installing it"
+}
+
+# go_bin: the folder 'go install' puts commands in: $(go env GOBIN), else the
+# bin folder of the first entry of $(go env GOPATH).
+go_bin() {
+	local gobin
+	gobin=$(cd / && go env GOBIN) || return 1
+	if [[ -z "$gobin" ]]; then
+		gobin=$(cd / && go env GOPATH) || return 1
+		gobin=${gobin%%:*}/bin
+	fi
+	printf '%s\n' "$gobin"
+}
+
 # ensure_deps: everything the tests and the demo need: the Debian packages in
-# FFCVFS_APT_PACKAGES, Go, the Go modules of go.mod, and versitygw.
+# FFCVFS_APT_PACKAGES, Go, the Go modules of go.mod, versitygw and toxiproxy.
 ensure_deps() {
 	ensure_apt "${FFCVFS_APT_PACKAGES[@]}"
 	ensure_go
 	(cd "$(repo_root)" && go mod download) || die "go mod download failed"
 	ensure_versitygw
+	ensure_toxiproxy
 }
