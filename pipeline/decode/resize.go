@@ -1,13 +1,23 @@
 package decode
 
-import "math"
+/*
+#cgo CFLAGS: -O3
+#include "resize.h"
+*/
+import "C"
+
+import (
+	"math"
+	"unsafe"
+)
 
 // Resizer resizes packed RGB images. Along each axis it averages areas when
 // shrinking (each output pixel is the coverage-weighted mean of the source
 // pixels under it, like cv2.INTER_AREA and PIL's box filter) and
 // interpolates bilinearly when enlarging (pixel centers at half-integers,
 // like align_corners=False); an axis whose size does not change is copied.
-// Arithmetic is fixed point with 14-bit weights.
+// Arithmetic is fixed point with 14-bit weights; the passes over the
+// pixels are in C (resize.c), where the compiler vectorizes them.
 //
 // A Resizer keeps its tables and row buffer between calls, so resizing
 // allocates nothing once they have grown to the largest size seen. It is
@@ -15,14 +25,9 @@ import "math"
 type Resizer struct {
 	xt, yt axisTable
 	acc    []int32 // one vertically filtered source row, 7 fractional bits
-	taps   []hTaps // horizontal taps of each output column, in write order
-}
-
-// hTaps is one output column of the horizontal pass: the element offset in
-// the filtered row of its first tap and up to four weights.
-type hTaps struct {
-	x int32
-	w [4]int32
+	// The horizontal taps of each output column, in write order: the
+	// element offset of the first tap in acc, and xt.k weights.
+	hx, hw []int32
 }
 
 // axisTable maps each output index to a run of source indices and weights.
@@ -158,15 +163,6 @@ func (r *Resizer) Resize(dst []byte, dstStride, outW, outH int, src []byte, srcS
 		0, 0, float64(srcW), float64(srcH), flip)
 }
 
-const (
-	// vHalf rounds the vertical pass to accBits fractional bits.
-	vHalf  = 1 << (wBits - accBits - 1)
-	vShift = wBits - accBits
-	// hShift and hHalf take the horizontal pass back to whole values.
-	hShift = wBits + accBits
-	hHalf  = 1 << (hShift - 1)
-)
-
 // ResizeWindow is Resize for the source window of size fw×fh at (fx, fy),
 // in source pixels, which need not be whole: it lets a region decoded at a
 // reduced DCT scale, rounded outward, map exactly onto the requested crop.
@@ -181,8 +177,13 @@ func (r *Resizer) ResizeWindow(dst []byte, dstStride, outW, outH int, src []byte
 	if outW <= 0 || outH <= 0 || srcW <= 0 || srcH <= 0 {
 		return
 	}
+	// The C passes do no bounds checks: these two, and the tables, which
+	// stay inside the srcW×srcH image by construction, stand for them.
 	_ = dst[(outH-1)*dstStride+outW*3-1]
 	_ = src[(srcH-1)*srcStride+srcW*3-1]
+	if srcW*3 > srcStride || outW*3 > dstStride || max(srcStride*srcH, dstStride*outH) > maxCInt {
+		panic("decode: ResizeWindow: bad stride or size")
+	}
 	xt, yt := &r.xt, &r.yt
 	xt.build(srcW, fx, fw, outW)
 	yt.build(srcH, fy, fh, outH)
@@ -199,170 +200,23 @@ func (r *Resizer) ResizeWindow(dst []byte, dstStride, outW, outH int, src []byte
 	acc := r.acc[:width]
 	// Horizontal taps in the order the output is written: mirrored when
 	// flipping.
-	var taps []hTaps
-	if kx <= 4 {
-		taps = r.taps[:0]
-		for i := range outW {
-			if flip {
-				i = outW - 1 - i
-			}
-			t := hTaps{x: (xt.kstart[i] - int32(c0)) * 3}
-			copy(t.w[:], xt.kw[i*kx:i*kx+kx])
-			taps = append(taps, t)
-		}
-		r.taps = taps
-	}
-
-	for oy := 0; oy < outH; oy++ {
-		ys, yn, yo := int(yt.start[oy]), int(yt.n[oy]), int(yt.off[oy])
-		wy := yt.w[yo : yo+yn]
-		o := ys*srcStride + c0*3
-		switch yn {
-		case 1:
-			vpass1(acc, src[o:o+width])
-		case 2:
-			vpass2(acc, src[o:o+width], src[o+srcStride:o+srcStride+width], wy[0], wy[1])
-		case 3:
-			vpass3(acc, src[o:o+width], src[o+srcStride:o+srcStride+width],
-				src[o+2*srcStride:o+2*srcStride+width], wy[0], wy[1], wy[2])
-		default:
-			vpassN(acc, src[o:], srcStride, wy)
-		}
-		drow := dst[oy*dstStride : oy*dstStride+outW*3]
-		switch kx {
-		case 1:
-			hpass1(drow, acc, taps)
-		case 2:
-			hpass2(drow, acc, taps)
-		case 3:
-			hpass3(drow, acc, taps)
-		case 4:
-			hpass4(drow, acc, taps)
-		default:
-			hpassN(drow, acc, xt, c0, flip)
-		}
-	}
-}
-
-// vpass1 copies one source row into acc.
-func vpass1(acc []int32, r0 []byte) {
-	acc = acc[:len(r0)]
-	for i, v := range r0 {
-		acc[i] = int32(v) << accBits
-	}
-}
-
-func vpass2(acc []int32, r0, r1 []byte, w0, w1 int32) {
-	acc = acc[:len(r0)]
-	r1 = r1[:len(r0)]
-	for i, v := range r0 {
-		acc[i] = (int32(v)*w0 + int32(r1[i])*w1 + vHalf) >> vShift
-	}
-}
-
-func vpass3(acc []int32, r0, r1, r2 []byte, w0, w1, w2 int32) {
-	acc = acc[:len(r0)]
-	r1 = r1[:len(r0)]
-	r2 = r2[:len(r0)]
-	for i, v := range r0 {
-		acc[i] = (int32(v)*w0 + int32(r1[i])*w1 + int32(r2[i])*w2 + vHalf) >> vShift
-	}
-}
-
-// vpassN filters len(w) rows of src, srcStride bytes apart, into acc.
-func vpassN(acc []int32, src []byte, srcStride int, w []int32) {
-	row := src[:len(acc)]
-	w0 := w[0]
-	for i, v := range row {
-		acc[i] = int32(v)*w0 + vHalf
-	}
-	for t := 1; t < len(w); t++ {
-		row = src[t*srcStride : t*srcStride+len(acc)]
-		wt := w[t]
-		for i, v := range row {
-			acc[i] += int32(v) * wt
-		}
-	}
-	for i := range acc {
-		acc[i] >>= vShift
-	}
-}
-
-// The horizontal passes write len(taps) pixels to drow from the filtered
-// row acc; hpassK reads K taps per pixel. Results need no clamping: see
-// ResizeWindow.
-
-func hpass1(drow []byte, acc []int32, taps []hTaps) {
-	drow = drow[:3*len(taps)]
-	for i := range taps {
-		x := taps[i].x
-		p := (*[3]int32)(acc[x:])
-		q := (*[3]byte)(drow[3*i:])
-		q[0] = byte(p[0] >> accBits)
-		q[1] = byte(p[1] >> accBits)
-		q[2] = byte(p[2] >> accBits)
-	}
-}
-
-func hpass2(drow []byte, acc []int32, taps []hTaps) {
-	drow = drow[:3*len(taps)]
-	for i := range taps {
-		t := &taps[i]
-		p := (*[6]int32)(acc[t.x:])
-		w0, w1 := t.w[0], t.w[1]
-		q := (*[3]byte)(drow[3*i:])
-		q[0] = byte((p[0]*w0 + p[3]*w1 + hHalf) >> hShift)
-		q[1] = byte((p[1]*w0 + p[4]*w1 + hHalf) >> hShift)
-		q[2] = byte((p[2]*w0 + p[5]*w1 + hHalf) >> hShift)
-	}
-}
-
-func hpass3(drow []byte, acc []int32, taps []hTaps) {
-	drow = drow[:3*len(taps)]
-	for i := range taps {
-		t := &taps[i]
-		p := (*[9]int32)(acc[t.x:])
-		w0, w1, w2 := t.w[0], t.w[1], t.w[2]
-		q := (*[3]byte)(drow[3*i:])
-		q[0] = byte((p[0]*w0 + p[3]*w1 + p[6]*w2 + hHalf) >> hShift)
-		q[1] = byte((p[1]*w0 + p[4]*w1 + p[7]*w2 + hHalf) >> hShift)
-		q[2] = byte((p[2]*w0 + p[5]*w1 + p[8]*w2 + hHalf) >> hShift)
-	}
-}
-
-func hpass4(drow []byte, acc []int32, taps []hTaps) {
-	drow = drow[:3*len(taps)]
-	for i := range taps {
-		t := &taps[i]
-		p := (*[12]int32)(acc[t.x:])
-		w0, w1, w2, w3 := t.w[0], t.w[1], t.w[2], t.w[3]
-		q := (*[3]byte)(drow[3*i:])
-		q[0] = byte((p[0]*w0 + p[3]*w1 + p[6]*w2 + p[9]*w3 + hHalf) >> hShift)
-		q[1] = byte((p[1]*w0 + p[4]*w1 + p[7]*w2 + p[10]*w3 + hHalf) >> hShift)
-		q[2] = byte((p[2]*w0 + p[5]*w1 + p[8]*w2 + p[11]*w3 + hHalf) >> hShift)
-	}
-}
-
-// hpassN is the horizontal pass for any number of taps, from the table xt
-// over source columns from c0.
-func hpassN(drow []byte, acc []int32, xt *axisTable, c0 int, flip bool) {
-	k := xt.k
-	outW := len(drow) / 3
-	for ox := range outW {
-		p := acc[(int(xt.kstart[ox])-c0)*3:][:3*k]
-		w := xt.kw[ox*k : ox*k+k]
-		var s0, s1, s2 int32 = hHalf, hHalf, hHalf
-		for t, wt := range w {
-			s := p[3*t : 3*t+3]
-			s0 += s[0] * wt
-			s1 += s[1] * wt
-			s2 += s[2] * wt
-		}
-		d := ox * 3
+	hx, hw := r.hx[:0], r.hw[:0]
+	for i := range outW {
 		if flip {
-			d = (outW - 1 - ox) * 3
+			i = outW - 1 - i
 		}
-		q := (*[3]byte)(drow[d:])
-		q[0], q[1], q[2] = byte(s0>>hShift), byte(s1>>hShift), byte(s2>>hShift)
+		hx = append(hx, (xt.kstart[i]-int32(c0))*3)
+		hw = append(hw, xt.kw[i*kx:i*kx+kx]...)
 	}
+	r.hx, r.hw = hx, hw
+
+	C.ffr_resize(bytesPtr(dst), C.int(dstStride), C.int(outW), C.int(outH),
+		bytesPtr(src), C.int(srcStride), C.int(c0*3), C.int(width),
+		i32Ptr(yt.start), i32Ptr(yt.n), i32Ptr(yt.off), i32Ptr(yt.w),
+		C.int(kx), i32Ptr(hx), i32Ptr(hw), i32Ptr(acc))
+}
+
+// i32Ptr points C at the first element of s, which holds no Go pointers.
+func i32Ptr(s []int32) *C.int32_t {
+	return (*C.int32_t)(unsafe.Pointer(unsafe.SliceData(s)))
 }
