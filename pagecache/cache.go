@@ -22,8 +22,9 @@ var ErrClosed = errors.New("page cache closed")
 // Options configures a Cache.
 type Options struct {
 	// Budget is the memory for page slots, in bytes, rounded down to whole
-	// pages. It must hold at least one page. Slots are allocated once, by
-	// New; the cache never holds more.
+	// pages (and to the file's pages when it has fewer). It must hold at
+	// least one page. Slots are allocated once, by New; the cache never
+	// holds more.
 	Budget int64
 	// Readers is the number of goroutines that prefetch pages (default 16).
 	// Demand reads are made by the goroutine that needs the page.
@@ -72,6 +73,7 @@ type Cache struct {
 	pageSize  int64
 	firstPage int64
 	slots     []slot
+	arena     []byte // the slots' memory
 	jobs      chan prefetchJob
 	stop      context.CancelFunc
 	done      chan struct{} // closed by Close
@@ -118,14 +120,21 @@ type prefetchJob struct {
 }
 
 // New returns a cache for f, whose bytes come from src. The slot memory,
-// opts.Budget rounded down to whole pages, is allocated here.
+// opts.Budget rounded down to whole pages but no more than the file's pages,
+// is reserved here, outside the Go heap (see arena), and becomes resident
+// as pages are loaded.
 func New(src Source, f *beton.File, opts Options) (*Cache, error) {
 	ps := f.PageSize()
 	if err := opts.Validate(ps); err != nil {
 		return nil, err
 	}
-	n := int(opts.Budget / ps)
+	n := int(min(opts.Budget/ps, int64(max(1, f.NumPages()))))
+	mem, err := newArena(n, ps)
+	if err != nil {
+		return nil, fmt.Errorf("page cache for %s: %w", src.Name(), err)
+	}
 	c := &Cache{
+		arena: mem,
 		src: src, f: f, opts: opts, pageSize: ps, firstPage: f.FirstPage(),
 		slots:     make([]slot, n),
 		jobs:      make(chan prefetchJob, opts.Readers),
@@ -138,7 +147,7 @@ func New(src Source, f *beton.File, opts Options) (*Cache, error) {
 		pageRead:  make([]int32, f.NumPages()),
 	}
 	for i := range c.slots {
-		c.slots[i] = slot{buf: make([]byte, ps), page: -1}
+		c.slots[i] = slot{buf: mem[int64(i)*ps : int64(i+1)*ps : int64(i+1)*ps], page: -1}
 	}
 	for i := range c.pageSlot {
 		c.pageSlot[i] = -1
@@ -184,9 +193,12 @@ func (c *Cache) Close() error {
 	c.stop()
 	c.wg.Wait()
 	if pinned > 0 {
-		c.opts.Logger.Warn("page cache closed with pages still pinned", "source", c.src.Name(), "pins", pinned)
+		// Pinned pages may still be read, and demand loads still write
+		// into their slots: the slot memory stays mapped.
+		c.opts.Logger.Warn("page cache closed with pages still pinned; its memory is not returned", "source", c.src.Name(), "pins", pinned)
+		return nil
 	}
-	return nil
+	return freeArena(c.arena)
 }
 
 // Page is a pinned page: its Data stay valid and unchanged until Release.
