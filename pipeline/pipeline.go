@@ -29,6 +29,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/cudafeed"
@@ -138,6 +139,7 @@ type Pipeline struct {
 	image    int
 	label    int
 	announce func(order []uint32) error
+	idle     chan *workerState // workers' states between epochs
 
 	lut16 [3][256]uint16
 	lut32 [3][256]float32
@@ -153,7 +155,7 @@ func New(c *pagecache.Cache, opts Options, announce func([]uint32) error) (*Pipe
 		return nil, err
 	}
 	f := c.File()
-	p := &Pipeline{c: c, f: f, opts: opts, image: -1, announce: announce}
+	p := &Pipeline{c: c, f: f, opts: opts, image: -1, announce: announce, idle: make(chan *workerState, opts.Workers)}
 	for i, fd := range f.Fields() {
 		if opts.ImageField == "" && fd.Type == beton.TypeRGBImage || fd.Name == opts.ImageField {
 			p.image = i
@@ -355,21 +357,51 @@ func (p *Pipeline) finish(b *batch) error {
 	return nil
 }
 
-func (p *Pipeline) worker(ctx context.Context, epoch int, jobs <-chan job, done chan<- *batch) {
+// workerState is what a worker keeps between samples and between epochs:
+// its decoder, with the decoder's scratch, and its conversion buffer.
+type workerState struct {
+	dec     *decode.Decoder
+	scratch []byte
+}
+
+// getWorkerState returns a worker state left by an earlier epoch, or a new
+// one.
+func (p *Pipeline) getWorkerState() (*workerState, error) {
+	select {
+	case ws := <-p.idle:
+		return ws, nil
+	default:
+	}
 	dec, err := decode.NewDecoder()
+	if err != nil {
+		return nil, err
+	}
+	ws := &workerState{dec: dec}
+	if o := p.opts; o.DType != "uint8" || o.Layout != "nhwc" {
+		ws.scratch = make([]byte, o.Op.OutW*o.Op.OutH*3)
+	}
+	return ws, nil
+}
+
+func (p *Pipeline) putWorkerState(ws *workerState) {
+	select {
+	case p.idle <- ws:
+	default:
+		ws.dec.Close()
+	}
+}
+
+func (p *Pipeline) worker(ctx context.Context, epoch int, jobs <-chan job, done chan<- *batch) {
+	ws, err := p.getWorkerState()
 	if err != nil {
 		p.opts.Logger.Error("creating a JPEG decoder", "err", err)
 		return
 	}
-	defer dec.Close()
+	defer p.putWorkerState(ws)
+	dec, scratch := ws.dec, ws.scratch
 	o := p.opts
 	pcg := rand.NewPCG(0, 0)
 	rng := rand.New(pcg)
-	pix := o.Op.OutW * o.Op.OutH * 3
-	var scratch []byte
-	if o.DType != "uint8" || o.Layout != "nhwc" {
-		scratch = make([]byte, pix)
-	}
 	for jb := range jobs {
 		b := jb.b
 		// Each sample's augmentation depends only on (seed, epoch, sample).
@@ -498,21 +530,41 @@ func float16Bits(f float32) uint16 {
 }
 
 // DiscardSink is a Sink whose batches are consumed as soon as they are
-// published: for measuring the pipeline alone.
+// published: for measuring the pipeline alone. Like the shared-memory ring
+// of a server, its buffers lie outside the Go heap, so that the heap, and
+// the resident size, are what they would be when serving.
 type DiscardSink struct {
 	free           chan int
+	mem            []byte
 	images, labels [][]byte
 }
 
 // NewDiscardSink returns a DiscardSink of slots batch buffers sized for p.
-func NewDiscardSink(p *Pipeline, slots int) *DiscardSink {
-	d := &DiscardSink{free: make(chan int, slots)}
+// Close returns their memory.
+func NewDiscardSink(p *Pipeline, slots int) (*DiscardSink, error) {
+	img, lab := p.opts.BatchSize*p.sampleBytes(), 8*p.opts.BatchSize
+	mem, err := syscall.Mmap(-1, 0, slots*(img+lab), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reserve %d batch buffers of %d bytes: %w", slots, img+lab, err)
+	}
+	d := &DiscardSink{free: make(chan int, slots), mem: mem}
 	for i := 0; i < slots; i++ {
-		d.images = append(d.images, make([]byte, p.opts.BatchSize*p.sampleBytes()))
-		d.labels = append(d.labels, make([]byte, 8*p.opts.BatchSize))
+		b := mem[i*(img+lab):]
+		d.images = append(d.images, b[:img:img])
+		d.labels = append(d.labels, b[img:img+lab:img+lab])
 		d.free <- i
 	}
-	return d
+	return d, nil
+}
+
+// Close returns the buffers' memory. The sink must not be used afterwards.
+func (d *DiscardSink) Close() error {
+	if d.mem == nil {
+		return nil
+	}
+	err := syscall.Munmap(d.mem)
+	d.mem, d.images, d.labels = nil, nil, nil
+	return err
 }
 
 // Acquire implements Sink.

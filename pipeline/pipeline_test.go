@@ -228,7 +228,11 @@ func TestDiscardSinkRunsEpochs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink := NewDiscardSink(p, 2)
+	sink, err := NewDiscardSink(p, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
 	for e := 0; e < 2; e++ {
 		if n, err := p.RunEpoch(context.Background(), e, sink); err != nil || n != c.File().NumSamples() {
 			t.Fatalf("epoch %d: %d samples, %v", e, n, err)
