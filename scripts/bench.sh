@@ -17,7 +17,7 @@
 #                                 random-resized crop to 160, flip, uint8 batches of
 #                                 256, 2 workers) vs decoding alone, and vs torchvision
 #                                 ImageFolder + DataLoader (2 workers) doing the same;
-#                                 then ffcvfeed's peak RSS over 1 and 3 epochs
+#                                 then ffcvfeed's peak RSS after epochs 1, 2 and 5
 #
 # Environment: RUNS (default 3) runs per figure; BENCH_DIR (default a temp dir;
 # for feed, ${FFCVFS_CACHE:-~/.cache/ffcvfs}/bench, so the data is kept).
@@ -168,25 +168,30 @@ rate_of() {
 	done | median
 }
 
-# peak_rss_mib CMD...: the median over RUNS runs of CMD's peak resident set
-# size in MiB, from /usr/bin/time -v.
-peak_rss_mib() {
-	local i f kb
-	f=$(mktemp)
+# epoch_peaks_mib EPOCHS CMD...: for each epoch, the median over RUNS runs of
+# the peak resident size (MiB) that CMD, an ffcvfeed bench run for EPOCHS
+# epochs, prints after that epoch; one line per epoch.
+epoch_peaks_mib() {
+	local epochs=$1 i e out
+	shift
+	local -a peaks=()
 	for ((i = 0; i < RUNS; i++)); do
-		/usr/bin/time -v -o "$f" "$@" >/dev/null || die "$* failed"
-		kb=$(sed -n 's/^[[:space:]]*Maximum resident set size (kbytes): \([0-9]*\)$/\1/p' "$f")
-		[[ -n $kb ]] || die "no peak RSS in /usr/bin/time -v's output: $(cat "$f")"
-		echo "$kb / 1024" | bc -l
-	done | median
-	rm -f "$f"
+		out=$("$@" --epochs "$epochs") || die "$* failed"
+		for ((e = 0; e < epochs; e++)); do
+			peaks[e]+="$(sed -n "s|^epoch $e: .*peak \([0-9.]*\) MiB).*|\1|p" <<<"$out") "
+		done
+	done
+	for ((e = 0; e < epochs; e++)); do
+		[[ -n ${peaks[e]// /} ]] || die "no peak RSS for epoch $e in the output of $*:"$'\n'"$out"
+		tr ' ' '\n' <<<"${peaks[e]}" | sed '/^$/d' | median
+	done
 }
 
 bench_feed() {
 	local n=${1:-5000}
 	[[ $n =~ ^[0-9]+$ ]] || die "N must be a whole number, got '$n'"
 	local dir=${BENCH_DIR:-${FFCVFS_CACHE:-$HOME/.cache/ffcvfs}/bench}/feed-$n
-	ensure_apt time python3-torchvision python3-pil
+	ensure_apt python3-torchvision python3-pil
 	scripts/make-bench-data.sh "$n" "$dir" >&2 || die "make-bench-data.sh failed"
 	go build -o bin/ffcvfeed ./cmd/ffcvfeed || die "go build ./cmd/ffcvfeed failed"
 	local beton=$dir/bench.beton folder=$dir/imagefolder
@@ -195,9 +200,9 @@ bench_feed() {
 	echo "ffcvfeed: $n real-photo JPEGs (shorter side 300-500 px), 2 workers, $(nproc) cores, median of $RUNS runs"
 	echo "decode: full libjpeg-turbo decode of every image. pipeline and torchvision: random-resized crop to"
 	echo "160x160, flip 0.5, uint8 batches of 256, one epoch (torchvision's time includes starting its workers)."
-	echo "peak RSS: /usr/bin/time -v of ffcvfeed bench with the pipeline's flags."
+	echo "peak RSS: the process's peak resident size after each epoch of one 5-epoch ffcvfeed bench run."
 	printf '%-52s %10s %-9s %8s\n' "what" "value" "unit" "ratio"
-	local base r rss1 rss3
+	local base r
 	bin/ffcvfeed decode-bench --data "$beton" --workers 2 >/dev/null || die "ffcvfeed decode-bench failed" # warm the page cache
 	base=$(rate_of bin/ffcvfeed decode-bench --data "$beton" --workers 2)
 	printf '%-52s %10.0f %-9s %8s\n' "ffcvfeed decode-bench --workers 2 (baseline)" "$base" "images/s" "1.00"
@@ -205,10 +210,12 @@ bench_feed() {
 	printf '%-52s %10.0f %-9s %8.3f\n' "ffcvfeed bench (pipeline)" "$r" "images/s" "$(echo "$r / $base" | bc -l)"
 	r=$(rate_of /usr/bin/python3 scripts/torch_loader_bench.py "$folder" --workers 2 --batch-size 256 --resolution 160)
 	printf '%-52s %10.0f %-9s %8.3f\n' "torchvision ImageFolder + DataLoader" "$r" "images/s" "$(echo "$r / $base" | bc -l)"
-	rss1=$(peak_rss_mib bin/ffcvfeed bench --data "$beton" "${pipe[@]}" --epochs 1)
-	rss3=$(peak_rss_mib bin/ffcvfeed bench --data "$beton" "${pipe[@]}" --epochs 3)
-	printf '%-52s %10.1f %-9s %8s\n' "ffcvfeed bench peak RSS, 1 epoch (baseline)" "$rss1" "MiB" "1.00"
-	printf '%-52s %10.1f %-9s %8.3f\n' "ffcvfeed bench peak RSS, 3 epochs" "$rss3" "MiB" "$(echo "$rss3 / $rss1" | bc -l)"
+	local -a peaks
+	mapfile -t peaks < <(epoch_peaks_mib 5 bin/ffcvfeed bench --data "$beton" "${pipe[@]}")
+	printf '%-52s %10.1f %-9s %8s\n' "ffcvfeed bench peak RSS after epoch 1 (baseline)" "${peaks[0]}" "MiB" "1.00"
+	for e in 2 5; do
+		printf '%-52s %10.1f %-9s %8.3f\n' "ffcvfeed bench peak RSS after epoch $e" "${peaks[e - 1]}" "MiB" "$(echo "${peaks[e - 1]} / ${peaks[0]}" | bc -l)"
+	done
 }
 
 case ${1:-} in

@@ -304,7 +304,11 @@ func benchCommand() *cli.Command {
 				return err
 			}
 			defer closePipeline()
-			sink := pipeline.NewDiscardSink(p, 4)
+			sink, err := pipeline.NewDiscardSink(p, 4)
+			if err != nil {
+				return err
+			}
+			defer sink.Close()
 			total, start := 0, time.Now()
 			for e := 0; e < c.Int("epochs"); e++ {
 				t := time.Now()
@@ -314,7 +318,11 @@ func benchCommand() *cli.Command {
 				}
 				total += n
 				el := time.Since(t).Seconds()
-				fmt.Printf("epoch %d: ffcvfeed bench: %d images in %.2f s: %.0f images/s\n", e, n, el, float64(n)/el)
+				fmt.Printf("epoch %d: ffcvfeed bench: %d images in %.2f s: %.0f images/s", e, n, el, float64(n)/el)
+				if m := memory(); m != "" {
+					fmt.Printf(" (%s)", m)
+				}
+				fmt.Println()
 			}
 			el := time.Since(start).Seconds()
 			fmt.Printf("total: ffcvfeed bench: %d images in %.2f s: %.0f images/s (errors %d)\n", total, el, float64(total)/el, p.Errors.Load())
