@@ -20,6 +20,36 @@
 //	server → consumer, after the last batch: {"end":true}
 //	server → a second consumer while one is connected: {"error":"..."}, then close.
 //
+// # CUDA devices (build tag cuda)
+//
+// With Options.Device set (a [DeviceRing], ffcvfeed serve --device cuda:N),
+// the ring's shared memory is registered as pinned host memory
+// (cuMemHostRegister), every slot has a device allocation of slot_bytes,
+// and Publish enqueues asynchronous copies of the batch's valid rows into
+// it, then records the slot's interprocess event, before announcing the
+// batch. The messages above stay as they are and gain:
+//
+//	hello:  "cuda":{"device":N,"device_uuid":"GPU-…","pci_bus_id":"DDDD:BB:DD.0",
+//	                "mem_handles":[H0,…,H(slots-1)]}
+//	  Hi is slot i's cudaIpcMemHandle (64 bytes as 128 lowercase hex
+//	  digits); field f of slot i lies at bytes [O, O+L) of that allocation,
+//	  the offsets of the shm slot.
+//	batch:  "event":E
+//	  E is the cudaIpcEventHandle (hex) of the event recorded after the
+//	  copies into the slot: make the stream that uses the batch wait on it
+//	  (cudaStreamWaitEvent) before any use.
+//
+// The consumer may send {"release":i} only once every use of device slot i
+// by its streams is done (for example: it recorded an event on each of
+// those streams after their last use, and synchronized it): after the
+// release the producer copies the next batch into the slot. The host slot
+// keeps the same bytes as the device slot until the release, so a consumer
+// that ignores "cuda" reads the batch from shared memory as before.
+// Disconnecting releases every slot the consumer holds: it must have
+// finished its uses of them first.
+//
+// # Producer
+//
 // The producer calls [Server.AcquireSlot], fills [Ring.Slot], then
 // [Server.Publish]. A slot is free when it is neither being filled nor
 // published-but-unreleased, so AcquireSlot blocks while the consumer holds
@@ -46,4 +76,6 @@
 //
 // The server never panics on a consumer's input: a bad message is logged and
 // that connection closed. Nothing allocates per batch on the producer side.
+// No file without the cuda build tag imports gorgonia.org/cu: its init exits
+// the process when no NVIDIA driver is present.
 package cudafeed

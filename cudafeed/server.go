@@ -38,6 +38,12 @@ type Options struct {
 	Epochs int
 	// Logger receives connection events and protocol errors. Default: slog.Default().
 	Logger *slog.Logger
+	// Device, when set, is the device side of the ring (a *DeviceRing):
+	// Publish copies each batch to it before announcing the batch,
+	// AcquireSlot waits until the last copy out of a slot is done, the
+	// hello carries a "cuda" object and each batch message an "event".
+	// Nil: the host ring only, and the messages of the CPU protocol.
+	Device DeviceSlots
 }
 
 // Validate checks the options.
@@ -77,6 +83,8 @@ type Server struct {
 	log   *slog.Logger
 	hello []byte
 	ln    *net.UnixListener
+	dev   DeviceSlots   // nil: host ring only
+	event [][]byte      // dev != nil: `,"event":"HEX"` of each slot's batch messages
 	free  chan int      // free slots; capacity Slots
 	kick  chan struct{} // capacity 1: the queue or finished changed
 	done  chan struct{} // closed by Close
@@ -118,6 +126,16 @@ func NewServer(ring *Ring, opts Options) (*Server, error) {
 		done:  make(chan struct{}),
 		slots: make([]slotInfo, ring.Slots()),
 		queue: make([]int, ring.Slots()),
+		dev:   opts.Device,
+	}
+	if s.dev != nil {
+		info := s.dev.Info()
+		if err := info.validate(ring.Slots()); err != nil {
+			return nil, err
+		}
+		for _, h := range info.EventHandles {
+			s.event = append(s.event, []byte(`,"event":"`+h+`"`))
+		}
 	}
 	for i := 0; i < ring.Slots(); i++ {
 		s.free <- i
@@ -142,12 +160,18 @@ type helloMsg struct {
 	Fields          []FieldInfo `json:"fields"`
 	BatchesPerEpoch int         `json:"batches_per_epoch"`
 	Epochs          int         `json:"epochs"`
+	CUDA            *DeviceInfo `json:"cuda,omitempty"` // Options.Device set only
 }
 
 func (s *Server) helloMessage() ([]byte, error) {
-	b, err := json.Marshal(helloMsg{Hello: 1, Shm: s.ring.Path(), Slots: s.ring.Slots(),
+	m := helloMsg{Hello: 1, Shm: s.ring.Path(), Slots: s.ring.Slots(),
 		SlotBytes: s.ring.SlotBytes(), Fields: s.ring.Fields(),
-		BatchesPerEpoch: s.opts.BatchesPerEpoch, Epochs: s.opts.Epochs})
+		BatchesPerEpoch: s.opts.BatchesPerEpoch, Epochs: s.opts.Epochs}
+	if s.dev != nil {
+		info := s.dev.Info()
+		m.CUDA = &info
+	}
+	b, err := json.Marshal(m)
 	return append(b, '\n'), err
 }
 
@@ -189,10 +213,17 @@ func listenPrivate(path string) (*net.UnixListener, error) {
 func (s *Server) SocketPath() string { return s.opts.SocketPath }
 
 // AcquireSlot returns a free slot for the producer to fill, blocking until
-// one is free, ctx is done or the server is closed.
+// one is free, ctx is done or the server is closed. With a Device, it also
+// waits until the last copy out of the slot's host memory is done.
 func (s *Server) AcquireSlot(ctx context.Context) (int, error) {
 	select {
 	case i := <-s.free:
+		if s.dev != nil {
+			if err := s.dev.WaitCopied(i); err != nil {
+				s.free <- i // never blocks: i was just taken out
+				return -1, fmt.Errorf("cudafeed: slot %d: waiting for its last copy to the device: %w", i, err)
+			}
+		}
 		s.mu.Lock()
 		s.slots[i].state = slotFilling
 		s.mu.Unlock()
@@ -206,10 +237,40 @@ func (s *Server) AcquireSlot(ctx context.Context) (int, error) {
 
 // Publish queues a filled slot for the consumer: batch `batch` of epoch
 // `epoch`, whose first size rows are valid. Publishing the last batch of
-// the last epoch (when Options.Epochs > 0) ends the stream.
+// the last epoch (when Options.Epochs > 0) ends the stream. With a Device,
+// Publish first enqueues the copy of the batch to the device (it does not
+// wait for it: the consumer waits on the slot's event).
 func (s *Server) Publish(slot, epoch, batch, size int) error {
 	s.mu.Lock()
+	if err := s.checkPublish(slot, size); err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	if s.dev != nil {
+		// The slot stays slotFilling, the producer's, while mu is not held.
+		s.mu.Unlock()
+		if err := s.dev.CopyToDevice(slot, size); err != nil {
+			return fmt.Errorf("cudafeed: Publish(slot %d): copying to the device: %w", slot, err)
+		}
+		s.mu.Lock()
+		if err := s.checkPublish(slot, size); err != nil {
+			s.mu.Unlock()
+			return err
+		}
+	}
 	defer s.mu.Unlock()
+	s.slots[slot] = slotInfo{state: slotQueued, epoch: epoch, batch: batch, size: size}
+	s.queue[(s.qHead+s.qLen)%len(s.queue)] = slot
+	s.qLen++
+	if s.opts.Epochs > 0 && epoch == s.opts.Epochs-1 && batch == s.opts.BatchesPerEpoch-1 {
+		s.finished = true
+	}
+	s.kickWriter()
+	return nil
+}
+
+// checkPublish checks the arguments of Publish. Called with mu held.
+func (s *Server) checkPublish(slot, size int) error {
 	if s.closed {
 		return ErrClosed
 	}
@@ -222,13 +283,6 @@ func (s *Server) Publish(slot, epoch, batch, size int) error {
 	if s.finished {
 		return fmt.Errorf("cudafeed: Publish(slot %d): the stream has ended", slot)
 	}
-	s.slots[slot] = slotInfo{state: slotQueued, epoch: epoch, batch: batch, size: size}
-	s.queue[(s.qHead+s.qLen)%len(s.queue)] = slot
-	s.qLen++
-	if s.opts.Epochs > 0 && epoch == s.opts.Epochs-1 && batch == s.opts.BatchesPerEpoch-1 {
-		s.finished = true
-	}
-	s.kickWriter()
 	return nil
 }
 
@@ -347,7 +401,7 @@ func (s *Server) writeLoop(c *consumerConn) {
 	if _, err := c.conn.Write(s.hello); err != nil {
 		return
 	}
-	buf := make([]byte, 0, 128)
+	buf := make([]byte, 0, 256)
 	endSent := false
 	for {
 		s.mu.Lock()
@@ -359,6 +413,10 @@ func (s *Server) writeLoop(c *consumerConn) {
 			si := &s.slots[i]
 			si.state, si.owner = slotDelivered, c
 			buf = appendBatchMsg(buf[:0], i, si.epoch, si.batch, si.size)
+			if s.dev != nil {
+				buf = append(buf[:len(buf)-2], s.event[i]...) // before "}\n"
+				buf = append(buf, "}\n"...)
+			}
 		case s.finished && !endSent:
 			buf = append(buf[:0], `{"end":true}`+"\n"...)
 			endSent = true

@@ -42,6 +42,7 @@ training process reads them through a Unix socket, without copying:
 Examples:
    ffcvfeed serve --data train.beton --socket /tmp/feed.sock --batch-size 256 --resolution 160
    ffcvfeed serve --data /mnt/train --socket /tmp/feed.sock --dtype float16 --layout nchw --normalize imagenet
+   ffcvfeed serve --data train.beton --socket /tmp/feed.sock --device cuda:0   # a build with -tags cuda
    ffcvfeed bench --data train.beton --resolution 160`,
 		Commands:        []*cli.Command{serveCommand(), benchCommand(), decodeBenchCommand()},
 		HideHelpCommand: true,
@@ -228,8 +229,13 @@ func serveCommand() *cli.Command {
 		Flags: append(pipelineFlags(),
 			&cli.StringFlag{Name: "socket", Required: true, Usage: "Unix socket to serve on (created 0600)", Category: "output"},
 			&cli.IntFlag{Name: "slots", Value: 4, Usage: "batches in shared memory at once", Category: "output"},
+			deviceFlag(),
 		),
 		Action: func(c *cli.Context) error {
+			dev, err := deliveryDevice(c)
+			if err != nil {
+				return err
+			}
 			p, closePipeline, err := openPipeline(c)
 			if err != nil {
 				return err
@@ -244,14 +250,23 @@ func serveCommand() *cli.Command {
 				return err
 			}
 			defer ring.Close()
-			srv, err := cudafeed.NewServer(ring, cudafeed.Options{SocketPath: c.String("socket"), BatchesPerEpoch: nb, Epochs: c.Int("epochs")})
+			devSlots, closeDevice, err := openDevice(dev, ring)
+			if err != nil {
+				return err
+			}
+			defer func() {
+				if err := closeDevice(); err != nil {
+					slog.Warn("closing the device ring", "err", err)
+				}
+			}()
+			srv, err := cudafeed.NewServer(ring, cudafeed.Options{SocketPath: c.String("socket"), BatchesPerEpoch: nb, Epochs: c.Int("epochs"), Device: devSlots})
 			if err != nil {
 				return err
 			}
 			defer srv.Close()
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			slog.Info("serving", "socket", c.String("socket"), "shm", ring.Path(), "batches_per_epoch", nb, "epochs", c.Int("epochs"))
+			slog.Info("serving", "socket", c.String("socket"), "shm", ring.Path(), "device", dev, "batches_per_epoch", nb, "epochs", c.Int("epochs"))
 			sink := serverSink{srv: srv, ring: ring}
 			for e := 0; e < c.Int("epochs"); e++ {
 				start := time.Now()

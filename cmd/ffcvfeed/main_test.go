@@ -1,0 +1,117 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ffcvfs/ffcvfs/cudafeed"
+	"github.com/urfave/cli/v2"
+)
+
+// runMainEnv, set in the environment, makes the test binary run main()
+// with the arguments after "--": tests run the command as a user would.
+const runMainEnv = "FFCVFEED_TEST_RUN_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) == "1" {
+		for i, a := range os.Args {
+			if a == "--" {
+				os.Args = append([]string{"ffcvfeed"}, os.Args[i+1:]...)
+				break
+			}
+		}
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// runFfcvfeed runs ffcvfeed ARGS... in a child process and returns its
+// combined output and exit code.
+func runFfcvfeed(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$", "--"}, args...)...)
+	cmd.Env = append(os.Environ(), runMainEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			t.Fatalf("running ffcvfeed %v: %v", args, err)
+		}
+		code = ee.ExitCode()
+	}
+	return string(out), code
+}
+
+// TestDeviceFlag: --device takes cpu, cuda and cuda:N; anything else is a
+// usage error naming the value.
+func TestDeviceFlag(t *testing.T) {
+	for _, tc := range []struct {
+		arg  string
+		want cudafeed.Device
+		ok   bool
+	}{
+		{"cpu", cudafeed.Device{}, true},
+		{"cuda", cudafeed.Device{CUDA: true}, true},
+		{"cuda:0", cudafeed.Device{CUDA: true}, true},
+		{"cuda:3", cudafeed.Device{CUDA: true, Ordinal: 3}, true},
+		{"cuda:x", cudafeed.Device{}, false},
+		{"cuda:", cudafeed.Device{}, false},
+		{"cuda:-1", cudafeed.Device{}, false},
+		{"gpu", cudafeed.Device{}, false},
+		{"", cudafeed.Device{}, false},
+	} {
+		var got cudafeed.Device
+		var err error
+		app := &cli.App{
+			Flags:          []cli.Flag{deviceFlag()},
+			ExitErrHandler: func(*cli.Context, error) {},
+			Action: func(c *cli.Context) error {
+				got, err = deliveryDevice(c)
+				return nil
+			},
+		}
+		if runErr := app.Run([]string{"ffcvfeed", "--device", tc.arg}); runErr != nil {
+			t.Fatalf("--device %q: %v", tc.arg, runErr)
+		}
+		if !tc.ok {
+			if err == nil {
+				t.Errorf("--device %q: no error, got %v", tc.arg, got)
+			} else if !strings.Contains(err.Error(), "--device") {
+				t.Errorf("--device %q: error %q does not name the flag", tc.arg, err)
+			}
+			continue
+		}
+		if tc.want.CUDA && !cudafeed.CUDASupport {
+			if err == nil || !strings.Contains(err.Error(), noCUDAHint) {
+				t.Errorf("--device %q in a build without CUDA: error %v, want one saying %q", tc.arg, err, noCUDAHint)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("--device %q: %+v, %v; want %+v", tc.arg, got, err, tc.want)
+		}
+	}
+	var noFlag cudafeed.Device
+	app := &cli.App{Flags: []cli.Flag{deviceFlag()}, Action: func(c *cli.Context) (err error) {
+		noFlag, err = deliveryDevice(c)
+		return err
+	}}
+	if err := app.Run([]string{"ffcvfeed"}); err != nil || noFlag != (cudafeed.Device{}) {
+		t.Errorf("no --device: %+v, %v; want the default, cpu", noFlag, err)
+	}
+}
+
+// TestServeBadDevice: ffcvfeed serve --device cuda:x fails with status 2
+// before opening --data.
+func TestServeBadDevice(t *testing.T) {
+	out, code := runFfcvfeed(t, "serve", "--data", filepath.Join(t.TempDir(), "missing.beton"),
+		"--socket", filepath.Join(t.TempDir(), "feed.sock"), "--device", "cuda:x")
+	if code != 2 || !strings.Contains(out, `--device: device "cuda:x"`) || strings.Contains(out, "missing.beton") {
+		t.Errorf("ffcvfeed serve --device cuda:x: exit %d, output:\n%s\nwant exit 2 and an error about --device only", code, out)
+	}
+}
