@@ -192,7 +192,9 @@ func TestFeedPythonLoader(t *testing.T) {
 }
 
 // TestFeedPythonClientUnit runs python/test_ffcvfeed_client.py (a fake server:
-// missing socket, malformed hellos, releases, torch zero-copy).
+// missing socket, malformed hellos, releases, torch zero-copy) and
+// python/test_ffcvfeed_cuda_client.py (the client's cuda mode: handles,
+// event waits and the release rule, against a stand-in for CuPy).
 func TestFeedPythonClientUnit(t *testing.T) {
 	py := debianPython(t, "numpy")
 	pyDir, err := filepath.Abs("../python")
@@ -201,7 +203,7 @@ func TestFeedPythonClientUnit(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, py, "-m", "unittest", "-v", "test_ffcvfeed_client")
+	cmd := exec.CommandContext(ctx, py, "-m", "unittest", "-v", "test_ffcvfeed_client", "test_ffcvfeed_cuda_client")
 	cmd.Dir = pyDir
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+pyDir)
 	if out, err := cmd.CombinedOutput(); err != nil {
