@@ -114,8 +114,7 @@ func (n *datasetNode) Read(ctx context.Context, f gofs.FileHandle, dest []byte, 
 	v := n.v
 	k, err := v.cache.ReadAt(ctx, dest, off)
 	if err != nil && k < len(dest) && off+int64(k) < v.f.Size() {
-		v.reads.errors.Add(1)
-		return nil, v.errs.toErrno("read of dataset.beton", err)
+		return nil, v.readError("read of dataset.beton", err)
 	}
 	v.reads.beton.Add(1)
 	v.reads.betonBytes.Add(uint64(k))
@@ -171,7 +170,9 @@ type Stats struct {
 		PPMBytes   uint64 `json:"ppm_bytes"`
 		Beton      uint64 `json:"dataset_beton"`
 		BetonBytes uint64 `json:"dataset_beton_bytes"`
-		Errors     uint64 `json:"errors"`
+		// Errors counts lookups and reads answered with an error, EIO
+		// mostly; not those interrupted, which the kernel restarts.
+		Errors uint64 `json:"errors"`
 	} `json:"reads"`
 	Samples  int   `json:"samples"`
 	Classes  int   `json:"classes"`

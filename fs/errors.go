@@ -12,11 +12,14 @@ import (
 )
 
 // errorLog logs each distinct cause once, so a failing storage backend does
-// not flood the log with one line per read.
+// not flood the log with one line per read. Causes are those of
+// pagecache.Cause, the same for every read that fails for one reason
+// whatever its sample, page, attempt count or duration; bad input is told
+// apart by its whole message.
 type errorLog struct {
 	log  *slog.Logger
 	mu   sync.Mutex
-	seen map[string]int
+	seen map[string]int // by cause: failures
 }
 
 // toErrno maps an error of a lower layer to the errno of the one FUSE call
@@ -32,26 +35,38 @@ func (l *errorLog) toErrno(what string, err error) syscall.Errno {
 	case errors.Is(err, errNotFound):
 		return syscall.ENOENT
 	case errors.Is(err, errBadInput):
-		l.logOnce(what, err)
+		l.logOnce(what, err.Error(), err)
 		return syscall.EINVAL
 	case errors.Is(err, pagecache.ErrClosed):
 		return syscall.EIO
 	case errors.Is(err, beton.ErrCorrupt), errors.Is(err, pagecache.ErrUnavailable), errors.Is(err, pagecache.ErrChanged):
-		l.logOnce(what, err)
+		l.logOnce(what, pagecache.Cause(err), err)
 		return syscall.EIO
 	}
-	l.logOnce(what, err)
+	l.logOnce(what, pagecache.Cause(err), err)
 	return syscall.EIO
 }
 
-func (l *errorLog) logOnce(what string, err error) {
-	msg := err.Error()
+// readError is toErrno for a lookup or read of the dataset, which it
+// counts in reads.errors, unless it was interrupted: the kernel restarts an
+// interrupted call, and its caller sees nothing of it.
+func (v *View) readError(what string, err error) syscall.Errno {
+	errno := v.errs.toErrno(what, err)
+	if errno != syscall.EINTR {
+		v.reads.errors.Add(1)
+	}
+	return errno
+}
+
+// logOnce logs err the first time its cause is seen.
+func (l *errorLog) logOnce(what, cause string, err error) {
 	l.mu.Lock()
-	l.seen[msg]++
-	n := l.seen[msg]
+	l.seen[cause]++
+	n := l.seen[cause]
 	l.mu.Unlock()
 	if n == 1 {
-		l.log.Error(what+" failed", "err", msg)
+		l.log.Error(what+" failed", "err", err.Error(), "cause", cause,
+			"repeats", "counted in .ffcvfs/stats.json (reads.errors), not logged")
 	}
 }
 

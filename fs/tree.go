@@ -161,8 +161,7 @@ func (n *classNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	}
 	size, _, err := v.sampleSize(s)
 	if err != nil {
-		v.reads.errors.Add(1)
-		return nil, v.errs.toErrno("lookup of sample "+stem, err)
+		return nil, v.readError("lookup of sample "+stem, err)
 	}
 	v.fileAttr(&out.Attr, inoSample+uint64(s), 0o444, size)
 	v.entry(out)
@@ -207,13 +206,11 @@ func (n *sampleNode) Read(ctx context.Context, f gofs.FileHandle, dest []byte, o
 	}
 	_, img, err := v.sampleSize(n.sample)
 	if err != nil {
-		v.reads.errors.Add(1)
-		return nil, v.errs.toErrno("read", err)
+		return nil, v.readError("read", err)
 	}
 	pg, err := v.cache.AcquireSample(ctx, n.sample)
 	if err != nil {
-		v.reads.errors.Add(1)
-		return nil, v.errs.toErrno("read of sample "+strconv.Itoa(n.sample), err)
+		return nil, v.readError("read of sample "+strconv.Itoa(n.sample), err)
 	}
 	defer pg.Release()
 	data := pg.Data[int64(img.Ptr)-v.f.PageOffset(pg.Num):][:img.Size]

@@ -135,7 +135,7 @@ func New(src Source, f *beton.File, opts Options) (*Cache, error) {
 	}
 	c := &Cache{
 		arena: mem,
-		src: src, f: f, opts: opts, pageSize: ps, firstPage: f.FirstPage(),
+		src:   src, f: f, opts: opts, pageSize: ps, firstPage: f.FirstPage(),
 		slots:     make([]slot, n),
 		jobs:      make(chan prefetchJob, opts.Readers),
 		pageSlot:  make([]int32, f.NumPages()),
@@ -389,7 +389,9 @@ func (c *Cache) load(si, dp int32, op *loadOp) {
 		c.stats.ReadErrors++
 		c.pageSlot[dp] = -1
 		s.page, s.ready, s.pins, s.prefetched = -1, false, 0, false
-		c.opts.Logger.Error("page read failed", "err", op.err)
+		// The error goes to every reader of the page, who reports it
+		// (fs once per cause); a failed prefetch is read again on demand.
+		c.opts.Logger.Debug("page read failed", "err", op.err)
 	} else {
 		s.ready = true
 		c.stats.PagesRead++

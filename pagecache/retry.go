@@ -5,8 +5,10 @@ package pagecache
 // exponential backoff and full jitter; an attempt that receives nothing for
 // AttemptTimeout is cancelled, and the whole ReadAt has ReadDeadline.
 //
-// No locks: a netReader is immutable after construction, and each ReadAt
-// keeps its own state on its goroutines' stacks.
+// A netReader is immutable after construction, and each ReadAt keeps its
+// own state on its goroutines' stacks. The one shared mutable state is the
+// retryLog's set of causes reported, under its own mutex, which is never
+// held while anything else is locked or during I/O.
 
 import (
 	"context"
@@ -37,6 +39,18 @@ type closedError struct{}
 
 func (closedError) Error() string        { return "source closed" }
 func (closedError) Is(target error) bool { return target == os.ErrClosed }
+
+// unavailableError is ErrUnavailable with the last attempt's error, kept
+// for Cause but out of the chain that errors.Is and errors.As follow, so
+// that the error is taken for ErrUnavailable, not for what the last attempt
+// ran into.
+type unavailableError struct {
+	msg  string
+	last error
+}
+
+func (e *unavailableError) Error() string        { return e.msg }
+func (e *unavailableError) Is(target error) bool { return target == ErrUnavailable }
 
 // permanentError marks an error that retrying cannot fix.
 type permanentError struct{ err error }
@@ -76,7 +90,7 @@ type retryPolicy struct {
 	maxRetries     int // < 0: none
 	backoffBase    time.Duration
 	backoffMax     time.Duration
-	log            *slog.Logger
+	log            *retryLog
 
 	now    func() time.Time
 	sleep  func(ctx context.Context, d time.Duration) error
@@ -90,7 +104,7 @@ func newRetryPolicy(o *SourceOptions) *retryPolicy {
 		maxRetries:     o.MaxRetries,
 		backoffBase:    o.BackoffBase,
 		backoffMax:     o.BackoffMax,
-		log:            o.Logger,
+		log:            &retryLog{log: o.Logger, seen: map[string]bool{}},
 		now:            time.Now,
 		sleep:          sleepCtx,
 		jitter:         fullJitter,
@@ -132,6 +146,7 @@ func (p *retryPolicy) do(ctx context.Context, what string, attempt attemptFunc) 
 	for n := 1; ; n++ {
 		err := p.try(ctx, attempt)
 		if err == nil {
+			p.log.succeeded(what)
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -152,8 +167,7 @@ func (p *retryPolicy) do(ctx context.Context, what string, attempt attemptFunc) 
 			return p.unavailable(what, n, start, err,
 				fmt.Sprintf("the read deadline of %v would pass before another", p.deadline))
 		}
-		p.log.Warn("storage request failed; retrying",
-			"request", what, "attempt", n, "wait", wait.Round(time.Millisecond), "err", err.Error())
+		p.log.failed(what, n, wait, err)
 		if p.sleep(ctx, wait) != nil {
 			return p.stopped(ctx, what, n, start, err)
 		}
@@ -208,8 +222,47 @@ func (p *retryPolicy) unavailable(what string, n int, start time.Time, last erro
 	if n == 1 {
 		attempts = "attempt"
 	}
-	return fmt.Errorf("%s: %w: %d %s over %v, %s; last error: %v",
-		what, ErrUnavailable, n, attempts, p.now().Sub(start).Round(time.Millisecond), why, last)
+	return &unavailableError{
+		msg: fmt.Sprintf("%s: %v: %d %s over %v, %s; last error: %v",
+			what, ErrUnavailable, n, attempts, p.now().Sub(start).Round(time.Millisecond), why, last),
+		last: last,
+	}
+}
+
+// retryLog reports failed attempts without flooding the log while storage
+// is down: the first failure of each cause (see attemptCause) at Warn,
+// later ones of a cause already reported at Debug, until a request
+// succeeds. That success is logged if anything was reported, and starts
+// afresh.
+type retryLog struct {
+	log *slog.Logger
+
+	mu   sync.Mutex
+	seen map[string]bool // guarded by mu: causes reported since the last success
+}
+
+func (l *retryLog) failed(what string, n int, wait time.Duration, err error) {
+	cause := attemptCause(err)
+	l.mu.Lock()
+	first := !l.seen[cause]
+	l.seen[cause] = true
+	l.mu.Unlock()
+	level := slog.LevelDebug
+	if first {
+		level = slog.LevelWarn
+	}
+	l.log.Log(context.Background(), level, "storage request failed; retrying",
+		"request", what, "attempt", n, "wait", wait.Round(time.Millisecond), "err", err.Error(), "cause", cause)
+}
+
+func (l *retryLog) succeeded(what string) {
+	l.mu.Lock()
+	n := len(l.seen)
+	clear(l.seen)
+	l.mu.Unlock()
+	if n > 0 {
+		l.log.Info("storage requests succeed again", "request", what)
+	}
 }
 
 // fetchFunc makes one attempt at reading exactly len(dst) bytes at off into

@@ -37,6 +37,10 @@ order from MOUNTPOINT/.ffcvfs/orders/quasi-random/SEED/EPOCH, or write your
 own to MOUNTPOINT/.ffcvfs/announce. MOUNTPOINT/.ffcvfs/stats.json shows what
 the cache does; MOUNTPOINT/.ffcvfs/dataset.beton is the whole file.
 
+Failed storage requests are retried until --read-deadline. A read that
+still fails returns EIO to its reader alone, is counted in stats.json
+(reads.errors) and logged once per cause; the mount stays up.
+
 S3 credentials, region and endpoint come from the usual AWS environment
 variables and files (AWS_ACCESS_KEY_ID, AWS_PROFILE, AWS_REGION,
 AWS_ENDPOINT_URL, ~/.aws/config) unless given below.
@@ -124,11 +128,15 @@ func runMount(c *cli.Context) error {
 		if err := srv.Unmount(); err != nil {
 			// Busy: programs still have files open. Detach the mount now, so
 			// no new path resolves and no stale mount can remain; the server
-			// ends when the last open file is closed.
-			slog.Warn("mount busy; detached it, serving the files still open until they close", "err", err)
+			// ends when the last open file is closed. Close the source too:
+			// a read waiting on storage that has stopped answering would
+			// keep its file, and so the server, open until the read
+			// deadline. Reads of cached pages still succeed.
+			slog.Warn("mount busy; detached it, serving the files still open from the cache until they close", "err", err)
 			if err := lazyUnmount(mnt); err != nil {
 				slog.Error("detaching the mount failed", "err", err)
 			}
+			source.Close()
 		}
 		sig = <-sigs
 		slog.Warn("second signal: exiting with files still open", "signal", sig.String())
@@ -143,7 +151,7 @@ func runMount(c *cli.Context) error {
 func openSource(ctx context.Context, c *cli.Context, src string) (pagecache.Source, *beton.File, error) {
 	sopts := pagecache.SourceOptions{Logger: slog.Default()}
 	if c != nil {
-		sopts.Endpoint, sopts.Region, sopts.PathStyle = c.String("s3-endpoint"), c.String("s3-region"), c.Bool("s3-path-style")
+		sopts = sourceOptions(c)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
