@@ -507,3 +507,56 @@ func TestAnnounceRejectsUnknownSamples(t *testing.T) {
 		t.Fatal("a plan naming a sample past the end was accepted")
 	}
 }
+
+// TestReadAtAdvancesPlan reads the file by byte ranges, as a program reading
+// a mount's dataset.beton does: whole pages in their order of first use in
+// the announced plan, several at a time, in pieces. Samples count as read as
+// their bytes pass, so the plan moves on and no page is read twice.
+func TestReadAtAdvancesPlan(t *testing.T) {
+	const window, depth, streams, piece = 4, 4, 4, 128 << 10
+	c, src := newTestCache(t, window+depth, Options{Readers: 4})
+	f := c.File()
+	order := quasiRandomOrder(f, window, rand.New(rand.NewPCG(5, 5)))
+	if err := c.Announce("reader", order); err != nil {
+		t.Fatal(err)
+	}
+	var pages []int64
+	seen := map[int64]bool{}
+	for _, s := range order {
+		if p := f.SamplePage(int(s)); !seen[p] {
+			seen[p] = true
+			pages = append(pages, p)
+		}
+	}
+	ctx := context.Background()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, piece)
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(len(pages)) {
+					return
+				}
+				for off := f.PageOffset(pages[i]); off < f.PageOffset(pages[i]+1); off += piece {
+					if _, err := c.ReadAt(ctx, buf, off); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for p, n := range src.pageReads() {
+		if n != 1 {
+			t.Errorf("page %d read %d times", p, n)
+		}
+	}
+	if st := c.Stats(); len(st.Plans) != 0 {
+		t.Errorf("plan not finished after every byte was read: %+v", st.Plans)
+	}
+}
