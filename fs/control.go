@@ -181,6 +181,10 @@ type Stats struct {
 	// DataBytes is the size of the data pages, the dataset's share of
 	// what is read from storage.
 	DataBytes int64 `json:"data_bytes"`
+	// Announced counts the orders announced through .ffcvfs/announce.
+	// A plan leaves cache.plans once every sample of it has been read, so
+	// this is how a finished announcement shows.
+	Announced uint64 `json:"announced"`
 }
 
 // Stats returns the view's statistics.
@@ -193,6 +197,7 @@ func (v *View) Stats() Stats {
 	s.Reads.Errors = v.reads.errors.Load()
 	s.Samples, s.Classes, s.Pages, s.PageSize = v.f.NumSamples(), len(v.classes), v.f.NumPages(), v.f.PageSize()
 	s.DataBytes = int64(v.f.NumPages()) * v.f.PageSize()
+	s.Announced = v.announced.Load()
 	return s
 }
 
@@ -265,6 +270,7 @@ func (h *announceHandle) Flush(ctx context.Context) syscall.Errno {
 	if err != nil {
 		return h.v.errs.toErrno("announce", err)
 	}
+	h.v.announced.Add(1)
 	return 0
 }
 

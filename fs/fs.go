@@ -85,6 +85,8 @@ type View struct {
 
 	errs  errorLog
 	reads readCounters
+	// announced counts the orders announced through .ffcvfs/announce.
+	announced atomic.Uint64
 }
 
 type readCounters struct {

@@ -307,9 +307,10 @@ type mountStats struct {
 			Len int    `json:"len"`
 		} `json:"plans"`
 	} `json:"cache"`
-	Pages     int   `json:"pages"`
-	DataBytes int64 `json:"data_bytes"`
-	Samples   int   `json:"samples"`
+	Pages     int    `json:"pages"`
+	DataBytes int64  `json:"data_bytes"`
+	Announced uint64 `json:"announced"`
+	Samples   int    `json:"samples"`
 }
 
 func readMountStats(t *testing.T, mnt string) mountStats {

@@ -241,13 +241,16 @@ func (p *Pipeline) RunEpoch(ctx context.Context, epoch int, sink Sink) (int, err
 	if err != nil {
 		return 0, err
 	}
-	if err := p.c.Announce("ffcvfeed", ids); err != nil {
-		return 0, err
-	}
+	// The mount first: once its own cache has the plan, prefetches read
+	// through the mount at once, and reads the mount's plan does not yet
+	// know would not advance it.
 	if p.announce != nil {
 		if err := p.announce(ids); err != nil {
 			return 0, err
 		}
+	}
+	if err := p.c.Announce("ffcvfeed", ids); err != nil {
+		return 0, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
