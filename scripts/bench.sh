@@ -18,9 +18,27 @@
 #                                 256, 2 workers) vs decoding alone, and vs torchvision
 #                                 ImageFolder + DataLoader (2 workers) doing the same;
 #                                 then ffcvfeed's peak RSS after epochs 1, 2 and 5
+#   scripts/bench.sh storage [N]  training from S3 over a slow link: the same N photos
+#                                 (default 5000) on versitygw on loopback, behind
+#                                 toxiproxy (+LATENCY_MS, default 10, per response) and a
+#                                 cap of BANDWIDTH_MBS (default 100 MB/s) shared by all
+#                                 connections. One epoch of every image, bytes only, 4
+#                                 readers: one GET per image object in random order
+#                                 (baseline), then through ffcvfs mount of the beton
+#                                 (2 MiB pages) with a cache of 10 % of it (rounded up
+#                                 to whole pages): in QuasiRandomSampler's order, in a random
+#                                 order not announced, in an announced random order.
+#                                 Images/s, MB/s, share of the cap, bytes fetched per
+#                                 byte read, the mount's peak RSS. Then ffcvfeed bench
+#                                 through such a mount vs on the local beton.
 #
 # Environment: RUNS (default 3) runs per figure; BENCH_DIR (default a temp dir;
-# for feed, ${FFCVFS_CACHE:-~/.cache/ffcvfs}/bench, so the data is kept).
+# for feed and storage, ${FFCVFS_CACHE:-~/.cache/ffcvfs}/bench, so the data is
+# kept). storage also reads LATENCY_MS, BANDWIDTH_MBS, BATCH (the readers'
+# DataLoader batch size and the mount's --order-batch-size; default 64),
+# MAX_SECONDS (each reading way stops after that long; default 30), READERS
+# (the mount's --readers; default 4), CACHE and FEED_CACHE (the mount's
+# --cache-size for the readers and for ffcvfeed).
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -218,7 +236,245 @@ bench_feed() {
 	done
 }
 
+# What bench_storage started, for storage_cleanup.
+STORAGE_TMP=
+STORAGE_PIDS=()
+STORAGE_MOUNT_PID=
+STORAGE_RSS=0
+
+# storage_cleanup: unmount, stop the servers, remove the temp folder.
+storage_cleanup() {
+	local pid
+	if [[ -n $STORAGE_MOUNT_PID ]]; then
+		kill -TERM "$STORAGE_MOUNT_PID" 2>/dev/null || true
+		wait "$STORAGE_MOUNT_PID" 2>/dev/null || true
+		STORAGE_MOUNT_PID=
+	fi
+	if [[ -n $STORAGE_TMP ]] && grep -qs " $STORAGE_TMP/mnt " /proc/mounts; then
+		fusermount3 -u -z "$STORAGE_TMP/mnt" 2>/dev/null || umount -l "$STORAGE_TMP/mnt" 2>/dev/null || true
+	fi
+	for pid in "${STORAGE_PIDS[@]}"; do
+		kill -TERM "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	done
+	STORAGE_PIDS=()
+	[[ -z $STORAGE_TMP ]] || rm -rf "$STORAGE_TMP"
+	STORAGE_TMP=
+}
+
+# wait_port PORT NAME PID: wait until 127.0.0.1:PORT accepts connections,
+# failing when process PID (whose log is $STORAGE_TMP/NAME.log) exits.
+wait_port() {
+	local i
+	for ((i = 0; i < 200; i++)); do
+		(: >"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+		kill -0 "$3" 2>/dev/null || die "$2 exited at start: $(tail -n 5 "$STORAGE_TMP/$2.log")"
+		sleep 0.1
+	done
+	die "$2 does not answer on 127.0.0.1:$1 after 20 s: $(tail -n 5 "$STORAGE_TMP/$2.log")"
+}
+
+# storage_mount CACHE: mount s3://bench/$STORAGE_KEY, through the capped
+# link, at $STORAGE_TMP/mnt with a cache of CACHE; sets STORAGE_MOUNT_PID.
+storage_mount() {
+	bin/ffcvfs mount --s3-endpoint "http://127.0.0.1:$STORAGE_LINK" --s3-path-style --cache-size "$1" \
+		--readers "$STORAGE_READERS" --order-batch-size "$STORAGE_BATCH" \
+		"s3://bench/$STORAGE_KEY" "$STORAGE_TMP/mnt" 2>>"$STORAGE_TMP/mount.log" &
+	STORAGE_MOUNT_PID=$!
+	local i
+	for ((i = 0; i < 300; i++)); do
+		[[ -e $STORAGE_TMP/mnt/.ffcvfs/stats.json ]] && return 0
+		kill -0 "$STORAGE_MOUNT_PID" 2>/dev/null || die "ffcvfs mount exited: $(tail -n 5 "$STORAGE_TMP/mount.log")"
+		sleep 0.1
+	done
+	die "ffcvfs mount s3://bench/$STORAGE_KEY is not ready after 30 s: $(tail -n 5 "$STORAGE_TMP/mount.log")"
+}
+
+# storage_umount: unmount, after setting STORAGE_RSS to the mount's peak
+# resident size in KiB (VmHWM).
+storage_umount() {
+	STORAGE_RSS=$(sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\) kB$/\1/p' "/proc/$STORAGE_MOUNT_PID/status")
+	kill -TERM "$STORAGE_MOUNT_PID"
+	wait "$STORAGE_MOUNT_PID" || die "ffcvfs mount failed: $(tail -n 5 "$STORAGE_TMP/mount.log")"
+	STORAGE_MOUNT_PID=
+}
+
+# storage_way WHAT CMD...: run CMD (storagebench get, or storagebench mount
+# without its MNT, then run against a fresh mount) RUNS times and print a
+# row of medians: images/s, MB/s of images, share of the cap, MB/s on the
+# link, bytes fetched per byte of images read, the mount's peak RSS, and
+# images read. The result lines go to $STORAGE_TMP/results.txt too.
+storage_way() {
+	local what=$1 i out
+	shift
+	: >"$STORAGE_TMP/way.txt"
+	for ((i = 0; i < RUNS; i++)); do
+		STORAGE_RSS=0
+		if [[ $2 == mount ]]; then
+			storage_mount "$STORAGE_CACHE"
+			out=$("$@" "$STORAGE_TMP/mnt") || die "$* failed"
+			storage_umount
+		else
+			out=$("$@") || die "$* failed"
+		fi
+		echo "$out rss=$STORAGE_RSS" >>"$STORAGE_TMP/way.txt"
+	done
+	cat "$STORAGE_TMP/way.txt" >>"$STORAGE_TMP/results.txt"
+	awk -v what="$what" -v cap="$STORAGE_BW" '
+		function median(s,   a, k, i, j, t) { k = split(s, a, " "); for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }; return (k % 2) ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2 }
+		{
+			for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+			img = img " " v["images"] / v["seconds"]; mb = mb " " v["bytes"] / 1e6 / v["seconds"]
+			link = link " " v["fetched"] / 1e6 / v["seconds"]; amp = amp " " v["fetched"] / v["bytes"]
+			rss = rss " " v["rss"] / 1024; n = n " " v["images"]
+		}
+		END {
+			m = median(mb); r = median(rss)
+			printf "%-40s %7.0f %7.1f %6.1f%% %7.1f %8.3f %7s %6.0f\n", what, median(img), m, 100 * m / cap, median(link), median(amp), (r > 0 ? sprintf("%.0f", r) : "-"), median(n)
+		}' "$STORAGE_TMP/way.txt"
+}
+
+bench_storage() {
+	local n=${1:-5000}
+	[[ $n =~ ^[0-9]+$ ]] || die "N must be a whole number, got '$n'"
+	local dir=${BENCH_DIR:-${FFCVFS_CACHE:-$HOME/.cache/ffcvfs}/bench}/feed-$n
+	local latency=${LATENCY_MS:-10} secs=${MAX_SECONDS:-30}
+	STORAGE_BW=${BANDWIDTH_MBS:-100}
+	STORAGE_BATCH=${BATCH:-64}
+	# Pages fetched at once: one or two cover this link's bandwidth-delay
+	# product (100 MB/s × 10 ms is half a page); more split the link among
+	# pages needed later and crowd out pages ready to read.
+	STORAGE_READERS=${READERS:-4}
+	[[ $latency =~ ^[0-9]+$ ]] || die "LATENCY_MS must be a whole number of milliseconds, got '$latency'"
+	[[ $STORAGE_BW =~ ^[1-9][0-9]*$ ]] || die "BANDWIDTH_MBS must be a positive whole number, got '$STORAGE_BW'"
+	[[ $STORAGE_BATCH =~ ^[1-9][0-9]*$ ]] || die "BATCH must be a positive whole number, got '$STORAGE_BATCH'"
+	[[ $STORAGE_READERS =~ ^[1-9][0-9]*$ ]] || die "READERS must be a positive whole number, got '$STORAGE_READERS'"
+	[[ $secs =~ ^[1-9][0-9]*$ ]] || die "MAX_SECONDS must be a positive whole number, got '$secs'"
+	ensure_apt fuse3 libjpeg62-turbo-dev pkg-config gcc
+	ensure_versitygw
+	ensure_toxiproxy
+	scripts/make-bench-data.sh "$n" "$dir" >&2 || die "make-bench-data.sh failed"
+	mkdir -p bin
+	local cmd
+	for cmd in ffcvfs ffcvfeed; do
+		go build -o "bin/$cmd" "./cmd/$cmd" || die "go build ./cmd/$cmd failed"
+	done
+	go build -o bin/storagebench ./scripts/storagebench || die "go build ./scripts/storagebench failed"
+	# 2 MiB pages, the smallest: 10 % of a small beton still holds several
+	# (of the 8 MiB pages of bench.beton, it would hold one).
+	local beton=$dir/bench-2MiB.beton page=$((2 << 20)) size
+	if [[ ! -s $beton || $dir/bench.beton -nt $beton ]]; then
+		bin/ffcvfs write --page-size 2MiB "$dir/imagefolder" "$beton" >&2 || die "ffcvfs write failed"
+	fi
+	size=$(stat -c %s "$beton")
+	STORAGE_KEY=bench-2MiB.beton
+	# The readers' cache: 10 % of the beton, rounded up to whole pages (the
+	# cache rounds its budget down). 4 DataLoader workers with batches of 64
+	# read from about 5 pages at once (2 open in the quasi-random window, and
+	# 4 batches span about 3), and the link's bandwidth-delay product needs
+	# 1 or 2 more in flight: below about 7 pages the cache is too small for
+	# the order, whatever its share of the beton (CACHE overrides).
+	STORAGE_CACHE=${CACHE:-$((((size / 10 + page - 1) / page * page) >> 20))MiB}
+	# ffcvfeed's own cache reads up to 16 pages at once through the mount,
+	# each a series of FUSE reads: the mount's cache holds them all.
+	local feed_cache=${FEED_CACHE:-$(((size / 10 > 32 * page ? size / 10 : 32 * page) >> 20))MiB}
+
+	STORAGE_TMP=$(mktemp -d)
+	trap storage_cleanup EXIT
+	trap 'exit 130' INT TERM
+	mkdir -p "$STORAGE_TMP/s3" "$STORAGE_TMP/mnt"
+	local ports vgw api proxy
+	mapfile -t ports < <(bin/storagebench ports 4)
+	((${#ports[@]} == 4)) || die "storagebench ports found no free ports"
+	vgw=${ports[0]} api=${ports[1]} proxy=${ports[2]} STORAGE_LINK=${ports[3]}
+	# Fresh credentials, and nothing from the user's AWS settings.
+	local var
+	for var in $(compgen -e); do
+		[[ $var != AWS_* ]] || unset "$var"
+	done
+	AWS_ACCESS_KEY_ID=BENCH$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')
+	AWS_SECRET_ACCESS_KEY=$(od -An -N20 -tx1 /dev/urandom | tr -d ' \n')
+	export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true \
+		AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null
+
+	ROOT_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID ROOT_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY \
+		versitygw --port "127.0.0.1:$vgw" --region us-east-1 --quiet posix "$STORAGE_TMP/s3" >"$STORAGE_TMP/versitygw.log" 2>&1 &
+	STORAGE_PIDS+=($!)
+	wait_port "$vgw" versitygw "$!"
+	toxiproxy-server -host 127.0.0.1 -port "$api" >"$STORAGE_TMP/toxiproxy.log" 2>&1 &
+	STORAGE_PIDS+=($!)
+	wait_port "$api" toxiproxy "$!"
+	local tp=(toxiproxy-cli -h "http://127.0.0.1:$api")
+	{
+		"${tp[@]}" create -l "127.0.0.1:$proxy" -u "127.0.0.1:$vgw" s3 &&
+			"${tp[@]}" toxic add -t latency -a "latency=$latency" -n latency s3 &&
+			"${tp[@]}" toxic add -t bandwidth -a "rate=$((STORAGE_BW * 1000))" -n bandwidth s3
+	} >/dev/null || die "setting up toxiproxy failed"
+	# toxiproxy's bandwidth toxic (KB/s) caps each connection on its own;
+	# the link caps all of them together.
+	bin/storagebench link -listen "127.0.0.1:$STORAGE_LINK" -to "127.0.0.1:$proxy" -rate "$STORAGE_BW" >"$STORAGE_TMP/link.log" 2>&1 &
+	STORAGE_PIDS+=($!)
+	wait_port "$STORAGE_LINK" link "$!"
+	bin/storagebench put -endpoint "http://127.0.0.1:$vgw" -bucket bench -beton "$beton" -key "$STORAGE_KEY" \
+		-folder "$dir/imagefolder" -prefix images || die "uploading to versitygw failed"
+
+	echo
+	echo "training from S3: $n real-photo JPEGs, a $((size >> 20)) MiB beton of 2 MiB pages, on versitygw on loopback behind"
+	echo "toxiproxy (+$latency ms per response) and a $STORAGE_BW MB/s link shared by all connections; $(nproc) cores, median of"
+	echo "$RUNS runs. One epoch of every image, bytes only, 4 readers. Mounts: fresh for every run, --cache-size $STORAGE_CACHE"
+	echo "--readers $STORAGE_READERS --order-batch-size $STORAGE_BATCH, read as DataLoader(num_workers=4, batch_size=$STORAGE_BATCH) would."
+	echo "A run stops after $secs s; its figures are then over the images it read (last column). MB/s: 10^6 bytes"
+	echo "of images per second; link: MB/s fetched from S3; fetch/rd: bytes fetched per byte of images read;"
+	echo "RSS: the mount's peak."
+	printf '%-40s %7s %7s %7s %7s %8s %7s %6s\n' "what" "img/s" "MB/s" "of cap" "link" "fetch/rd" "RSS MiB" "images"
+	storage_way "GET per image object, random (baseline)" \
+		bin/storagebench get -endpoint "http://127.0.0.1:$STORAGE_LINK" -bucket bench -prefix images -j 4 -max-seconds "$secs"
+	local r=(-j 4 -batch "$STORAGE_BATCH" -max-seconds "$secs")
+	storage_way "mount, QuasiRandomSampler order" bin/storagebench mount -order quasi-random "${r[@]}"
+	storage_way "mount, random order, not announced" bin/storagebench mount -order random "${r[@]}"
+	storage_way "mount, random order, announced" bin/storagebench mount -order random-announced "${r[@]}"
+
+	local pipe=(--resolution 160 --crop random-resized --flip 0.5 --dtype uint8 --workers 2 --batch-size 256)
+	echo
+	echo "ffcvfeed bench (random-resized crop to 160, flip 0.5, uint8 batches of 256, 2 workers), one epoch, median"
+	echo "of $RUNS runs: on the local beton, and through a fresh S3 mount as above with cache $feed_cache."
+	echo "fetch/data: bytes the mount fetched per byte of images in the dataset; link use: the share of the"
+	echo "epoch the link needed for them; RSS: the mount's peak. On few cores, the mount, the proxy and the S3"
+	echo "server take CPU time from the decoders."
+	printf '%-40s %7s %8s %10s %8s %7s\n' "what" "img/s" "ratio" "fetch/data" "link use" "RSS MiB"
+	# Local and mount runs take turns, so that the machine's noise falls on
+	# both alike.
+	local i out r b f data_bytes data_images bases=() rates=() fetched=() rss=()
+	bin/ffcvfeed bench --data "$beton" "${pipe[@]}" >/dev/null || die "ffcvfeed bench failed" # warm the page cache
+	data_bytes=$(sed -n '1s/.* dataset_bytes=\([0-9]*\) .*/\1/p' "$STORAGE_TMP/results.txt")
+	data_images=$(sed -n '1s/.* dataset_images=\([0-9]*\) .*/\1/p' "$STORAGE_TMP/results.txt")
+	for ((i = 0; i < RUNS; i++)); do
+		out=$(bin/ffcvfeed bench --data "$beton" "${pipe[@]}") || die "ffcvfeed bench failed"
+		bases+=("$(images_per_s <<<"$out")")
+		storage_mount "$feed_cache"
+		out=$(bin/ffcvfeed bench --data "$STORAGE_TMP/mnt" "${pipe[@]}") || die "ffcvfeed bench through the mount failed"
+		rates+=("$(images_per_s <<<"$out")")
+		fetched+=("$(sed -n 's/.*"bytes_read": \([0-9]*\).*/\1/p' "$STORAGE_TMP/mnt/.ffcvfs/stats.json")")
+		storage_umount
+		rss+=("$STORAGE_RSS")
+	done
+	b=$(printf '%s\n' "${bases[@]}" | median)
+	r=$(printf '%s\n' "${rates[@]}" | median)
+	f=$(printf '%s\n' "${fetched[@]}" | median)
+	printf '%-40s %7.0f %8s %10s %8s %7s\n' "ffcvfeed bench, local beton (baseline)" "$b" "1.00" "-" "-" "-"
+	printf '%-40s %7.0f %8.3f %10.3f %7.1f%% %7.0f\n' "ffcvfeed bench through the S3 mount" "$r" "$(echo "$r / $b" | bc -l)" \
+		"$(echo "$f / $data_bytes" | bc -l)" "$(echo "100 * $f / 1000000 / $STORAGE_BW / ($data_images / $r)" | bc -l)" \
+		"$(echo "$(printf '%s\n' "${rss[@]}" | median) / 1024" | bc -l)"
+	storage_cleanup
+	trap - EXIT INT TERM
+}
+
 case ${1:-} in
+storage)
+	ensure_go
+	shift
+	bench_storage "$@"
+	;;
 feed)
 	ensure_go
 	shift
@@ -241,7 +497,7 @@ write)
 	bench_write "$@"
 	;;
 *)
-	echo "usage: scripts/bench.sh write [N] | cache | mount [N] | feed [N]" >&2
+	echo "usage: scripts/bench.sh write [N] | cache | mount [N] | feed [N] | storage [N]" >&2
 	exit 2
 	;;
 esac
