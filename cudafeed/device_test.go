@@ -221,30 +221,7 @@ func TestPublishAllocsDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	c := dial(t, s)
-	c.read()
-	go func() {
-		buf := make([]byte, 512)
-		release := []byte(`{"release":0}` + "\n")
-		for {
-			n, err := c.rd.Read(buf)
-			if err != nil {
-				return
-			}
-			for _, ch := range buf[:n] {
-				if ch == '\n' {
-					c.conn.Write(release)
-				}
-			}
-		}
-	}()
-	ctx := context.Background()
-	b := 0
-	n := testing.AllocsPerRun(200, func() {
-		i, _ := s.AcquireSlot(ctx)
-		s.Publish(i, 0, b, 1)
-		b++
-	})
+	n := publishAllocs(t, s)
 	if n > 0 {
 		t.Errorf("AcquireSlot+Publish with a device allocate %v times per batch", n)
 	}

@@ -327,11 +327,20 @@ func TestServerCloseUnblocksAcquire(t *testing.T) {
 
 func TestPublishAllocs(t *testing.T) {
 	_, s := testServer(t, 1, 1<<30, 0)
+	if n := publishAllocs(t, s); n > 0 {
+		t.Errorf("AcquireSlot+Publish allocate %v times per batch", n)
+	}
+}
+
+// publishAllocs returns the allocations of one AcquireSlot+Publish on s, a
+// server of one slot, with a consumer that releases every batch.
+func publishAllocs(t *testing.T, s *Server) float64 {
+	t.Helper()
 	c := dial(t, s)
 	c.read()
 	go func() {
 		// One slot, so every batch is slot 0; read and release without allocating.
-		buf := make([]byte, 256)
+		buf := make([]byte, 512)
 		release := []byte(`{"release": 0}` + "\n")
 		for {
 			n, err := c.rd.Read(buf)
@@ -347,12 +356,9 @@ func TestPublishAllocs(t *testing.T) {
 	}()
 	ctx := context.Background()
 	b := 0
-	n := testing.AllocsPerRun(200, func() {
+	return testing.AllocsPerRun(200, func() {
 		i, _ := s.AcquireSlot(ctx)
 		s.Publish(i, 0, b, 1)
 		b++
 	})
-	if n > 0 {
-		t.Errorf("AcquireSlot+Publish allocate %v times per batch", n)
-	}
 }

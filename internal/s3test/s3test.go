@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -49,14 +48,14 @@ type Server struct {
 	// Guarded by mu.
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd has exited
-	out    *lockedBuffer
+	out    *testenv.OutputBuffer
 }
 
 // Start starts versitygw on a free port of 127.0.0.1 and waits until it
 // answers. t.Cleanup stops it.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	bin := findVersitygw()
+	bin := testenv.FindGoTool("versitygw", "FFCVFS_VERSITYGW")
 	if bin == "" {
 		testenv.Missing(t, "versitygw not found ($FFCVFS_VERSITYGW, PATH, $(go env GOPATH)/bin, ~/go/bin, /root/go/bin); install it with: go install %s",
 			VersitygwModule)
@@ -77,7 +76,7 @@ func Start(t testing.TB) *Server {
 	}
 	var err error
 	for try := 0; try < 5; try++ {
-		s.addr, err = freeAddr()
+		s.addr, err = testenv.FreeAddr()
 		if err != nil {
 			t.Fatalf("s3test: no free port: %v", err)
 		}
@@ -238,7 +237,7 @@ func (s *Server) Output() string {
 func (s *Server) start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := &lockedBuffer{}
+	out := &testenv.OutputBuffer{}
 	cmd := exec.Command(s.bin,
 		"--port", s.addr,
 		"--access", s.accessKey,
@@ -298,90 +297,10 @@ func cleanEnv() []string {
 	return env
 }
 
-// findVersitygw returns the path of the versitygw binary, or "".
-func findVersitygw() string {
-	if p := os.Getenv("FFCVFS_VERSITYGW"); p != "" {
-		if isExecutable(p) {
-			return p
-		}
-		return ""
-	}
-	if p, err := exec.LookPath("versitygw"); err == nil {
-		return p
-	}
-	var dirs []string
-	if gobin := goEnv("GOBIN"); gobin != "" {
-		dirs = append(dirs, gobin)
-	}
-	for _, gp := range filepath.SplitList(goEnv("GOPATH")) {
-		dirs = append(dirs, filepath.Join(gp, "bin"))
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		dirs = append(dirs, filepath.Join(home, "go", "bin"))
-	}
-	dirs = append(dirs, "/root/go/bin")
-	for _, d := range dirs {
-		if p := filepath.Join(d, "versitygw"); isExecutable(p) {
-			return p
-		}
-	}
-	return ""
-}
-
-func isExecutable(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
-}
-
-// goEnv returns `go env name`, or "" when the go command is not there.
-func goEnv(name string) string {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = "/usr/local/go/bin/go"
-	}
-	out, err := exec.Command(goBin, "env", name).Output()
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(out))
-}
-
-// freeAddr returns a 127.0.0.1 address with a port that was free a moment
-// ago.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
 func randomHex(n int) string {
 	b := make([]byte, n)
 	if _, err := rand.Read(b); err != nil {
 		panic(err)
 	}
 	return strings.ToUpper(hex.EncodeToString(b))
-}
-
-// lockedBuffer collects a child's output from two pipes.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.buf.Len() > 1<<20 {
-		return len(p), nil
-	}
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -34,14 +33,14 @@ type Server struct {
 	// Guarded by mu.
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd has exited
-	out    *lockedBuffer
+	out    *testenv.OutputBuffer
 }
 
 // Start starts toxiproxy-server with its API on a free port of 127.0.0.1
 // and waits until it answers. t.Cleanup stops it.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	bin := findServer()
+	bin := testenv.FindGoTool("toxiproxy-server", "FFCVFS_TOXIPROXY")
 	if bin == "" {
 		testenv.Missing(t, "toxiproxy-server not found ($FFCVFS_TOXIPROXY, PATH, $(go env GOPATH)/bin, ~/go/bin, /root/go/bin); install it with ensure_toxiproxy of scripts/lib.sh, or: go install %s",
 			Module)
@@ -50,7 +49,7 @@ func Start(t testing.TB) *Server {
 	s := &Server{bin: bin, client: &http.Client{Timeout: 10 * time.Second}}
 	var err error
 	for try := 0; try < 5; try++ {
-		if s.addr, err = freeAddr(); err != nil {
+		if s.addr, err = testenv.FreeAddr(); err != nil {
 			t.Fatalf("toxitest: no free port: %v", err)
 		}
 		if err = s.start(); err == nil {
@@ -104,7 +103,7 @@ func (s *Server) start() error {
 	if err != nil {
 		return err
 	}
-	out := &lockedBuffer{}
+	out := &testenv.OutputBuffer{}
 	cmd := exec.Command(s.bin, "-host", host, "-port", port)
 	cmd.Env = append(os.Environ(), "LOG_LEVEL=warn")
 	cmd.Stdout = out
@@ -317,85 +316,4 @@ func (p *Proxy) setEnabled(t testing.TB, on bool) {
 	if st.Enabled != on || st.Listen != p.addr {
 		t.Fatalf("toxitest: proxy %s is enabled=%v on %s after asking for enabled=%v on %s", p.name, st.Enabled, st.Listen, on, p.addr)
 	}
-}
-
-// findServer returns the path of the toxiproxy-server binary, or "".
-func findServer() string {
-	const name = "toxiproxy-server"
-	if p := os.Getenv("FFCVFS_TOXIPROXY"); p != "" {
-		if isExecutable(p) {
-			return p
-		}
-		return ""
-	}
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	var dirs []string
-	if gobin := goEnv("GOBIN"); gobin != "" {
-		dirs = append(dirs, gobin)
-	}
-	for _, gp := range filepath.SplitList(goEnv("GOPATH")) {
-		dirs = append(dirs, filepath.Join(gp, "bin"))
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		dirs = append(dirs, filepath.Join(home, "go", "bin"))
-	}
-	dirs = append(dirs, "/root/go/bin")
-	for _, d := range dirs {
-		if p := filepath.Join(d, name); isExecutable(p) {
-			return p
-		}
-	}
-	return ""
-}
-
-func isExecutable(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
-}
-
-// goEnv returns `go env name`, or "" when the go command is not there.
-func goEnv(name string) string {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = "/usr/local/go/bin/go"
-	}
-	out, err := exec.Command(goBin, "env", name).Output()
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(out))
-}
-
-// freeAddr returns a 127.0.0.1 address with a port that was free a moment
-// ago.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
-// lockedBuffer collects a child's output from two pipes.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.buf.Len() > 1<<20 {
-		return len(p), nil
-	}
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -1,0 +1,97 @@
+package testenv
+
+import (
+	"bytes"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+// FindGoTool returns the path of the executable name that `go install`
+// puts in Go's bin folder (versitygw, toxiproxy-server), or "": the path in
+// the environment variable envVar when that is set (and nothing else then),
+// else name on PATH, else in $(go env GOBIN), each $(go env GOPATH)/bin,
+// ~/go/bin or /root/go/bin.
+func FindGoTool(name, envVar string) string {
+	if p := os.Getenv(envVar); p != "" {
+		if isExecutable(p) {
+			return p
+		}
+		return ""
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	var dirs []string
+	if gobin := goEnv("GOBIN"); gobin != "" {
+		dirs = append(dirs, gobin)
+	}
+	for _, gp := range filepath.SplitList(goEnv("GOPATH")) {
+		dirs = append(dirs, filepath.Join(gp, "bin"))
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		dirs = append(dirs, filepath.Join(home, "go", "bin"))
+	}
+	dirs = append(dirs, "/root/go/bin")
+	for _, d := range dirs {
+		if p := filepath.Join(d, name); isExecutable(p) {
+			return p
+		}
+	}
+	return ""
+}
+
+func isExecutable(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
+}
+
+// goEnv returns `go env name`, or "" when the go command is not there.
+func goEnv(name string) string {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = "/usr/local/go/bin/go"
+	}
+	out, err := exec.Command(goBin, "env", name).Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// FreeAddr returns a 127.0.0.1 address with a port that was free a moment
+// ago.
+func FreeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// OutputBuffer collects a child process's output from its two pipes, safe
+// for concurrent writes; it keeps the first MiB and drops the rest.
+type OutputBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *OutputBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.buf.Len() > 1<<20 {
+		return len(p), nil
+	}
+	return b.buf.Write(p)
+}
+
+// String returns what was collected.
+func (b *OutputBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
