@@ -200,11 +200,12 @@ func TestDeviceRingIPC(t *testing.T) {
 	}
 }
 
-// TestIPCChild is the consumer process of TestDeviceRingIPC.
+// TestIPCChild is the consumer process of TestDeviceRingIPC. Run otherwise,
+// it has nothing to check and passes.
 func TestIPCChild(t *testing.T) {
 	arg := os.Getenv(ipcChildEnv)
 	if arg == "" {
-		t.Skip("runs as the consumer process of TestDeviceRingIPC")
+		return
 	}
 	var memHex, evHex string
 	var n int
