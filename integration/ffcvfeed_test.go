@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
 
 // feedServeConsumer reads every epoch of an ffcvfeed server with
@@ -66,7 +68,7 @@ type feedServeEpoch struct {
 type feedProc struct {
 	cmd    *exec.Cmd
 	sock   string
-	log    *mountLog // stdout and stderr
+	log    *testenv.OutputBuffer // stdout and stderr
 	exited chan struct{}
 }
 
@@ -76,7 +78,7 @@ type feedProc struct {
 func startFeed(t *testing.T, data string, args ...string) *feedProc {
 	t.Helper()
 	ffcvfeed := binary(t, "ffcvfeed")
-	p := &feedProc{sock: filepath.Join(t.TempDir(), "feed.sock"), log: &mountLog{}, exited: make(chan struct{})}
+	p := &feedProc{sock: filepath.Join(t.TempDir(), "feed.sock"), log: &testenv.OutputBuffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(ffcvfeed, append([]string{"serve", "--data", data, "--socket", p.sock}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {

@@ -121,26 +121,29 @@ func mountBeton(t *testing.T, src string, args ...string) (mnt string) {
 type mountProc struct {
 	mnt    string
 	cmd    *exec.Cmd
-	stderr *mountLog
+	stderr *testenv.OutputBuffer
 	exited chan struct{} // closed when cmd has exited
 }
 
-// mountLog is a buffer that the child writes while the test reads it.
-type mountLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *mountLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *mountLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
+// mountedFiles returns the sample files of the class folders of mnt, as
+// "class/file", in ImageFolder's order: by class, then by file name.
+func mountedFiles(t *testing.T, mnt string) []string {
+	t.Helper()
+	var files []string
+	classes, err := os.ReadDir(mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range classes {
+		ents, err := os.ReadDir(filepath.Join(mnt, c.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			files = append(files, c.Name()+"/"+e.Name())
+		}
+	}
+	return files
 }
 
 // needFUSE ends the test via testenv.Missing when FUSE mounts cannot work.
@@ -163,7 +166,7 @@ func startMount(t *testing.T, env []string, src string, args ...string) *mountPr
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	p := &mountProc{mnt: mnt, stderr: &mountLog{}, exited: make(chan struct{})}
+	p := &mountProc{mnt: mnt, stderr: &testenv.OutputBuffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(ffcvfs, append(append([]string{"mount"}, args...), src, mnt)...)
 	p.cmd.Stdout = p.stderr
 	p.cmd.Stderr = p.stderr

@@ -203,54 +203,44 @@ func checkMountedSamples(t *testing.T, mnt string, labels []int64, images []map[
 	var ppms []ppm
 	seen := make([]bool, len(labels))
 	exts := map[string]int{}
-	classes, err := os.ReadDir(mnt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range classes {
-		files, err := os.ReadDir(filepath.Join(mnt, c.Name()))
-		if err != nil {
-			t.Fatal(err)
+	for _, f := range mountedFiles(t, mnt) {
+		class, name, _ := strings.Cut(f, "/")
+		ext := filepath.Ext(name)
+		id, err := strconv.Atoi(strings.TrimSuffix(name, ext))
+		if err != nil || id < 0 || id >= len(labels) || seen[id] {
+			t.Errorf("%s/%s: not a sample file name, or a sample served twice", class, name)
+			continue
 		}
-		for _, fe := range files {
-			name := fe.Name()
-			ext := filepath.Ext(name)
-			id, err := strconv.Atoi(strings.TrimSuffix(name, ext))
-			if err != nil || id < 0 || id >= len(labels) || seen[id] {
-				t.Errorf("%s/%s: not a sample file name, or a sample served twice", c.Name(), name)
+		seen[id] = true
+		exts[ext]++
+		img := images[id][field]
+		wantExt := map[string]string{"jpg": ".jpg", "raw": ".ppm"}[img.Mode]
+		if want := fmt.Sprintf("%0*d%s", idWidth, id, wantExt); name != want {
+			t.Errorf("sample %d is %s, want %s", id, name, want)
+		}
+		if want := fmt.Sprintf("%0*d", labelWidth, labels[id]); class != want {
+			t.Errorf("sample %d (label %d) is in folder %s, want %s", id, labels[id], class, want)
+		}
+		path := filepath.Join(mnt, class, name)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Errorf("sample %d: %v", id, err)
+			continue
+		}
+		if st, err := os.Stat(path); err != nil || st.Size() != int64(len(data)) {
+			t.Errorf("sample %d: stat says %v (%v), read %d bytes", id, st.Size(), err, len(data))
+		}
+		if img.Mode == "raw" {
+			hdr := fmt.Sprintf("P6\n%d %d\n255\n", img.Width, img.Height)
+			if !bytes.HasPrefix(data, []byte(hdr)) {
+				t.Errorf("sample %d: .ppm starts %q, want %q", id, data[:min(len(data), 20)], hdr)
 				continue
 			}
-			seen[id] = true
-			exts[ext]++
-			img := images[id][field]
-			wantExt := map[string]string{"jpg": ".jpg", "raw": ".ppm"}[img.Mode]
-			if want := fmt.Sprintf("%0*d%s", idWidth, id, wantExt); name != want {
-				t.Errorf("sample %d is %s, want %s", id, name, want)
-			}
-			if want := fmt.Sprintf("%0*d", labelWidth, labels[id]); c.Name() != want {
-				t.Errorf("sample %d (label %d) is in folder %s, want %s", id, labels[id], c.Name(), want)
-			}
-			path := filepath.Join(mnt, c.Name(), name)
-			data, err := os.ReadFile(path)
-			if err != nil {
-				t.Errorf("sample %d: %v", id, err)
-				continue
-			}
-			if st, err := os.Stat(path); err != nil || st.Size() != int64(len(data)) {
-				t.Errorf("sample %d: stat says %v (%v), read %d bytes", id, st.Size(), err, len(data))
-			}
-			if img.Mode == "raw" {
-				hdr := fmt.Sprintf("P6\n%d %d\n255\n", img.Width, img.Height)
-				if !bytes.HasPrefix(data, []byte(hdr)) {
-					t.Errorf("sample %d: .ppm starts %q, want %q", id, data[:min(len(data), 20)], hdr)
-					continue
-				}
-				data = data[len(hdr):]
-				ppms = append(ppms, ppm{path, img.Width, img.Height, len(hdr)})
-			}
-			if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != img.SHA256 || len(data) != img.Size {
-				t.Errorf("sample %d (%s): %d bytes with SHA-256 %x, manifest: %d bytes, %s", id, name, len(data), sum, img.Size, img.SHA256)
-			}
+			data = data[len(hdr):]
+			ppms = append(ppms, ppm{path, img.Width, img.Height, len(hdr)})
+		}
+		if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != img.SHA256 || len(data) != img.Size {
+			t.Errorf("sample %d (%s): %d bytes with SHA-256 %x, manifest: %d bytes, %s", id, name, len(data), sum, img.Size, img.SHA256)
 		}
 	}
 	for id, ok := range seen {
@@ -662,18 +652,8 @@ func TestMountErrors(t *testing.T) {
 func TestMountSIGTERMWhileReading(t *testing.T) {
 	p := startMount(t, nil, testenv.Fixture(t, "beton", "imagefolder-jpg.beton"))
 	var files []string
-	classes, err := os.ReadDir(p.mnt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range classes {
-		ents, err := os.ReadDir(filepath.Join(p.mnt, c.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range ents {
-			files = append(files, filepath.Join(p.mnt, c.Name(), e.Name()))
-		}
+	for _, f := range mountedFiles(t, p.mnt) {
+		files = append(files, filepath.Join(p.mnt, f))
 	}
 	if len(files) == 0 {
 		t.Fatal("no files in the mount")

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -108,22 +107,13 @@ func TestQuasiRandomSampler(t *testing.T) {
 	// ImageFolder index i is the i-th file in sorted (class, file name)
 	// order; the file name is the sample id.
 	var sampleOf []int
-	classes, err := os.ReadDir(mnt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range classes {
-		files, err := os.ReadDir(filepath.Join(mnt, c.Name()))
+	for _, f := range mountedFiles(t, mnt) {
+		name := filepath.Base(f)
+		id, err := strconv.Atoi(strings.TrimSuffix(name, filepath.Ext(name)))
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: %v", f, err)
 		}
-		for _, fe := range files {
-			id, err := strconv.Atoi(strings.TrimSuffix(fe.Name(), filepath.Ext(fe.Name())))
-			if err != nil {
-				t.Fatalf("%s/%s: %v", c.Name(), fe.Name(), err)
-			}
-			sampleOf = append(sampleOf, id)
-		}
+		sampleOf = append(sampleOf, id)
 	}
 	if len(sampleOf) != n {
 		t.Fatalf("%d files in the mount, %d samples", len(sampleOf), n)

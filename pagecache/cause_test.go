@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
 
 func refused(port int) error {
@@ -68,8 +69,8 @@ func TestCauseIsTheSameForOneCause(t *testing.T) {
 // success is logged and makes the next failure a warning again.
 func TestRetryWarnsOncePerCause(t *testing.T) {
 	p, _ := testPolicy(t, 8)
-	buf := &logBuffer{}
-	p.log.log = slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	var buf *testenv.OutputBuffer
+	p.log.log, buf = captureLogger()
 	reset := errors.New("connection reset by peer")
 	busy := &statusError{code: 503, status: "503 Service Unavailable"}
 	warnings := func() int { return strings.Count(buf.String(), "level=WARN") }

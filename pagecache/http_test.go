@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
 
 // rangeServer serves one object with Range, ETag and Last-Modified through
@@ -91,7 +93,7 @@ func isRangedGet(r *http.Request) bool {
 }
 
 // fastHTTPOptions keeps failing tests quick: tiny backoff, small parts.
-func fastHTTPOptions(log bool) (SourceOptions, *logBuffer) {
+func fastHTTPOptions(log bool) (SourceOptions, *testenv.OutputBuffer) {
 	l, buf := captureLogger()
 	if !log {
 		l = discardLogger()

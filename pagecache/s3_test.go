@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ffcvfs/ffcvfs/internal/s3test"
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
 
 // s3Fixture is a versitygw with one bucket and one object, the AWS
@@ -20,7 +21,7 @@ import (
 type s3Fixture struct {
 	srv  *s3test.Server
 	data []byte
-	logs *logBuffer
+	logs *testenv.OutputBuffer
 	opts SourceOptions
 }
 

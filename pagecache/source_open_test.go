@@ -8,35 +8,18 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-// logBuffer collects a logger's output for tests to search.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // captureLogger returns a debug-level logger writing to a buffer, and the
 // buffer.
-func captureLogger() (*slog.Logger, *logBuffer) {
-	b := &logBuffer{}
+func captureLogger() (*slog.Logger, *testenv.OutputBuffer) {
+	b := &testenv.OutputBuffer{}
 	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug})), b
 }
 

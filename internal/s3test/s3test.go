@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -46,9 +45,7 @@ type Server struct {
 
 	mu sync.Mutex
 	// Guarded by mu.
-	cmd    *exec.Cmd
-	exited chan struct{} // closed when cmd has exited
-	out    *testenv.OutputBuffer
+	proc *testenv.Daemon // the last one started
 }
 
 // Start starts versitygw on a free port of 127.0.0.1 and waits until it
@@ -192,17 +189,9 @@ func (s *Server) PutObject(t testing.TB, bucket, key string, data []byte) string
 func (s *Server) Stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return
+	if s.proc != nil {
+		s.proc.Stop()
 	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(5 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.exited
-	}
-	s.cmd = nil
 }
 
 // Restart starts a stopped server again, on the same address with the same
@@ -227,17 +216,16 @@ func (s *Server) Restart(t testing.TB) {
 func (s *Server) Output() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.out == nil {
+	if s.proc == nil {
 		return ""
 	}
-	return s.out.String()
+	return s.proc.Output()
 }
 
 // start runs versitygw on s.addr and waits until it answers HTTP.
 func (s *Server) start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := &testenv.OutputBuffer{}
 	cmd := exec.Command(s.bin,
 		"--port", s.addr,
 		"--access", s.accessKey,
@@ -246,40 +234,19 @@ func (s *Server) start() error {
 		"--quiet",
 		"posix", s.dataDir)
 	cmd.Env = cleanEnv()
-	cmd.Stdout = out
-	cmd.Stderr = out
-	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", s.bin, err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	s.cmd, s.exited, s.out = cmd, exited, out
-	deadline := time.Now().Add(20 * time.Second)
 	client := &http.Client{Timeout: time.Second}
-	for {
-		select {
-		case <-exited:
-			s.cmd = nil
-			return fmt.Errorf("versitygw on %s exited at start: %s\n%s", s.addr, cmd.ProcessState, out.String())
-		default:
-		}
+	proc, err := testenv.StartDaemon("versitygw on "+s.addr, cmd, func() error {
 		resp, err := client.Get(s.Endpoint() + "/")
 		if err == nil {
 			resp.Body.Close()
-			return nil
 		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			<-exited
-			s.cmd = nil
-			return fmt.Errorf("versitygw on %s does not answer after 20 s: %v\n%s", s.addr, err, out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err
+	})
+	if err != nil {
+		return err
 	}
+	s.proc = proc
+	return nil
 }
 
 // cleanEnv is this process's environment without the variables versitygw

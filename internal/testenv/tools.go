@@ -73,9 +73,13 @@ func FreeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
-// OutputBuffer collects a child process's output from its two pipes, safe
-// for concurrent writes; it keeps the first MiB and drops the rest.
+// OutputBuffer collects output that is written while a test reads it (a
+// child process's two pipes, a logger), safe for concurrent use.
 type OutputBuffer struct {
+	// Limit, when positive, is how much it keeps: writes once it holds
+	// that many bytes are dropped.
+	Limit int
+
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
@@ -83,7 +87,7 @@ type OutputBuffer struct {
 func (b *OutputBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.buf.Len() > 1<<20 {
+	if b.Limit > 0 && b.buf.Len() > b.Limit {
 		return len(p), nil
 	}
 	return b.buf.Write(p)

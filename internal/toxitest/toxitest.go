@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -31,9 +30,7 @@ type Server struct {
 
 	mu sync.Mutex
 	// Guarded by mu.
-	cmd    *exec.Cmd
-	exited chan struct{} // closed when cmd has exited
-	out    *testenv.OutputBuffer
+	proc *testenv.Daemon // the last one started
 }
 
 // Start starts toxiproxy-server with its API on a free port of 127.0.0.1
@@ -71,10 +68,10 @@ func (s *Server) URL() string { return "http://" + s.addr }
 func (s *Server) Output() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.out == nil {
+	if s.proc == nil {
 		return ""
 	}
-	return s.out.String()
+	return s.proc.Output()
 }
 
 // Stop stops the server (SIGTERM, then SIGKILL after 5 s); its proxies go
@@ -82,17 +79,9 @@ func (s *Server) Output() string {
 func (s *Server) Stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return
+	if s.proc != nil {
+		s.proc.Stop()
 	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(5 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.exited
-	}
-	s.cmd = nil
 }
 
 // start runs toxiproxy-server on s.addr and waits until its API answers.
@@ -103,46 +92,25 @@ func (s *Server) start() error {
 	if err != nil {
 		return err
 	}
-	out := &testenv.OutputBuffer{}
 	cmd := exec.Command(s.bin, "-host", host, "-port", port)
 	cmd.Env = append(os.Environ(), "LOG_LEVEL=warn")
-	cmd.Stdout = out
-	cmd.Stderr = out
-	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", s.bin, err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	s.cmd, s.exited, s.out = cmd, exited, out
-	deadline := time.Now().Add(20 * time.Second)
 	probe := &http.Client{Timeout: time.Second}
-	for {
-		select {
-		case <-exited:
-			s.cmd = nil
-			return fmt.Errorf("toxiproxy-server on %s exited at start: %s\n%s", s.addr, cmd.ProcessState, out.String())
-		default:
-		}
+	proc, err := testenv.StartDaemon("toxiproxy-server on "+s.addr, cmd, func() error {
 		resp, err := probe.Get(s.URL() + "/version")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = fmt.Errorf("GET /version: %s", resp.Status)
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			<-exited
-			s.cmd = nil
-			return fmt.Errorf("toxiproxy-server on %s does not answer after 20 s: %v\n%s", s.addr, err, out.String())
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET /version: %s", resp.Status)
 		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
+	s.proc = proc
+	return nil
 }
 
 // apiError is a refusal of toxiproxy's API.

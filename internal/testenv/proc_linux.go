@@ -1,9 +1,8 @@
-package s3test
+package testenv
 
 import "syscall"
 
-// sysProcAttr kills versitygw when the test binary dies without cleaning
-// up.
+// sysProcAttr kills a Daemon when the test binary dies without stopping it.
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }
