@@ -6,9 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 
 	"github.com/ffcvfs/ffcvfs/pagecache"
@@ -24,14 +23,14 @@ var (
 	_ = (gofs.NodeOpener)((*datasetNode)(nil))
 	_ = (gofs.NodeReader)((*datasetNode)(nil))
 	_ = (gofs.NodeGetattrer)((*datasetNode)(nil))
-	_ = (gofs.NodeOpener)((*textNode)(nil))
-	_ = (gofs.NodeGetattrer)((*textNode)(nil))
+	_ = (gofs.NodeOpener)((*snapshotNode)(nil))
+	_ = (gofs.NodeReader)((*snapshotNode)(nil))
+	_ = (gofs.NodeGetattrer)((*snapshotNode)(nil))
 	_ = (gofs.NodeOpener)((*announceNode)(nil))
 	_ = (gofs.NodeGetattrer)((*announceNode)(nil))
 	_ = (gofs.NodeSetattrer)((*announceNode)(nil))
-	_ = (gofs.FileReader)((*textHandle)(nil))
-	_ = (gofs.FileWriter)((*announceHandle)(nil))
-	_ = (gofs.FileFlusher)((*announceHandle)(nil))
+	_ = (gofs.NodeWriter)((*announceNode)(nil))
+	_ = (gofs.NodeReader)((*announceNode)(nil))
 	_ = (gofs.NodeLookuper)((*ordersNode)(nil))
 	_ = (gofs.NodeGetattrer)((*ordersNode)(nil))
 )
@@ -45,6 +44,7 @@ type ctlNode struct {
 
 func (n *ctlNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	n.v.dirAttr(&out.Attr, inoCtl, 0o555)
+	out.SetTimeout(n.v.opts.Timeout)
 	return 0
 }
 
@@ -67,11 +67,7 @@ func (n *ctlNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		v.fileAttr(&out.Attr, ino, 0o444, v.f.Size())
 		node = &datasetNode{v: v}
 	case "stats.json":
-		ino = inoStats
-		v.fileAttr(&out.Attr, ino, 0o444, 0)
-		node = &textNode{v: v, ino: ino, gen: v.statsJSON}
-		out.SetEntryTimeout(v.opts.Timeout)
-		return n.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino}), 0 // attributes: no timeout
+		return v.snapshot(ctx, &n.Inode, out, v.statsJSON)
 	case "announce":
 		ino = inoAnnounce
 		v.fileAttr(&out.Attr, ino, 0o600, 0)
@@ -100,16 +96,17 @@ type datasetNode struct {
 
 func (n *datasetNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	n.v.fileAttr(&out.Attr, inoDataset, 0o444, n.v.f.Size())
+	out.SetTimeout(n.v.opts.Timeout)
 	return 0
 }
 
 func (n *datasetNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
-	if flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC|syscall.O_APPEND) != 0 {
-		return nil, 0, syscall.EROFS
-	}
-	return nil, n.v.openFlags(), 0
+	return n.v.open(flags, false)
 }
 
+// Read serves a range of the beton. Ranges of data pages go through the
+// kernel's page cache like sample files, and are invalidated with their
+// page (kernelCopies); a page-cache-backed file can also be mapped.
 func (n *datasetNode) Read(ctx context.Context, f gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	v := n.v
 	k, err := v.cache.ReadAt(ctx, dest, off)
@@ -118,46 +115,65 @@ func (n *datasetNode) Read(ctx context.Context, f gofs.FileHandle, dest []byte, 
 	}
 	v.reads.beton.Add(1)
 	v.reads.betonBytes.Add(uint64(k))
+	if k > 0 {
+		first, last := off>>v.pageShift(), (off+int64(k)-1)>>v.pageShift()
+		for p := max(first, v.f.FirstPage()); p <= last && p < v.f.FirstPage()+int64(v.f.NumPages()); p++ {
+			v.kcopies.datasetRead(p, &n.Inode)
+		}
+	}
 	return fuse.ReadResultData(dest[:k]), 0
 }
 
-// textNode is a read-only file whose content is made when it is opened.
-type textNode struct {
-	gofs.Inode
-	readOnlyFile
-	v   *View
-	ino uint64
-	gen func(ctx context.Context) ([]byte, error)
+func (v *View) pageShift() int64 {
+	sh := int64(0)
+	for int64(1)<<sh < v.f.PageSize() {
+		sh++
+	}
+	return sh
 }
 
-func (n *textNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	size := 0
-	if h, ok := f.(*textHandle); ok {
-		size = len(h.data)
+// snapshotNode is a read-only file whose content is made when it is looked
+// up: stats.json and the order files. Each lookup makes a new inode, and
+// the entry is never cached, so every open of the path finds fresh content,
+// while a file already open keeps reading the snapshot it was opened on:
+// the content of an inode never changes, so the kernel may cache it like
+// any other file's, also without OPEN.
+type snapshotNode struct {
+	gofs.Inode
+	readOnlyFile
+	v    *View
+	data []byte
+}
+
+// snapshot answers a lookup with a new snapshotNode holding gen's output.
+func (v *View) snapshot(ctx context.Context, parent *gofs.Inode, out *fuse.EntryOut, gen func(ctx context.Context) ([]byte, error)) (*gofs.Inode, syscall.Errno) {
+	data, err := gen(ctx)
+	if err != nil {
+		return nil, v.errs.toErrno("lookup", err)
 	}
-	n.v.fileAttr(&out.Attr, n.ino, 0o444, int64(size))
+	node := &snapshotNode{v: v, data: data}
+	ch := parent.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG})
+	v.fileAttr(&out.Attr, ch.StableAttr().Ino, 0o444, int64(len(data)))
+	out.SetEntryTimeout(0)
+	out.SetAttrTimeout(v.opts.Timeout)
+	return ch, 0
+}
+
+func (n *snapshotNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.v.fileAttr(&out.Attr, n.StableAttr().Ino, 0o444, int64(len(n.data)))
+	out.SetTimeout(n.v.opts.Timeout)
 	return 0
 }
 
-func (n *textNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
-	if flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC|syscall.O_APPEND) != 0 {
-		return nil, 0, syscall.EROFS
-	}
-	data, err := n.gen(ctx)
-	if err != nil {
-		return nil, 0, n.v.errs.toErrno("open", err)
-	}
-	// Direct I/O: the size in stat (0 before opening) must not cut reads.
-	return &textHandle{data: data}, fuse.FOPEN_DIRECT_IO, 0
+func (n *snapshotNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	return n.v.openCached(flags, false, true)
 }
 
-type textHandle struct{ data []byte }
-
-func (h *textHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	if off >= int64(len(h.data)) {
+func (n *snapshotNode) Read(ctx context.Context, f gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if off >= int64(len(n.data)) {
 		return fuse.ReadResultData(nil), 0
 	}
-	return fuse.ReadResultData(h.data[off:min(int64(len(h.data)), off+int64(len(dest)))]), 0
+	return fuse.ReadResultData(n.data[off:min(int64(len(n.data)), off+int64(len(dest)))]), 0
 }
 
 // Stats is what stats.json holds.
@@ -174,6 +190,25 @@ type Stats struct {
 		// mostly; not those interrupted, which the kernel restarts.
 		Errors uint64 `json:"errors"`
 	} `json:"reads"`
+	// FUSE describes the kernel side: the requests it sent, by opcode
+	// (the mount's round trips), what it was offered, and what of the
+	// mount's files it may hold in its page cache.
+	FUSE struct {
+		Requests map[string]uint64 `json:"requests"`
+		// KernelProtocol is the kernel's FUSE version (7.N).
+		KernelProtocol string `json:"kernel_protocol"`
+		// NoOpen: zero-message opens (no OPEN, RELEASE); NoFlush: no
+		// FLUSH at close.
+		NoOpen  bool `json:"no_open"`
+		NoFlush bool `json:"no_flush"`
+		// KernelCacheBytes bounds what the kernel's page cache holds of
+		// the files read: the sizes of the files, and the dataset.beton
+		// pages, given to it since their page was loaded, or -1 where
+		// unbounded (--kernel-cache). Invalidations counts the files and
+		// ranges dropped from it because their page was evicted.
+		KernelCacheBytes int64  `json:"kernel_cache_bytes"`
+		Invalidations    uint64 `json:"invalidations"`
+	} `json:"fuse"`
 	Samples  int   `json:"samples"`
 	Classes  int   `json:"classes"`
 	Pages    int   `json:"pages"`
@@ -195,6 +230,12 @@ func (v *View) Stats() Stats {
 	s.Reads.PPM, s.Reads.PPMBytes = v.reads.ppm.Load(), v.reads.ppmBytes.Load()
 	s.Reads.Beton, s.Reads.BetonBytes = v.reads.beton.Load(), v.reads.betonBytes.Load()
 	s.Reads.Errors = v.reads.errors.Load()
+	s.FUSE.Requests = v.requests.Map()
+	s.FUSE.KernelProtocol = v.protocol
+	s.FUSE.NoOpen = v.noOpen.Load()
+	s.FUSE.NoFlush = !v.opts.Disable.NoFlush
+	s.FUSE.KernelCacheBytes = v.kcopies.Bytes()
+	s.FUSE.Invalidations = v.kcopies.Invalidations()
 	s.Samples, s.Classes, s.Pages, s.PageSize = v.f.NumSamples(), len(v.classes), v.f.NumPages(), v.f.PageSize()
 	s.DataBytes = int64(v.f.NumPages()) * v.f.PageSize()
 	s.Announced = v.announced.Load()
@@ -208,13 +249,32 @@ func (v *View) statsJSON(ctx context.Context) ([]byte, error) {
 
 // announceNode is .ffcvfs/announce: writing an order announces it as the
 // writing process's plan.
+//
+// The kernel sends no OPEN, FLUSH or RELEASE for it where the mount uses
+// zero-message opens, so nothing marks the end of a write: the order is
+// announced as it arrives. Each WRITE extends the writing process's
+// announcement by the lines it completes (a last line without a newline
+// counts as complete until more follows), and a WRITE at offset 0 starts a
+// new one. A line that is not a sample fails the WRITE that carries it,
+// with EINVAL, and that announcement with it.
 type announceNode struct {
 	gofs.Inode
 	v *View
 }
 
+// announcement is what a process has written to announce so far.
+type announcement struct {
+	next        int64    // offset the next WRITE must start at
+	order       []uint32 // samples of the complete lines
+	tail        []byte   // an incomplete last line
+	lines       int      // lines read, for errors
+	imagefolder bool     // the first line said "imagefolder"
+	failed      bool     // a line was bad: ignore the rest
+}
+
 func (n *announceNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	n.v.fileAttr(&out.Attr, inoAnnounce, 0o600, 0)
+	out.SetTimeout(n.v.opts.Timeout)
 	return 0
 }
 
@@ -228,83 +288,139 @@ func (n *announceNode) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.
 }
 
 func (n *announceNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if flags&syscall.O_ACCMODE == syscall.O_RDONLY && !n.v.noOpen.Load() {
+		return nil, 0, syscall.EACCES
+	}
+	return n.v.openCached(flags, true, false)
+}
+
+// Read refuses: announce is write-only (mode 0600 lets the owner open it
+// for reading, and without OPEN the mount cannot refuse the open).
+func (n *announceNode) Read(ctx context.Context, f gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	return nil, syscall.EACCES
+}
+
+func (n *announceNode) Write(ctx context.Context, f gofs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	v := n.v
 	caller, ok := fuse.FromContext(ctx)
-	if !ok || caller.Uid != n.v.opts.Owner && caller.Uid != 0 {
-		return nil, 0, syscall.EACCES
+	if !ok || caller.Uid != v.opts.Owner && caller.Uid != 0 {
+		return 0, syscall.EACCES
 	}
-	if flags&syscall.O_ACCMODE == syscall.O_RDONLY {
-		return nil, 0, syscall.EACCES
+	v.announceMu.Lock()
+	defer v.announceMu.Unlock()
+	a := v.announcing[caller.Pid]
+	if off == 0 {
+		a = &announcement{}
+		v.announcing[caller.Pid] = a
+		v.pruneAnnouncements()
 	}
-	return &announceHandle{v: n.v, pid: caller.Pid}, fuse.FOPEN_DIRECT_IO, 0
-}
-
-type announceHandle struct {
-	v   *View
-	pid uint32
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (h *announceHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if off != int64(h.buf.Len()) {
+	if a == nil || off != a.next {
 		return 0, syscall.EINVAL // written in one go, front to back
 	}
-	h.buf.Write(data)
+	a.next += int64(len(data))
+	if a.failed {
+		return 0, syscall.EINVAL
+	}
+	order, err := v.extendAnnouncement(a, data)
+	if err == nil {
+		err = v.cache.Announce(fmt.Sprintf("announce:pid-%d", caller.Pid), order)
+	}
+	if err != nil {
+		a.failed = true
+		return 0, v.errs.toErrno("announce", err)
+	}
+	if off == 0 {
+		v.announced.Add(1)
+	}
 	return uint32(len(data)), 0
 }
 
-// Flush announces what was written (at close).
-func (h *announceHandle) Flush(ctx context.Context) syscall.Errno {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.buf.Len() == 0 {
-		return 0
+// pruneAnnouncements forgets the announcements of processes that have
+// exited. Called with announceMu held.
+func (v *View) pruneAnnouncements() {
+	if len(v.announcing) < 16 {
+		return
 	}
-	order, err := h.v.parseOrder(h.buf.Bytes())
-	h.buf.Reset()
-	if err == nil {
-		err = h.v.cache.Announce(fmt.Sprintf("announce:pid-%d", h.pid), order)
+	for pid := range v.announcing {
+		if err := syscall.Kill(int(pid), 0); err == syscall.ESRCH {
+			delete(v.announcing, pid)
+		}
 	}
-	if err != nil {
-		return h.v.errs.toErrno("announce", err)
-	}
-	h.v.announced.Add(1)
-	return 0
 }
 
-// parseOrder reads an announced order: sample ids one per line, or a first
-// line "imagefolder" and then ImageFolder indices.
-func (v *View) parseOrder(text []byte) ([]uint32, error) {
-	lines := strings.Split(strings.TrimSpace(string(text)), "\n")
-	imagefolder := false
-	if len(lines) > 0 && strings.TrimSpace(lines[0]) == "imagefolder" {
-		imagefolder = true
-		lines = lines[1:]
+// extendAnnouncement parses the lines data completes and returns the
+// order so far, counting a trailing incomplete line.
+func (v *View) extendAnnouncement(a *announcement, data []byte) ([]uint32, error) {
+	buf := append(a.tail, data...)
+	for {
+		i := bytes.IndexByte(buf, '\n')
+		if i < 0 {
+			break
+		}
+		if err := v.announceLine(a, buf[:i]); err != nil {
+			return nil, err
+		}
+		buf = buf[i+1:]
 	}
-	order := make([]uint32, 0, len(lines))
-	for i, line := range lines {
-		line = strings.TrimSpace(line)
-		if line == "" {
-			continue
+	a.tail = append(a.tail[:0:0], buf...)
+	order := slices.Clip(a.order)
+	if line := bytes.TrimSpace(a.tail); len(line) > 0 {
+		if a.lines == 0 && bytes.HasPrefix([]byte("imagefolder"), line) {
+			return order, nil // the first line, still coming
 		}
-		n, err := strconv.Atoi(line)
+		// A number cut short is a number too, and one out of range stays
+		// out of range however it goes on.
+		s, err := v.parseSample(a, line, a.lines+1)
 		if err != nil {
-			return nil, fmt.Errorf("announce: line %d: %q is not a number: %w", i+1, line, errBadInput)
+			return nil, err
 		}
-		if imagefolder {
-			s, ok := v.SampleOf(n)
-			if !ok {
-				return nil, fmt.Errorf("announce: line %d: ImageFolder index %d out of range [0, %d): %w", i+1, n, len(v.ifIndex), errBadInput)
-			}
-			n = s
-		} else if n < 0 || n >= v.f.NumSamples() {
-			return nil, fmt.Errorf("announce: line %d: sample %d out of range [0, %d): %w", i+1, n, v.f.NumSamples(), errBadInput)
+		if s >= 0 {
+			order = append(order, uint32(s))
 		}
-		order = append(order, uint32(n))
 	}
 	return order, nil
+}
+
+// announceLine parses one complete line.
+func (v *View) announceLine(a *announcement, line []byte) error {
+	a.lines++
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 {
+		return nil
+	}
+	s, err := v.parseSample(a, line, a.lines)
+	if err != nil {
+		return err
+	}
+	if s >= 0 {
+		a.order = append(a.order, uint32(s))
+	} else {
+		a.imagefolder = true
+	}
+	return nil
+}
+
+// parseSample reads line number n: a sample id, or an ImageFolder index
+// after a first line "imagefolder" (for which it returns -1).
+func (v *View) parseSample(a *announcement, line []byte, n int) (int, error) {
+	if n == 1 && string(line) == "imagefolder" {
+		return -1, nil
+	}
+	k, err := strconv.Atoi(string(line))
+	if err != nil {
+		return 0, fmt.Errorf("announce: line %d: %q is not a number: %w", n, line, errBadInput)
+	}
+	if a.imagefolder {
+		s, ok := v.SampleOf(k)
+		if !ok {
+			return 0, fmt.Errorf("announce: line %d: ImageFolder index %d out of range [0, %d): %w", n, k, len(v.ifIndex), errBadInput)
+		}
+		return s, nil
+	}
+	if k < 0 || k >= v.f.NumSamples() {
+		return 0, fmt.Errorf("announce: line %d: sample %d out of range [0, %d): %w", n, k, v.f.NumSamples(), errBadInput)
+	}
+	return k, nil
 }
 
 // ordersNode is a folder of orders/: orders, orders/KIND, orders/KIND/SEED
@@ -322,6 +438,7 @@ type ordersNode struct {
 
 func (n *ordersNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	n.v.dirAttr(&out.Attr, n.ino, 0o555)
+	out.SetTimeout(n.v.opts.Timeout)
 	return 0
 }
 
@@ -348,12 +465,9 @@ func (n *ordersNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut
 			return nil, syscall.ENOENT
 		}
 	case n.depth >= 2 && numErr == nil:
-		// An EPOCH file.
+		// An EPOCH file: made, and announced, at every lookup.
 		o := order.Options{Kind: n.kind, Seed: n.seed, Epoch: num, Rank: n.rank, WorldSize: max(1, n.world), BatchSize: v.opts.OrderBatchSize}
-		file := &textNode{v: v, ino: inoDynamic, gen: func(ctx context.Context) ([]byte, error) { return v.orderText(o) }}
-		v.fileAttr(&out.Attr, inoDynamic, 0o444, 0)
-		out.SetAttrTimeout(0)
-		return n.NewInode(ctx, file, gofs.StableAttr{Mode: syscall.S_IFREG}), 0
+		return v.snapshot(ctx, &n.Inode, out, func(ctx context.Context) ([]byte, error) { return v.orderText(o) })
 	default:
 		return nil, syscall.ENOENT
 	}

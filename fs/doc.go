@@ -17,6 +17,23 @@
 //	                          line) and announce it; KIND is quasi-random,
 //	                          random or sequential (see package order)
 //
+// # Requests per file
+//
+// Each FUSE request is a round trip through this process while a loader
+// waits, so the mount asks the kernel for as few as it can: no FLUSH at
+// close (FOPEN_NOFLUSH, and ENOSYS for any that comes), READs of up to 1 MiB,
+// entries and attributes cached for a day. Files are read with direct I/O
+// by default, so the cache sees every read and its budget is the memory
+// the data takes; --kernel-cache lets the kernel keep copies. Zero-message
+// opens (Compat.ZeroMessageOpens, experimental) also spare OPEN and
+// RELEASE, and read through the page cache with the kernel's copies
+// bounded by the cache's evictions (kernelCopies). stats.json counts the
+// requests by opcode (countingFS).
+//
+// Control files need no OPEN either: stats.json and the order files are
+// made at lookup, each lookup a new inode whose content never changes, and
+// announce takes an order as its WRITEs arrive.
+//
 // # Concurrency
 //
 // go-fuse calls node methods from many goroutines. Nodes are immutable

@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,7 +38,52 @@ type Options struct {
 	// OrderBatchSize sets the window of quasi-random orders served under
 	// orders/ (default 256; see package order).
 	OrderBatchSize int
-	Logger         *slog.Logger
+	// Disable switches off kernel features the mount uses where the kernel
+	// offers them (or on, for the experimental ZeroMessageOpens), to serve
+	// as on an older kernel or to measure what each buys. The files read
+	// the same either way.
+	Disable Compat
+	Logger  *slog.Logger
+}
+
+// Compat names kernel features the mount can use or do without.
+type Compat struct {
+	// ZeroMessageOpens: answer the first OPEN with ENOSYS, so the kernel
+	// sends no OPEN or RELEASE from then on (FUSE 7.23, Linux 3.14) and
+	// reads every file through its page cache, whose copies are then
+	// bounded by invalidation (kernelCopies). Off by default: the cache
+	// does not see reads the kernel serves from its copies, which misleads
+	// its plans (see the package doc).
+	ZeroMessageOpens bool
+	// NoFlush: answer FLUSH, so the kernel sends one at every close,
+	// instead of FOPEN_NOFLUSH and ENOSYS.
+	NoFlush bool
+	// BigReads: READs of at most 128 KiB (the kernel's default) instead of
+	// 1 MiB, so a larger file takes several.
+	BigReads bool
+}
+
+// CompatNames are the names ParseCompat takes: "zero-message-opens" sets
+// ZeroMessageOpens, "flush" NoFlush and "small-reads" BigReads.
+var CompatNames = []string{"zero-message-opens", "flush", "small-reads"}
+
+// ParseCompat reads a comma-separated list of CompatNames.
+func ParseCompat(list string) (Compat, error) {
+	var c Compat
+	for _, name := range strings.Split(list, ",") {
+		switch strings.TrimSpace(name) {
+		case "":
+		case "zero-message-opens":
+			c.ZeroMessageOpens = true
+		case "flush":
+			c.NoFlush = true
+		case "small-reads":
+			c.BigReads = true
+		default:
+			return c, fmt.Errorf("unknown FUSE feature %q (known: %s)", name, strings.Join(CompatNames, ", "))
+		}
+	}
+	return c, nil
 }
 
 // Validate fills defaults.
@@ -83,8 +129,18 @@ type View struct {
 	ifOf     []int32    // ImageFolder index of each sample, or -1
 	idWidth  int        // digits of a sample file name
 
-	errs  errorLog
-	reads readCounters
+	errs     errorLog
+	reads    readCounters
+	requests requestCounts
+	kcopies  *kernelCopies
+	// noOpen is set once the kernel has offered zero-message opens, at
+	// INIT, before any other request.
+	noOpen atomic.Bool
+	// protocol is the kernel's FUSE protocol version, from INIT.
+	protocol string
+
+	announceMu sync.Mutex
+	announcing map[uint32]*announcement // by writing process; guarded by announceMu
 	// announced counts the orders announced through .ffcvfs/announce.
 	announced atomic.Uint64
 }
@@ -103,6 +159,7 @@ func NewView(c *pagecache.Cache, opts Options) (*View, error) {
 	f := c.File()
 	v := &View{cache: c, f: f, opts: opts, image: -1}
 	v.errs = errorLog{log: opts.Logger, seen: map[string]int{}}
+	v.announcing = map[uint32]*announcement{}
 	for i, fd := range f.Fields() {
 		if opts.ImageField == "" && fd.Type == beton.TypeRGBImage || fd.Name == opts.ImageField && opts.ImageField != "" {
 			v.image = i
@@ -128,7 +185,17 @@ func NewView(c *pagecache.Cache, opts Options) (*View, error) {
 	if err := v.buildClasses(); err != nil {
 		return nil, err
 	}
+	// Without zero-message opens, files are read with direct I/O unless
+	// --kernel-cache: the kernel keeps no copies to bound.
+	v.kcopies = newKernelCopies(f, opts.KernelCache || !opts.Disable.ZeroMessageOpens)
+	c.OnEvict(v.kcopies.evict)
 	return v, nil
+}
+
+// Close stops what the view runs in the background, after unmounting.
+func (v *View) Close() {
+	v.cache.OnEvict(nil)
+	v.kcopies.close()
 }
 
 func fieldNames(f *beton.File) string {

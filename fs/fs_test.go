@@ -27,6 +27,12 @@ import (
 // mountpoint and the view; the mount is undone at cleanup.
 func testMount(t *testing.T, path string, opts Options) (string, *View) {
 	t.Helper()
+	return testMountPages(t, path, opts, 2)
+}
+
+// testMountPages is testMount with a cache of the given number of pages.
+func testMountPages(t *testing.T, path string, opts Options, pages int64) (string, *View) {
+	t.Helper()
 	if err := CheckFUSE(); err != nil {
 		testenv.Missing(t, "FUSE: %v", err)
 	}
@@ -35,7 +41,7 @@ func testMount(t *testing.T, path string, opts Options) (string, *View) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { src.Close() })
-	c, err := pagecache.New(src, f, pagecache.Options{Budget: 2 * f.PageSize(), Readers: 2, Debug: true})
+	c, err := pagecache.New(src, f, pagecache.Options{Budget: pages * f.PageSize(), Readers: 2, Debug: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,6 +62,7 @@ func testMount(t *testing.T, path string, opts Options) (string, *View) {
 		if err := srv.Unmount(); err != nil {
 			t.Errorf("unmount: %v", err)
 		}
+		v.Close()
 	})
 	return mnt, v
 }
@@ -202,8 +209,15 @@ func TestAnnounceAndOrders(t *testing.T) {
 func TestReadOnly(t *testing.T) {
 	mnt, _ := testMount(t, fixture(t, "imagefolder-jpg.beton"), Options{})
 	files := sampleFiles(t, mnt)
-	if _, err := os.OpenFile(files[0], os.O_WRONLY, 0); err == nil {
-		t.Error("a sample opened for writing")
+	before, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Without OPEN the kernel lets root (who passes every permission
+	// check) open a file for writing, but nothing can be written.
+	writeFails(t, files[0])
+	if after, err := os.ReadFile(files[0]); err != nil || !bytes.Equal(after, before) {
+		t.Errorf("%s changed after a write (%v)", files[0], err)
 	}
 	if err := os.WriteFile(filepath.Join(filepath.Dir(files[0]), "new.jpg"), []byte("x"), 0o644); err == nil {
 		t.Error("a file created in a class folder")
@@ -229,8 +243,24 @@ func TestReadOnly(t *testing.T) {
 	if got := len(sampleFiles(t, mnt)); got != len(files) {
 		t.Errorf("%d files after the attempts, %d before", got, len(files))
 	}
-	if _, err := os.OpenFile(filepath.Join(mnt, ".ffcvfs", "dataset.beton"), os.O_RDWR, 0); err == nil {
-		t.Error("dataset.beton opened for writing")
+	writeFails(t, filepath.Join(mnt, ".ffcvfs", "dataset.beton"))
+}
+
+// writeFails checks that path cannot be written: it cannot be opened for
+// writing (EACCES, or EROFS when the mount answers OPEN), or a write fails
+// with EROFS.
+func writeFails(t *testing.T, path string) {
+	t.Helper()
+	fh, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		if !errors.Is(err, syscall.EACCES) && !errors.Is(err, syscall.EROFS) {
+			t.Errorf("opening %s for writing: %v, want EACCES or EROFS", path, err)
+		}
+		return
+	}
+	defer fh.Close()
+	if _, err := fh.Write([]byte("x")); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("writing %s: %v, want EROFS", path, err)
 	}
 }
 

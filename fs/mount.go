@@ -109,29 +109,47 @@ func Mount(dir string, v *View, opts MountOptions) (*fuse.Server, error) {
 	}
 	t := v.opts.Timeout
 	mo := fuse.MountOptions{
-		FsName:        opts.FsName,
-		Name:          "ffcvfs",
-		AllowOther:    opts.AllowOther,
-		Debug:         opts.Debug,
-		MaxReadAhead:  1 << 20,
+		FsName:       opts.FsName,
+		Name:         "ffcvfs",
+		AllowOther:   opts.AllowOther,
+		Debug:        opts.Debug,
+		MaxReadAhead: 1 << 20,
+		// A READ of up to 1 MiB (max_pages 256, Linux 4.20): one for
+		// nearly any image file.
+		MaxWrite:      1 << 20,
 		DisableXAttrs: true,
 		// The kernel checks permission bits: data files are 0444, the
 		// announce file 0600 for the owner.
 		Options: []string{"default_permissions"},
 	}
+	if v.opts.Disable.BigReads {
+		mo.MaxWrite = 128 << 10
+		mo.MaxReadAhead = 128 << 10
+	}
 	if os.Getuid() == 0 {
 		mo.DirectMount = true // no fusermount3 round trip when root
 	}
-	srv, err := gofs.Mount(abs, v.Root(), &gofs.Options{
+	// Every node sets its own entry and attribute timeouts (View.entry,
+	// and Getattr): go-fuse would put its defaults in place of a timeout
+	// of 0, which snapshot files need.
+	raw := gofs.NewNodeFS(v.Root(), &gofs.Options{
 		MountOptions:    mo,
-		EntryTimeout:    &t,
-		AttrTimeout:     &t,
 		NegativeTimeout: &t,
 		UID:             v.opts.Owner,
 		GID:             uint32(os.Getgid()),
-		Logger:          nil,
 	})
+	srv, err := fuse.NewServer(countingFS{RawFileSystem: raw, v: v}, abs, &mo)
 	if err != nil {
+		return nil, fmt.Errorf("mounting %s: %w", dir, err)
+	}
+	// INIT is done, and no other request is served before Serve.
+	init := srv.KernelSettings()
+	v.protocol = fmt.Sprintf("%d.%d", init.Major, init.Minor)
+	if init.Flags64()&fuse.CAP_NO_OPEN_SUPPORT != 0 && v.opts.Disable.ZeroMessageOpens {
+		v.noOpen.Store(true)
+	}
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
 		return nil, fmt.Errorf("mounting %s: %w", dir, err)
 	}
 	return srv, nil

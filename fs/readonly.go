@@ -45,8 +45,16 @@ func (readOnlyDir) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetA
 	return syscall.EROFS
 }
 
-// readOnlyFile refuses attribute changes (chmod, truncate, utimes).
+// readOnlyFile refuses attribute changes (chmod, truncate, utimes) and
+// writes: without OPEN (zero-message opens) the kernel no longer asks
+// before letting root open a file for writing.
 type readOnlyFile struct{}
+
+var _ = (gofs.NodeWriter)((*sampleNode)(nil))
+
+func (readOnlyFile) Write(ctx context.Context, f gofs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	return 0, syscall.EROFS
+}
 
 func (readOnlyFile) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	return syscall.EROFS

@@ -183,22 +183,46 @@ func (n *sampleNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.A
 }
 
 func (n *sampleNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
-	if flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC|syscall.O_APPEND) != 0 {
-		return nil, 0, syscall.EROFS
-	}
-	return nil, n.v.openFlags(), 0
+	return n.v.open(flags, false)
 }
 
-// openFlags: direct I/O unless the kernel may cache contents.
-func (v *View) openFlags() uint32 {
-	if v.opts.KernelCache {
-		return fuse.FOPEN_KEEP_CACHE
+// open answers OPEN for every file the mount serves: the file is read
+// with direct I/O, so that the cache's budget is the memory used and the
+// cache sees every read, or through the kernel's page cache, kept across
+// opens since files never change, with --kernel-cache (and for files made
+// whole at lookup, which never change either). No FLUSH is asked for at
+// close: nothing needs one. With zero-message opens (see Compat) it
+// answers ENOSYS, upon which the kernel stops sending OPEN and RELEASE and
+// reads every file through its page cache; the copies it keeps are then
+// bounded by invalidation (kernelCopies), and node methods refuse writes,
+// since the kernel no longer asks before opening for writing.
+func (v *View) open(flags uint32, writable bool) (gofs.FileHandle, uint32, syscall.Errno) {
+	return v.openCached(flags, writable, v.opts.KernelCache)
+}
+
+// openCached is open, with cached telling whether the kernel may cache the
+// file's content.
+func (v *View) openCached(flags uint32, writable, cached bool) (gofs.FileHandle, uint32, syscall.Errno) {
+	if v.noOpen.Load() {
+		return nil, 0, syscall.ENOSYS
 	}
-	return fuse.FOPEN_DIRECT_IO
+	if !writable && flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC|syscall.O_APPEND) != 0 {
+		return nil, 0, syscall.EROFS
+	}
+	out := uint32(fuse.FOPEN_DIRECT_IO)
+	if cached {
+		out = fuse.FOPEN_KEEP_CACHE
+	}
+	if !v.opts.Disable.NoFlush {
+		out |= fuse.FOPEN_NOFLUSH
+	}
+	return nil, out, 0
 }
 
 // Read copies the requested range of the sample's file out of its page,
-// pinned for the copy.
+// pinned for the copy. The kernel caches what it reads; that copy is
+// recorded before the page is released, so that evicting the page drops
+// it too (kernelCopies).
 func (n *sampleNode) Read(ctx context.Context, f gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	v := n.v
 	if off >= n.size {
@@ -233,5 +257,6 @@ func (n *sampleNode) Read(ctx context.Context, f gofs.FileHandle, dest []byte, o
 	} else {
 		v.reads.jpgBytes.Add(uint64(k))
 	}
+	v.kcopies.sampleRead(n.sample, &n.Inode, n.size)
 	return fuse.ReadResultData(dest[:k]), 0
 }

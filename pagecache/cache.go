@@ -93,6 +93,7 @@ type Cache struct {
 	withPage  int     // samples that have a page
 	stats     Stats
 	closed    bool
+	onEvict   func(page int64)
 }
 
 // INVARIANT (slot): page < 0 means empty, and then pins == 0 and !ready.
@@ -199,6 +200,15 @@ func (c *Cache) Close() error {
 		return nil
 	}
 	return freeArena(c.arena)
+}
+
+// OnEvict makes the cache call fn with the absolute number of every page
+// that leaves it from now on. fn is called with the cache's lock held: it
+// must return at once and must not call the cache.
+func (c *Cache) OnEvict(fn func(page int64)) {
+	c.mu.Lock()
+	c.onEvict = fn
+	c.mu.Unlock()
 }
 
 // Page is a pinned page: its Data stay valid and unchanged until Release.
@@ -361,6 +371,9 @@ func (c *Cache) startLoad(si, dp int32, prefetch bool) *loadOp {
 	if s.page >= 0 {
 		c.pageSlot[s.page] = -1
 		c.stats.Evictions++
+		if c.onEvict != nil {
+			c.onEvict(int64(s.page) + c.firstPage)
+		}
 	}
 	s.page, s.ready, s.prefetched = dp, false, prefetch
 	if !prefetch {

@@ -59,6 +59,7 @@ Examples:
 			&cli.IntFlag{Name: "order-batch-size", Value: 256, Usage: "batch size that sets the window of quasi-random orders under .ffcvfs/orders", Category: "view"},
 			&cli.BoolFlag{Name: "allow-other", Usage: "let other users read the mount (needs user_allow_other in /etc/fuse.conf)", Category: "mount"},
 			&cli.BoolFlag{Name: "debug-fuse", Usage: "log every FUSE request", Category: "mount"},
+			&cli.StringFlag{Name: "fuse-compat", Usage: "comma-separated: zero-message-opens (experimental: no OPEN or RELEASE, reads through the kernel's page cache), flush (answer FLUSH at every close), small-reads (READs of 128 KiB, not 1 MiB)", Category: "mount", Hidden: true},
 		}, sourceFlags()...),
 		Action: runMount,
 	}
@@ -78,6 +79,10 @@ func runMount(c *cli.Context) error {
 	}
 	if err := fs.CheckMountpoint(mnt); err != nil {
 		return cli.Exit(err.Error(), 1)
+	}
+	compat, err := fs.ParseCompat(c.String("fuse-compat"))
+	if err != nil {
+		return usageError("--fuse-compat: %v", err)
 	}
 	var classes []string
 	if p := c.String("classes"); p != "" {
@@ -99,6 +104,7 @@ func runMount(c *cli.Context) error {
 	opts := fs.Options{
 		ImageField: c.String("image-field"), LabelField: c.String("label-field"),
 		Classes: classes, KernelCache: c.Bool("kernel-cache"), OrderBatchSize: c.Int("order-batch-size"),
+		Disable: compat,
 	}
 	localPath := ""
 	if !strings.Contains(src, "://") || strings.HasPrefix(src, "file://") {
@@ -111,6 +117,7 @@ func runMount(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(err.Error(), 1)
 	}
+	defer view.Close()
 	srv, err := fs.Mount(mnt, view, fs.MountOptions{FsName: source.Name(), AllowOther: c.Bool("allow-other"), Debug: c.Bool("debug-fuse"), SourcePath: localPath})
 	if err != nil {
 		return cli.Exit(err.Error(), 1)
