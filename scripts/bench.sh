@@ -18,6 +18,16 @@
 #                                 256, 2 workers) vs decoding alone, and vs torchvision
 #                                 ImageFolder + DataLoader (2 workers) doing the same;
 #                                 then ffcvfeed's peak RSS after epochs 1, 2 and 5
+#   scripts/bench.sh legacy [N]   unchanged torchvision code over the mount: ImageFolder +
+#                                 RandomResizedCrop(224) + flip + PILToTensor, DataLoader(2
+#                                 workers, batches of 64), on N real photos (default 5000),
+#                                 warm: the plain folder with shuffle=True (baseline), then
+#                                 ffcvfs mount with default flags and with --kernel-cache,
+#                                 each with shuffle=True and QuasiRandomSampler, epochs
+#                                 alternating in one process. Images/s and ratio, the
+#                                 mount's CPU per 1,000 files (/proc/PID/stat) and FUSE
+#                                 requests per file by opcode (stats.json); then the page
+#                                 cache each root holds (fincore) and the mounts' RSS
 #   scripts/bench.sh storage [N]  training from S3 over a slow link: the same N photos
 #                                 (default 5000) on versitygw on loopback, behind
 #                                 toxiproxy (+LATENCY_MS, default 10, per response) and a
@@ -234,6 +244,94 @@ bench_feed() {
 	for e in 2 5; do
 		printf '%-52s %10.1f %-9s %8.3f\n' "ffcvfeed bench peak RSS after epoch $e" "${peaks[e - 1]}" "MiB" "$(echo "${peaks[e - 1]} / ${peaks[0]}" | bc -l)"
 	done
+}
+
+# What bench_legacy started, for legacy_cleanup.
+LEGACY_PIDS=()
+LEGACY_MNTS=()
+LEGACY_TMP=
+
+legacy_cleanup() {
+	local pid mnt
+	for pid in "${LEGACY_PIDS[@]}"; do
+		kill -TERM "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	done
+	for mnt in "${LEGACY_MNTS[@]}"; do
+		if grep -qs " $mnt " /proc/mounts; then
+			fusermount3 -u -z "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null || true
+		fi
+	done
+	LEGACY_PIDS=() LEGACY_MNTS=()
+	[[ -z $LEGACY_TMP ]] || rm -rf "$LEGACY_TMP"
+	LEGACY_TMP=
+}
+
+# page_cache_mib DIR: MiB of DIR's files in the kernel's page cache.
+page_cache_mib() {
+	find "$1" -type f -print0 | xargs -0 fincore --bytes --noheadings --output RES |
+		awk '{s += $1} END {printf "%.1f\n", s / 1048576}'
+}
+
+bench_legacy() {
+	local n=${1:-5000}
+	[[ $n =~ ^[0-9]+$ ]] || die "N must be a whole number, got '$n'"
+	local dir=${BENCH_DIR:-${FFCVFS_CACHE:-$HOME/.cache/ffcvfs}/bench}/feed-$n
+	ensure_apt python3-torchvision python3-pil fuse3 util-linux
+	scripts/make-bench-data.sh "$n" "$dir" >&2 || die "make-bench-data.sh failed"
+	local tmp name args pid mnt
+	tmp=$(mktemp -d)
+	LEGACY_TMP=$tmp
+	trap legacy_cleanup EXIT
+	trap 'exit 130' INT TERM
+	local -a specs=()
+	for name in "default flags|" "--kernel-cache|--kernel-cache"; do
+		args=${name#*|}
+		mnt=$tmp/mnt${#LEGACY_MNTS[@]}
+		mkdir -p "$mnt"
+		# shellcheck disable=SC2086
+		bin/ffcvfs mount $args "$dir/bench.beton" "$mnt" 2>>"$tmp/mount.log" &
+		pid=$!
+		LEGACY_PIDS+=("$pid") LEGACY_MNTS+=("$mnt")
+		for _ in $(seq 100); do [[ -e $mnt/.ffcvfs/stats.json ]] && break; sleep 0.1; done
+		[[ -e $mnt/.ffcvfs/stats.json ]] || die "ffcvfs mount $args failed: $(tail -n 5 "$tmp/mount.log")"
+		specs+=("--mount=${name%%|*}=$mnt:$pid")
+	done
+	echo
+	echo "legacy loader: torchvision ImageFolder + RandomResizedCrop(224) + flip + PILToTensor,"
+	echo "DataLoader(num_workers=2, batch_size=64); $n real-photo JPEGs, warm, $(nproc) cores;"
+	echo "epochs alternate between the roots in one process; medians of $RUNS rounds after one of warm-up."
+	echo "cpu: the mount's CPU time per 1,000 files read; req/file: FUSE requests per file, by opcode."
+	local out
+	out=$(/usr/bin/python3 scripts/legacy_bench.py --plain "$dir/imagefolder" "${specs[@]}" --rounds "$RUNS" \
+		--workers 2 --batch-size 64 --resolution 224 | tee "$tmp/epochs.txt") || die "legacy_bench.py failed"
+	[[ -z ${VERBOSE:-} ]] || cat "$tmp/epochs.txt"
+	printf '%-44s %9s %7s %9s %8s  %s\n' "what" "images/s" "ratio" "cpu ms/1k" "req/file" "by opcode"
+	sed -n 's/^median //p' <<<"$out" | awk '{
+		what = $0; sub(/: [0-9.]+ images\/s.*/, "", what)
+		match($0, /: [0-9.]+ images\/s/); rate = substr($0, RSTART + 2, RLENGTH - 11)
+		ratio = $0; sub(/.* ratio /, "", ratio); sub(/ .*/, "", ratio)
+		cpu = "-"; req = "-"; ops = ""
+		if ($0 ~ /cpu_us_per_file/) {
+			cpu = $0; sub(/.*cpu_us_per_file /, "", cpu); sub(/ .*/, "", cpu); cpu = sprintf("%.1f", cpu)
+			req = $0; sub(/.*req_per_file /, "", req); ops = req; sub(/ .*/, "", req); sub(/^[^ ]* /, "", ops)
+		}
+		printf "%-44s %9.0f %7s %9s %8s  %s\n", what, rate, ratio, cpu, req, ops
+	}'
+	echo
+	echo "memory after the last round: the kernel's page cache of each root's files (fincore), the mounts' RSS"
+	printf '%-44s %12s %12s %12s\n' "root" "page cache" "RSS" "peak RSS"
+	printf '%-44s %9s MiB %12s %12s\n' "plain folder" "$(page_cache_mib "$dir/imagefolder")" "-" "-"
+	local i=0 rss hwm
+	for name in "default flags" "--kernel-cache"; do
+		pid=${LEGACY_PIDS[i]} mnt=${LEGACY_MNTS[i]}
+		rss=$(awk '/^VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$pid/status")
+		hwm=$(awk '/^VmHWM/ {printf "%.1f", $2 / 1024}' "/proc/$pid/status")
+		printf '%-44s %9s MiB %8s MiB %8s MiB\n' "mount, $name" "$(page_cache_mib "$mnt")" "$rss" "$hwm"
+		((i += 1))
+	done
+	legacy_cleanup
+	trap - EXIT INT TERM
 }
 
 # What bench_storage started, for storage_cleanup.
@@ -485,6 +583,11 @@ mount)
 	shift
 	bench_mount "$@"
 	;;
+legacy)
+	build
+	shift
+	bench_legacy "$@"
+	;;
 cache)
 	ensure_deps
 	echo "page cache: 1 GiB beton of 8 MiB pages, 4 consumers, budget 10 %, median of $RUNS runs"
@@ -497,7 +600,7 @@ write)
 	bench_write "$@"
 	;;
 *)
-	echo "usage: scripts/bench.sh write [N] | cache | mount [N] | feed [N] | storage [N]" >&2
+	echo "usage: scripts/bench.sh write [N] | cache | mount [N] | legacy [N] | feed [N] | storage [N]" >&2
 	exit 2
 	;;
 esac

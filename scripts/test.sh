@@ -49,5 +49,5 @@ go test ./... -count=1 "$@"
 
 if (($# == 0)); then
 	step "go test -race (concurrency tests)"
-	go test -race -count=1 -run 'Budget|Pinned|Concurren|Race' ./pagecache/...
+	go test -race -count=1 -run 'Budget|Pinned|Concurren|Race' ./pagecache/... ./fs/...
 fi
