@@ -22,8 +22,9 @@
 #                                 RandomResizedCrop(224) + flip + PILToTensor, DataLoader(2
 #                                 workers, batches of 64), on N real photos (default 5000),
 #                                 warm: the plain folder with shuffle=True (baseline), then
-#                                 ffcvfs mount with default flags and with --kernel-cache,
-#                                 each with shuffle=True and QuasiRandomSampler, epochs
+#                                 ffcvfs mount with default flags, with --kernel-cache and
+#                                 with zero-message opens (experimental), each with
+#                                 shuffle=True and QuasiRandomSampler, epochs
 #                                 alternating in one process. Images/s and ratio, the
 #                                 mount's CPU per 1,000 files (/proc/PID/stat) and FUSE
 #                                 requests per file by opcode (stats.json); then the page
@@ -285,7 +286,8 @@ bench_legacy() {
 	trap legacy_cleanup EXIT
 	trap 'exit 130' INT TERM
 	local -a specs=()
-	for name in "default flags|" "--kernel-cache|--kernel-cache"; do
+	local -a ways=("default flags|" "--kernel-cache|--kernel-cache" "zero-message opens (experimental)|--fuse-compat=zero-message-opens")
+	for name in "${ways[@]}"; do
 		args=${name#*|}
 		mnt=$tmp/mnt${#LEGACY_MNTS[@]}
 		mkdir -p "$mnt"
@@ -323,8 +325,8 @@ bench_legacy() {
 	printf '%-44s %12s %12s %12s\n' "root" "page cache" "RSS" "peak RSS"
 	printf '%-44s %9s MiB %12s %12s\n' "plain folder" "$(page_cache_mib "$dir/imagefolder")" "-" "-"
 	local i=0 rss hwm
-	for name in "default flags" "--kernel-cache"; do
-		pid=${LEGACY_PIDS[i]} mnt=${LEGACY_MNTS[i]}
+	for name in "${ways[@]}"; do
+		name=${name%%|*} pid=${LEGACY_PIDS[i]} mnt=${LEGACY_MNTS[i]}
 		rss=$(awk '/^VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$pid/status")
 		hwm=$(awk '/^VmHWM/ {printf "%.1f", $2 / 1024}' "/proc/$pid/status")
 		printf '%-44s %9s MiB %8s MiB %8s MiB\n' "mount, $name" "$(page_cache_mib "$mnt")" "$rss" "$hwm"
