@@ -116,20 +116,13 @@ func (n *datasetNode) Read(ctx context.Context, f gofs.FileHandle, dest []byte, 
 	v.reads.beton.Add(1)
 	v.reads.betonBytes.Add(uint64(k))
 	if k > 0 {
-		first, last := off>>v.pageShift(), (off+int64(k)-1)>>v.pageShift()
+		ps := v.f.PageSize()
+		first, last := off/ps, (off+int64(k)-1)/ps
 		for p := max(first, v.f.FirstPage()); p <= last && p < v.f.FirstPage()+int64(v.f.NumPages()); p++ {
 			v.kcopies.datasetRead(p, &n.Inode)
 		}
 	}
 	return fuse.ReadResultData(dest[:k]), 0
-}
-
-func (v *View) pageShift() int64 {
-	sh := int64(0)
-	for int64(1)<<sh < v.f.PageSize() {
-		sh++
-	}
-	return sh
 }
 
 // snapshotNode is a read-only file whose content is made when it is looked
