@@ -36,6 +36,16 @@ type kernelCopies struct {
 	wake    chan struct{}
 	closed  bool
 	invals  uint64
+
+	// notify sends an invalidation to the kernel; set by Mount.
+	notify func(ino uint64, off, size int64) error // guarded by mu
+}
+
+// setNotify sets the function that sends invalidations to the kernel.
+func (k *kernelCopies) setNotify(fn func(ino uint64, off, size int64) error) {
+	k.mu.Lock()
+	k.notify = fn
+	k.mu.Unlock()
 }
 
 type heldFile struct {
@@ -152,6 +162,7 @@ func (k *kernelCopies) run() {
 			}
 			k.evicted = k.evicted[:0]
 			k.invals += uint64(len(batch))
+			notify := k.notify
 			k.mu.Unlock()
 			if len(batch) == 0 {
 				break
@@ -159,7 +170,9 @@ func (k *kernelCopies) run() {
 			for _, inv := range batch {
 				// An error means the kernel no longer knows the inode
 				// (forgotten, so it holds nothing) or the mount is gone.
-				inv.inode.NotifyContent(inv.off, inv.size)
+				if notify != nil {
+					notify(inv.inode.StableAttr().Ino, inv.off, inv.size)
+				}
 			}
 		}
 	}

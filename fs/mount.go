@@ -93,7 +93,7 @@ func CheckFUSE() error {
 }
 
 // Mount serves v at dir until the returned server is unmounted.
-func Mount(dir string, v *View, opts MountOptions) (*fuse.Server, error) {
+func Mount(dir string, v *View, opts MountOptions) (*Server, error) {
 	if err := CheckFUSE(); err != nil {
 		return nil, err
 	}
@@ -111,8 +111,8 @@ func Mount(dir string, v *View, opts MountOptions) (*fuse.Server, error) {
 	mo := fuse.MountOptions{
 		FsName:       opts.FsName,
 		Name:         "ffcvfs",
-		AllowOther:   opts.AllowOther,
 		Debug:        opts.Debug,
+		AllowOther:   opts.AllowOther,
 		MaxReadAhead: 1 << 20,
 		// A READ of up to 1 MiB (max_pages 256, Linux 4.20): one for
 		// nearly any image file.
@@ -126,32 +126,27 @@ func Mount(dir string, v *View, opts MountOptions) (*fuse.Server, error) {
 		mo.MaxWrite = 128 << 10
 		mo.MaxReadAhead = 128 << 10
 	}
-	if os.Getuid() == 0 {
-		mo.DirectMount = true // no fusermount3 round trip when root
-	}
 	// Every node sets its own entry and attribute timeouts (View.entry,
 	// and Getattr): go-fuse would put its defaults in place of a timeout
-	// of 0, which snapshot files need.
+	// of 0, which snapshot files need. Node IDs are the inode numbers, so
+	// that invalidations (kernelCopies) can name a file by its number.
 	raw := gofs.NewNodeFS(v.Root(), &gofs.Options{
 		MountOptions:    mo,
 		NegativeTimeout: &t,
 		UID:             v.opts.Owner,
 		GID:             uint32(os.Getgid()),
+		ExternalNodeID:  true,
 	})
-	srv, err := fuse.NewServer(countingFS{RawFileSystem: raw, v: v}, abs, &mo)
+	srv, err := serve(abs, countingFS{RawFileSystem: raw, v: v}, mo)
 	if err != nil {
 		return nil, fmt.Errorf("mounting %s: %w", dir, err)
 	}
-	// INIT is done, and no other request is served before Serve.
 	init := srv.KernelSettings()
 	v.protocol = fmt.Sprintf("%d.%d", init.Major, init.Minor)
 	if init.Flags64()&fuse.CAP_NO_OPEN_SUPPORT != 0 && v.opts.Disable.ZeroMessageOpens {
 		v.noOpen.Store(true)
 	}
-	go srv.Serve()
-	if err := srv.WaitMount(); err != nil {
-		return nil, fmt.Errorf("mounting %s: %w", dir, err)
-	}
+	v.kcopies.setNotify(srv.invalidate)
 	return srv, nil
 }
 
