@@ -116,8 +116,9 @@ func Mount(dir string, v *View, opts MountOptions) (*Server, error) {
 		MaxReadAhead: 1 << 20,
 		// A READ of up to 1 MiB (max_pages 256, Linux 4.20): one for
 		// nearly any image file.
-		MaxWrite:      1 << 20,
-		DisableXAttrs: true,
+		MaxWrite:           1 << 20,
+		DisableXAttrs:      true,
+		DisableReadDirPlus: true,
 		// The kernel checks permission bits: data files are 0444, the
 		// announce file 0600 for the owner.
 		Options: []string{"default_permissions"},
