@@ -29,6 +29,12 @@
 #                                 mount's CPU per 1,000 files (/proc/PID/stat) and FUSE
 #                                 requests per file by opcode (stats.json); then the page
 #                                 cache each root holds (fincore) and the mounts' RSS
+#   scripts/bench.sh scan [N]     ImageFolder's start-up scan (the class folders and file
+#                                 names, no file opened) of a mounted synthetic beton of
+#                                 N samples in 1,000 classes (default 1281167, ImageNet's
+#                                 train set) vs a plain folder of the same names as empty
+#                                 files; scans alternate, first scan after mounting and
+#                                 warm scans; the mount's RSS and FUSE requests
 #   scripts/bench.sh storage [N]  training from S3 over a slow link: the same N photos
 #                                 (default 5000) on versitygw on loopback, behind
 #                                 toxiproxy (+LATENCY_MS, default 10, per response) and a
@@ -569,7 +575,89 @@ bench_storage() {
 	trap - EXIT INT TERM
 }
 
+# scan_seconds ROOT: seconds ImageFolder(ROOT) takes to build its sample list.
+scan_seconds() {
+	/usr/bin/python3 -W ignore -c '
+import sys, time
+from torchvision.datasets import ImageFolder
+t = time.perf_counter()
+ds = ImageFolder(sys.argv[1])
+print(f"{time.perf_counter() - t:.3f} {len(ds)}")' "$1"
+}
+
+bench_scan() {
+	local n=${1:-1281167}
+	[[ $n =~ ^[0-9]+$ ]] || die "N must be a whole number, got '$n'"
+	ensure_apt python3-torchvision fuse3
+	local dir=${BENCH_DIR:-${FFCVFS_CACHE:-$HOME/.cache/ffcvfs}/bench}/scan-$n
+	mkdir -p "$dir"
+	if [[ ! -e $dir/scan.beton ]]; then
+		echo "writing $dir/scan.beton ($n samples)" >&2
+		go run ./scripts/mkscanbeton -n "$n" -classes 1000 -out "$dir/scan.beton" || die "mkscanbeton failed"
+	fi
+	local tmp mnt pid
+	tmp=$(mktemp -d)
+	LEGACY_TMP=$tmp
+	trap legacy_cleanup EXIT
+	trap 'exit 130' INT TERM
+	# mount_scan: mounts the beton at a fresh mountpoint; sets mnt and pid.
+	mount_scan() {
+		mnt=$tmp/mnt${#LEGACY_MNTS[@]}
+		mkdir -p "$mnt"
+		bin/ffcvfs mount "$dir/scan.beton" "$mnt" 2>>"$tmp/mount.log" &
+		pid=$!
+		LEGACY_PIDS+=("$pid") LEGACY_MNTS+=("$mnt")
+		for _ in $(seq 300); do [[ -e $mnt/.ffcvfs/stats.json ]] && break; sleep 0.1; done
+		[[ -e $mnt/.ffcvfs/stats.json ]] || die "ffcvfs mount failed: $(tail -n 5 "$tmp/mount.log")"
+	}
+	if [[ ! -e $dir/plain.done ]]; then
+		echo "making $dir/plain: the mount's names as empty files" >&2
+		mount_scan
+		rm -rf "$dir/plain"
+		/usr/bin/python3 -c '
+import os, sys
+src, dst = sys.argv[1], sys.argv[2]
+for c in sorted(e.name for e in os.scandir(src) if e.is_dir() and not e.name.startswith(".")):
+    os.makedirs(os.path.join(dst, c))
+    for e in os.scandir(os.path.join(src, c)):
+        os.close(os.open(os.path.join(dst, c, e.name), os.O_CREAT | os.O_WRONLY, 0o644))' "$mnt" "$dir/plain" ||
+			die "making the plain tree failed"
+		touch "$dir/plain.done"
+	fi
+	local -a plain=() first=() warm=() rss=()
+	local r
+	scan_seconds "$dir/plain" >/dev/null # warm the plain tree's dentries
+	for r in $(seq "$RUNS"); do
+		plain+=("$(scan_seconds "$dir/plain" | cut -d' ' -f1)")
+		mount_scan
+		first+=("$(scan_seconds "$mnt" | cut -d' ' -f1)")
+		plain+=("$(scan_seconds "$dir/plain" | cut -d' ' -f1)")
+		warm+=("$(scan_seconds "$mnt" | cut -d' ' -f1)")
+		rss+=("$(awk '/^VmRSS/ {print $2}' "/proc/$pid/status")")
+		echo "round $r: plain ${plain[-2]} s, ${plain[-1]} s; mount first ${first[-1]} s, warm ${warm[-1]} s" >&2
+	done
+	local p
+	p=$(printf '%s\n' "${plain[@]}" | median)
+	echo
+	echo "ImageFolder start-up scan: $n samples in 1,000 classes, $(nproc) cores, medians of $RUNS rounds"
+	printf '%-40s %9s %7s\n' "root" "seconds" "ratio"
+	printf '%-40s %9.2f %7.2f\n' "plain folder, empty files (warm)" "$p" 1
+	printf '%-40s %9.2f %7.2f\n' "mount, first scan after mounting" "$(printf '%s\n' "${first[@]}" | median)" \
+		"$(echo "$(printf '%s\n' "${first[@]}" | median) / $p" | bc -l)"
+	printf '%-40s %9.2f %7.2f\n' "mount, second scan" "$(printf '%s\n' "${warm[@]}" | median)" \
+		"$(echo "$(printf '%s\n' "${warm[@]}" | median) / $p" | bc -l)"
+	echo "mount RSS after two scans: $(echo "$(printf '%s\n' "${rss[@]}" | median) / 1024" | bc) MiB;" \
+		"FUSE requests of the last mount: $(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["fuse"]["requests"])' "$mnt/.ffcvfs/stats.json")"
+	legacy_cleanup
+	trap - EXIT INT TERM
+}
+
 case ${1:-} in
+scan)
+	build
+	shift
+	bench_scan "$@"
+	;;
 storage)
 	ensure_go
 	shift
@@ -602,7 +690,7 @@ write)
 	bench_write "$@"
 	;;
 *)
-	echo "usage: scripts/bench.sh write [N] | cache | mount [N] | legacy [N] | feed [N] | storage [N]" >&2
+	echo "usage: scripts/bench.sh write [N] | cache | mount [N] | legacy [N] | scan [N] | feed [N] | storage [N]" >&2
 	exit 2
 	;;
 esac
