@@ -226,7 +226,7 @@ func (v *View) Stats() Stats {
 	s.FUSE.Requests = v.requests.Map()
 	s.FUSE.KernelProtocol = v.protocol
 	s.FUSE.NoOpen = v.noOpen.Load()
-	s.FUSE.NoFlush = !v.opts.Disable.NoFlush
+	s.FUSE.NoFlush = !v.opts.Compat.Flush
 	s.FUSE.KernelCacheBytes = v.kcopies.Bytes()
 	s.FUSE.Invalidations = v.kcopies.Invalidations()
 	s.Samples, s.Classes, s.Pages, s.PageSize = v.f.NumSamples(), len(v.classes), v.f.NumPages(), v.f.PageSize()
@@ -315,6 +315,9 @@ func (n *announceNode) Write(ctx context.Context, f gofs.FileHandle, data []byte
 		return 0, syscall.EINVAL
 	}
 	order, err := v.extendAnnouncement(a, data)
+	if err == nil && off == 0 {
+		v.kcopies.dropAll() // the plan must see every read (kernelCopies)
+	}
 	if err == nil {
 		err = v.cache.Announce(fmt.Sprintf("announce:pid-%d", caller.Pid), order)
 	}
@@ -477,6 +480,7 @@ func (v *View) orderText(o order.Options) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("order: %v: %w", err, errBadInput)
 	}
+	v.kcopies.dropAll() // the plan must see every read (kernelCopies)
 	if err := v.cache.Announce(fmt.Sprintf("order:%s/%d/%d-of-%d", o.Kind, o.Seed, o.Rank, o.WorldSize), ids); err != nil {
 		return nil, err
 	}

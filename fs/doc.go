@@ -22,12 +22,15 @@
 // Each FUSE request is a round trip through this process while a loader
 // waits, so the mount asks the kernel for as few as it can: no FLUSH at
 // close (FOPEN_NOFLUSH, and ENOSYS for any that comes), READs of up to 1 MiB,
-// entries and attributes cached for a day. Files are read with direct I/O
-// by default, so the cache sees every read and its budget is the memory
-// the data takes; --kernel-cache lets the kernel keep copies. Zero-message
-// opens (Compat.ZeroMessageOpens, experimental) also spare OPEN and
-// RELEASE, and read through the page cache with the kernel's copies
-// bounded by the cache's evictions (kernelCopies). stats.json counts the
+// entries and attributes cached for a day, and zero-message opens: the
+// first OPEN is answered ENOSYS, so the kernel sends no OPEN or RELEASE and
+// reads every file through its page cache, its copies bounded by the
+// cache's evictions (kernelCopies; --kernel-cache lets it keep them). A
+// file read whole then costs an IOCTL (Python's isatty) and a READ, or the
+// IOCTL alone while the kernel holds the file. On a kernel without
+// zero-message opens (or with Compat.Opens) files are read with direct
+// I/O, so the cache sees every read and its budget is the memory the data
+// takes. stats.json counts the
 // requests by opcode (countingFS). Folders are listed with READDIR, not
 // READDIRPLUS, so a listing of a million files makes no inode for each.
 //

@@ -38,34 +38,32 @@ type Options struct {
 	// OrderBatchSize sets the window of quasi-random orders served under
 	// orders/ (default 256; see package order).
 	OrderBatchSize int
-	// Disable switches off kernel features the mount uses where the kernel
-	// offers them (or on, for the experimental ZeroMessageOpens), to serve
-	// as on an older kernel or to measure what each buys. The files read
-	// the same either way.
-	Disable Compat
-	Logger  *slog.Logger
+	// Compat switches off kernel features the mount uses where the kernel
+	// offers them, to serve as on an older kernel or to measure what each
+	// buys. The files read the same either way.
+	Compat Compat
+	Logger *slog.Logger
 }
 
-// Compat names kernel features the mount can use or do without.
+// Compat names kernel features the mount uses when the kernel offers them;
+// a field set to true does without one.
 type Compat struct {
-	// ZeroMessageOpens: answer the first OPEN with ENOSYS, so the kernel
-	// sends no OPEN or RELEASE from then on (FUSE 7.23, Linux 3.14) and
-	// reads every file through its page cache, whose copies are then
-	// bounded by invalidation (kernelCopies). Off by default: the cache
-	// does not see reads the kernel serves from its copies, which misleads
-	// its plans (see the package doc).
-	ZeroMessageOpens bool
-	// NoFlush: answer FLUSH, so the kernel sends one at every close,
-	// instead of FOPEN_NOFLUSH and ENOSYS.
-	NoFlush bool
-	// BigReads: READs of at most 128 KiB (the kernel's default) instead of
-	// 1 MiB, so a larger file takes several.
-	BigReads bool
+	// Opens: answer OPEN, and have files read with direct I/O, as on a
+	// kernel without zero-message opens (FUSE 7.23, Linux 3.14). By
+	// default the first OPEN is answered ENOSYS, so the kernel sends no
+	// OPEN or RELEASE from then on and reads every file through its page
+	// cache, whose copies are then bounded by invalidation (kernelCopies).
+	Opens bool
+	// Flush: answer FLUSH, so the kernel sends one at every close, instead
+	// of FOPEN_NOFLUSH and ENOSYS.
+	Flush bool
+	// SmallReads: READs of at most 128 KiB (the kernel's default) instead
+	// of 1 MiB, so a larger file takes several.
+	SmallReads bool
 }
 
-// CompatNames are the names ParseCompat takes: "zero-message-opens" sets
-// ZeroMessageOpens, "flush" NoFlush and "small-reads" BigReads.
-var CompatNames = []string{"zero-message-opens", "flush", "small-reads"}
+// CompatNames are the names ParseCompat takes, one per Compat field.
+var CompatNames = []string{"opens", "flush", "small-reads"}
 
 // ParseCompat reads a comma-separated list of CompatNames.
 func ParseCompat(list string) (Compat, error) {
@@ -73,12 +71,12 @@ func ParseCompat(list string) (Compat, error) {
 	for _, name := range strings.Split(list, ",") {
 		switch strings.TrimSpace(name) {
 		case "":
-		case "zero-message-opens":
-			c.ZeroMessageOpens = true
+		case "opens":
+			c.Opens = true
 		case "flush":
-			c.NoFlush = true
+			c.Flush = true
 		case "small-reads":
-			c.BigReads = true
+			c.SmallReads = true
 		default:
 			return c, fmt.Errorf("unknown FUSE feature %q (known: %s)", name, strings.Join(CompatNames, ", "))
 		}
@@ -185,9 +183,7 @@ func NewView(c *pagecache.Cache, opts Options) (*View, error) {
 	if err := v.buildClasses(); err != nil {
 		return nil, err
 	}
-	// Without zero-message opens, files are read with direct I/O unless
-	// --kernel-cache: the kernel keeps no copies to bound.
-	v.kcopies = newKernelCopies(f, opts.KernelCache || !opts.Disable.ZeroMessageOpens)
+	v.kcopies = newKernelCopies(f) // started by Mount, if files are read through the page cache
 	c.OnEvict(v.kcopies.evict)
 	return v, nil
 }

@@ -123,7 +123,7 @@ func Mount(dir string, v *View, opts MountOptions) (*Server, error) {
 		// announce file 0600 for the owner.
 		Options: []string{"default_permissions"},
 	}
-	if v.opts.Disable.BigReads {
+	if v.opts.Compat.SmallReads {
 		mo.MaxWrite = 128 << 10
 		mo.MaxReadAhead = 128 << 10
 	}
@@ -144,10 +144,12 @@ func Mount(dir string, v *View, opts MountOptions) (*Server, error) {
 	}
 	init := srv.KernelSettings()
 	v.protocol = fmt.Sprintf("%d.%d", init.Major, init.Minor)
-	if init.Flags64()&fuse.CAP_NO_OPEN_SUPPORT != 0 && v.opts.Disable.ZeroMessageOpens {
+	if init.Flags64()&fuse.CAP_NO_OPEN_SUPPORT != 0 && !v.opts.Compat.Opens {
 		v.noOpen.Store(true)
+		if !v.opts.KernelCache {
+			v.kcopies.start(srv.invalidate)
+		}
 	}
-	v.kcopies.setNotify(srv.invalidate)
 	return srv, nil
 }
 

@@ -118,7 +118,7 @@ func (c countingFS) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]by
 
 func (c countingFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	c.v.requests[opFlush].Add(1)
-	if !c.v.opts.Disable.NoFlush {
+	if !c.v.opts.Compat.Flush {
 		// No file needs one (announce takes its order as it is
 		// written), and the kernel sends no more after ENOSYS.
 		return fuse.ENOSYS

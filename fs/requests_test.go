@@ -79,25 +79,12 @@ func requestsPerFile(t *testing.T, files []string, v *View) map[string]float64 {
 	return out
 }
 
-// By default a file read whole costs OPEN, the IOCTL of isatty, READ, the
-// READ at EOF that direct I/O cannot spare, and RELEASE: no FLUSH.
+// By default (zero-message opens, every page cached) a file read whole
+// costs the IOCTL of isatty and one READ, then the IOCTL alone: no OPEN,
+// RELEASE or FLUSH, no READ at EOF, and the kernel keeps what it read.
 func TestRequestsPerFile(t *testing.T) {
 	path := fixture(t, "imagefolder-mixed.beton")
 	mnt, v := testMountPages(t, path, Options{}, 1<<20)
-	files := sampleFiles(t, mnt)
-	n := float64(len(files))
-	got := requestsPerFile(t, files, v)
-	if got["open"] != 1 || got["release"] != 1 || got["ioctl"] != 1 || got["read"] != 2 || got["flush"]*n > 1 {
-		t.Errorf("requests per file %v, want open, ioctl and release 1, read 2, no flush", got)
-	}
-}
-
-// With zero-message opens and every page cached, a file read whole costs
-// the IOCTL of isatty and one READ, then the IOCTL alone: no OPEN, RELEASE
-// or FLUSH, no READ at EOF, and the kernel keeps what it read.
-func TestRequestsPerFileZeroMessageOpens(t *testing.T) {
-	path := fixture(t, "imagefolder-mixed.beton")
-	mnt, v := testMountPages(t, path, Options{Disable: Compat{ZeroMessageOpens: true}}, 1<<20)
 	if !v.noOpen.Load() {
 		t.Fatalf("the kernel (FUSE %s) offered no zero-message opens", v.protocol)
 	}
@@ -111,16 +98,56 @@ func TestRequestsPerFileZeroMessageOpens(t *testing.T) {
 	}
 	// A READ makes the kernel forget the file's atime (the mount is not
 	// read-only, for announce's sake), so the next fstat asks for it once.
+	// The kernel keeps what it read, all but some pages it drops of its
+	// own accord (seen on a loaded machine: up to a tenth of the files
+	// re-read one 4 KiB page, with nothing evicted or invalidated).
 	second := requestsPerFile(t, files, v)
-	if second["ioctl"] != 1 || second["getattr"] > 1 || second["read"]+second["open"]+second["flush"]+second["release"] != 0 {
-		t.Errorf("second read of every file: requests per file %v, want ioctl 1 and at most a getattr", second)
+	if second["ioctl"] != 1 || second["getattr"] > 1 || second["read"] > 0.2 || second["open"]+second["flush"]+second["release"] != 0 {
+		t.Errorf("second read of every file: requests per file %v, want ioctl 1, at most a getattr, next to no read; cache %+v",
+			second, v.Stats().Cache)
 	}
 	third := requestsPerFile(t, files, v)
-	if third["ioctl"] != 1 || len(third) != 1 {
-		t.Errorf("third read of every file: requests per file %v, want ioctl 1 alone", third)
+	if third["ioctl"] != 1 || third["getattr"] > second["read"] || third["read"] > 0.2 || third["open"]+third["flush"]+third["release"] != 0 {
+		t.Errorf("third read of every file: requests per file %v, want ioctl 1, next to nothing else", third)
 	}
 	st := v.Stats()
 	if !st.FUSE.NoOpen || !st.FUSE.NoFlush || st.FUSE.KernelCacheBytes <= 0 {
+		t.Errorf("stats.json fuse: %+v", st.FUSE)
+	}
+
+	// An announced order drops the kernel's copies before it is served,
+	// so that each of its reads reaches the cache and its plan.
+	if _, err := os.ReadFile(mnt + "/.ffcvfs/orders/quasi-random/0/0"); err != nil {
+		t.Fatal(err)
+	}
+	if st := v.Stats(); st.FUSE.KernelCacheBytes != 0 {
+		t.Errorf("after an order was announced, the kernel holds %d bytes of the files, want 0", st.FUSE.KernelCacheBytes)
+	}
+	if held := residentBytes(t, files); held != 0 {
+		t.Errorf("after an order was announced, %d bytes of the files are in the kernel's page cache (mincore), want 0", held)
+	}
+	if after := requestsPerFile(t, files, v); after["read"] != 1 {
+		t.Errorf("after an order was announced: requests per file %v, want read 1", after)
+	}
+}
+
+// Answering OPEN (as on a kernel without zero-message opens), a file read
+// whole costs OPEN, the IOCTL of isatty, READ, the READ at EOF that direct
+// I/O cannot spare, and RELEASE: no FLUSH.
+func TestRequestsPerFileWithOpens(t *testing.T) {
+	path := fixture(t, "imagefolder-mixed.beton")
+	mnt, v := testMountPages(t, path, Options{Compat: Compat{Opens: true}}, 1<<20)
+	if v.noOpen.Load() {
+		t.Fatal("zero-message opens in use although switched off")
+	}
+	files := sampleFiles(t, mnt)
+	n := float64(len(files))
+	got := requestsPerFile(t, files, v)
+	// RELEASE is sent after close returns, so the last may not have come.
+	if got["open"] != 1 || got["release"] < 1-2/n || got["release"] > 1 || got["ioctl"] != 1 || got["read"] != 2 || got["flush"]*n > 1 {
+		t.Errorf("requests per file %v, want open, ioctl and release 1, read 2, no flush", got)
+	}
+	if st := v.Stats(); st.FUSE.NoOpen || st.FUSE.KernelCacheBytes != -1 {
 		t.Errorf("stats.json fuse: %+v", st.FUSE)
 	}
 }
@@ -129,12 +156,15 @@ func TestRequestsPerFileZeroMessageOpens(t *testing.T) {
 // read the same, at the price of more requests.
 func TestRequestsWithoutKernelFeatures(t *testing.T) {
 	path := fixture(t, "imagefolder-mixed.beton")
-	mnt, v := testMountPages(t, path, Options{Disable: Compat{NoFlush: true, BigReads: true}}, 1<<20)
+	mnt, v := testMountPages(t, path, Options{Compat: Compat{Opens: true, Flush: true, SmallReads: true}}, 1<<20)
 	if v.noOpen.Load() {
 		t.Fatal("zero-message opens in use although not asked for")
 	}
-	first := requestsPerFile(t, sampleFiles(t, mnt), v)
-	if first["open"] != 1 || first["release"] != 1 || first["flush"] != 1 || first["read"] < 1 {
+	files := sampleFiles(t, mnt)
+	n := float64(len(files))
+	first := requestsPerFile(t, files, v)
+	// RELEASE is sent after close returns, so the last may not have come.
+	if first["open"] != 1 || first["release"] < 1-2/n || first["release"] > 1 || first["flush"] != 1 || first["read"] < 1 {
 		t.Errorf("requests per file %v, want open, release and flush 1, read at least 1", first)
 	}
 	for _, name := range []string{"stats.json", "orders/quasi-random/0/0"} {
@@ -149,7 +179,7 @@ func TestRequestsWithoutKernelFeatures(t *testing.T) {
 // them again reads the page again, byte for byte.
 func TestKernelCopiesBudget(t *testing.T) {
 	path := fixture(t, "imagefolder-mixed.beton")
-	mnt, v := testMountPages(t, path, Options{Disable: Compat{ZeroMessageOpens: true}}, 1)
+	mnt, v := testMountPages(t, path, Options{}, 1)
 	if v.f.NumPages() < 2 {
 		t.Fatalf("the fixture has %d pages; the test needs at least 2", v.f.NumPages())
 	}

@@ -186,16 +186,17 @@ func (n *sampleNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, u
 	return n.v.open(flags, false)
 }
 
-// open answers OPEN for every file the mount serves: the file is read
-// with direct I/O, so that the cache's budget is the memory used and the
-// cache sees every read, or through the kernel's page cache, kept across
-// opens since files never change, with --kernel-cache (and for files made
-// whole at lookup, which never change either). No FLUSH is asked for at
-// close: nothing needs one. With zero-message opens (see Compat) it
-// answers ENOSYS, upon which the kernel stops sending OPEN and RELEASE and
-// reads every file through its page cache; the copies it keeps are then
-// bounded by invalidation (kernelCopies), and node methods refuse writes,
-// since the kernel no longer asks before opening for writing.
+// open answers OPEN for every file the mount serves. By default (zero-
+// message opens, see Compat) it answers ENOSYS, upon which the kernel stops
+// sending OPEN and RELEASE and reads every file through its page cache; the
+// copies it keeps are bounded by invalidation (kernelCopies) unless
+// --kernel-cache, and node methods refuse writes, since the kernel no
+// longer asks before opening for writing. On a kernel without them (or
+// with Compat.Opens) the file is read with direct I/O, so that the cache's
+// budget is the memory used and the cache sees every read, or through the
+// kernel's page cache, kept across opens since files never change, with
+// --kernel-cache (and for files made whole at lookup, which never change
+// either). No FLUSH is asked for at close: nothing needs one.
 func (v *View) open(flags uint32, writable bool) (gofs.FileHandle, uint32, syscall.Errno) {
 	return v.openCached(flags, writable, v.opts.KernelCache)
 }
@@ -213,7 +214,7 @@ func (v *View) openCached(flags uint32, writable, cached bool) (gofs.FileHandle,
 	if cached {
 		out = fuse.FOPEN_KEEP_CACHE
 	}
-	if !v.opts.Disable.NoFlush {
+	if !v.opts.Compat.Flush {
 		out |= fuse.FOPEN_NOFLUSH
 	}
 	return nil, out, 0

@@ -23,7 +23,8 @@
 #                                 workers, batches of 64), on N real photos (default 5000),
 #                                 warm: the plain folder with shuffle=True (baseline), then
 #                                 ffcvfs mount with default flags, with --kernel-cache and
-#                                 with zero-message opens (experimental), each with
+#                                 answering OPEN with direct I/O (--fuse-compat opens, as
+#                                 on a kernel without zero-message opens), each with
 #                                 shuffle=True and QuasiRandomSampler, epochs
 #                                 alternating in one process. Images/s and ratio, the
 #                                 mount's CPU per 1,000 files (/proc/PID/stat) and FUSE
@@ -292,7 +293,7 @@ bench_legacy() {
 	trap legacy_cleanup EXIT
 	trap 'exit 130' INT TERM
 	local -a specs=()
-	local -a ways=("default flags|" "--kernel-cache|--kernel-cache" "zero-message opens (experimental)|--fuse-compat=zero-message-opens")
+	local -a ways=("default flags|" "--kernel-cache|--kernel-cache" "direct I/O, OPEN answered|--fuse-compat=opens")
 	for name in "${ways[@]}"; do
 		args=${name#*|}
 		mnt=$tmp/mnt${#LEGACY_MNTS[@]}

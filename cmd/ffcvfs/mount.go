@@ -57,14 +57,14 @@ Examples:
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "cache-size", Value: "512MiB", Usage: "RAM for cached pages, rounded down to whole pages (e.g. 256MiB, 2GiB)", Category: "cache"},
 			&cli.IntFlag{Name: "readers", Value: 16, Usage: "pages fetched in parallel ahead of the reader", Category: "cache"},
-			&cli.BoolFlag{Name: "kernel-cache", Usage: "let the kernel cache file contents too (uses RAM beyond --cache-size)", Category: "cache"},
+			&cli.BoolFlag{Name: "kernel-cache", Usage: "let the kernel keep what it read of the files as long as it likes (RAM beyond --cache-size); by default its copies are dropped with the cache's pages", Category: "cache"},
 			&cli.StringFlag{Name: "classes", Usage: "class folder names, one per line in label order, from `FILE` (e.g. from ffcvfs write --classes-out)", Category: "view"},
 			&cli.StringFlag{Name: "image-field", Usage: "the RGB image field to serve (default: the first one)", Category: "view"},
 			&cli.StringFlag{Name: "label-field", Value: "label", Usage: "the int field that makes the classes", Category: "view"},
 			&cli.IntFlag{Name: "order-batch-size", Value: 256, Usage: "batch size that sets the window of quasi-random orders under .ffcvfs/orders", Category: "view"},
 			&cli.BoolFlag{Name: "allow-other", Usage: "let other users read the mount (needs user_allow_other in /etc/fuse.conf)", Category: "mount"},
 			&cli.BoolFlag{Name: "debug-fuse", Usage: "log every FUSE request", Category: "mount"},
-			&cli.StringFlag{Name: "fuse-compat", Usage: "comma-separated: zero-message-opens (experimental: no OPEN or RELEASE, reads through the kernel's page cache), flush (answer FLUSH at every close), small-reads (READs of 128 KiB, not 1 MiB)", Category: "mount", Hidden: true},
+			&cli.StringFlag{Name: "fuse-compat", Usage: "do without kernel features, as on an older kernel; comma-separated: opens (answer OPEN, read files with direct I/O, instead of zero-message opens), flush (answer FLUSH at every close), small-reads (READs of 128 KiB, not 1 MiB)", Category: "mount", Hidden: true},
 		}, sourceFlags()...),
 		Action: runMount,
 	}
@@ -115,7 +115,7 @@ func runMount(c *cli.Context) error {
 	opts := fs.Options{
 		ImageField: c.String("image-field"), LabelField: c.String("label-field"),
 		Classes: classes, KernelCache: c.Bool("kernel-cache"), OrderBatchSize: c.Int("order-batch-size"),
-		Disable: compat,
+		Compat: compat,
 	}
 	localPath := ""
 	if !strings.Contains(src, "://") || strings.HasPrefix(src, "file://") {
