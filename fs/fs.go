@@ -183,7 +183,7 @@ func NewView(c *pagecache.Cache, opts Options) (*View, error) {
 	if err := v.buildClasses(); err != nil {
 		return nil, err
 	}
-	v.kcopies = newKernelCopies(f) // started by Mount, if files are read through the page cache
+	v.kcopies = newKernelCopies(f, c.Stats().Slots >= f.NumPages()) // started by Mount, if files are read through the page cache
 	c.OnEvict(v.kcopies.evict)
 	return v, nil
 }

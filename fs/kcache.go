@@ -27,7 +27,8 @@ import (
 // kernel read the file again. And a new announced order first drops every
 // copy (dropAll), so that each read of the order reaches the cache, whose
 // plan waits for it: a read the kernel served from a copy would leave the
-// plan waiting for a read that never comes, holding its page.
+// plan waiting for a read that never comes, holding its page. (When the
+// cache holds every page, nothing is evicted and no copy is dropped.)
 //
 // A read records its copy while its page is pinned, so the page cannot be
 // evicted between the copy and the record. Invalidations are sent by one
@@ -37,6 +38,9 @@ import (
 type kernelCopies struct {
 	f      *beton.File
 	active atomic.Bool // tracking: set by start
+	// fits is set when the cache holds every page: nothing is evicted,
+	// and no plan has to see reads to choose what to keep.
+	fits bool
 
 	mu sync.Mutex
 	// Guarded by mu.
@@ -69,8 +73,8 @@ type heldFile struct {
 	size  int64
 }
 
-func newKernelCopies(f *beton.File) *kernelCopies {
-	return &kernelCopies{f: f, samples: map[int32]heldFile{}, pages: map[int64]bool{}, wake: make(chan struct{}, 1)}
+func newKernelCopies(f *beton.File, fits bool) *kernelCopies {
+	return &kernelCopies{f: f, fits: fits, samples: map[int32]heldFile{}, pages: map[int64]bool{}, wake: make(chan struct{}, 1)}
 }
 
 // start begins tracking, with notify sending invalidations to the kernel.
@@ -158,9 +162,9 @@ type invalidation struct {
 }
 
 // dropAll invalidates every copy the kernel was given, and returns when the
-// kernel has dropped them.
+// kernel has dropped them; unless the cache holds every page.
 func (k *kernelCopies) dropAll() {
-	if !k.active.Load() {
+	if !k.active.Load() || k.fits {
 		return
 	}
 	k.mu.Lock()
