@@ -168,7 +168,7 @@ bench_mount() {
 	base4=$(readall_rate 4 "$dir/folder")
 	printf '%-52s %s %8s\n' "plain folder, 1 reader (baseline)" "$base1" "1.00"
 	printf '%-52s %s %8s\n' "plain folder, 4 readers (baseline)" "$base4" "1.00"
-	for mode in "mount (page cache only)|" "mount --kernel-cache|--kernel-cache"; do
+	for mode in "mount, default flags|" "mount --kernel-cache|--kernel-cache" "mount --fuse-compat opens|--fuse-compat=opens"; do
 		args=${mode#*|}
 		# shellcheck disable=SC2086
 		bin/ffcvfs mount --cache-size 1GiB --classes "$dir/classes.txt" $args "$dir/data.beton" "$mnt" 2>"$dir/mount.log" &
