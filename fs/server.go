@@ -39,11 +39,10 @@ import (
 // use ordinary system calls: the kernel may wait in them for a READ in
 // flight, whose reply another goroutine must be free to write.
 type Server struct {
-	dir   string
-	file  *os.File // /dev/fuse, non-blocking, on the netpoller
-	conn  syscall.RawConn
-	ps    *fuse.ProtocolServer
-	debug bool
+	dir  string
+	file *os.File // /dev/fuse, non-blocking, on the netpoller
+	conn syscall.RawConn
+	ps   *fuse.ProtocolServer
 
 	bufSize int
 	bufs    sync.Pool
@@ -96,14 +95,14 @@ func serve(dir string, raw fuse.RawFileSystem, mo fuse.MountOptions) (*Server, e
 	}
 	if err := unix.SetNonblock(fd, true); err != nil {
 		unix.Close(fd)
+		unmountFUSE(dir)
 		return nil, err
 	}
 	s := &Server{
-		dir:   dir,
-		file:  os.NewFile(uintptr(fd), "/dev/fuse"),
-		ps:    fuse.NewProtocolServer(raw, &mo),
-		debug: mo.Debug,
-		log:   mo.Logger,
+		dir:  dir,
+		file: os.NewFile(uintptr(fd), "/dev/fuse"),
+		ps:   fuse.NewProtocolServer(raw, &mo),
+		log:  mo.Logger,
 		// The largest request is a WRITE of MaxWrite bytes and its
 		// headers; the kernel wants room for at least 8 KiB.
 		bufSize: max(mo.MaxWrite+4096, 8192),
@@ -114,6 +113,9 @@ func serve(dir string, raw fuse.RawFileSystem, mo fuse.MountOptions) (*Server, e
 	}
 	if err != nil {
 		s.detach()
+		if uerr := unmountFUSE(dir); uerr != nil {
+			unix.Unmount(dir, unix.MNT_DETACH) // leave no dead mount behind
+		}
 		return nil, fmt.Errorf("FUSE handshake: %w", err)
 	}
 	s.idle.Store(1)
