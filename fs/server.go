@@ -171,6 +171,9 @@ func (s *Server) loop() {
 	defer s.putBuf(out)
 	for {
 		n, err := s.read(*in)
+		if errors.Is(err, syscall.ENOENT) {
+			continue // a request interrupted before it was read
+		}
 		if err != nil {
 			s.idle.Add(-1)
 			if !errors.Is(err, syscall.ENODEV) && !s.closed.Load() {
@@ -184,9 +187,10 @@ func (s *Server) loop() {
 			s.loops.Add(1)
 			go s.loop()
 		}
-		if err := s.answer((*in)[:n], *out); err != nil && !errors.Is(err, syscall.ENOENT) {
-			// ENOENT: the request was interrupted and is gone.
-			s.log.Printf("writing a FUSE reply: %v", err)
+		if err := s.answer((*in)[:n], *out); err != nil && !errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.ENODEV) {
+			// ENOENT: the request was interrupted and is gone; ENODEV:
+			// the mount is.
+			s.log.Printf("answering a FUSE request: %v", err)
 		}
 		for {
 			i := s.idle.Load()
@@ -228,7 +232,18 @@ func (s *Server) read(buf []byte) (int, error) {
 func (s *Server) answer(req, out []byte) error {
 	n, st := s.ps.HandleRequest([][]byte{req}, [][]byte{out})
 	if !st.Ok() {
-		return fmt.Errorf("decoding a request: %v", st)
+		// A request the ProtocolServer could not take still gets a
+		// reply, EIO, or its caller would wait for ever.
+		const hdr = int(unsafe.Sizeof(fuse.InHeader{}))
+		if len(req) < hdr {
+			return fmt.Errorf("a request of %d bytes, too short for its header", len(req))
+		}
+		binary.NativeEndian.PutUint32(out[0:], 16)
+		eio := -int32(syscall.EIO)
+		binary.NativeEndian.PutUint32(out[4:], uint32(eio))
+		copy(out[8:16], req[8:16]) // unique
+		n = 16
+		s.log.Printf("answering EIO to a FUSE request (opcode %d) that could not be decoded: %v", binary.NativeEndian.Uint32(req[4:8]), st)
 	}
 	if n == 0 { // FORGET and others take no reply
 		return nil
