@@ -2,13 +2,16 @@ package fs
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
 	"unsafe"
 
 	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
 
 // readLikePython reads path whole the way CPython's open() and read() do:
@@ -269,4 +272,35 @@ func residentBytes(t *testing.T, files []string) int64 {
 		}
 	}
 	return total
+}
+
+// A file larger than the kernel's default read-ahead (128 KiB) is read in
+// one READ: the mount raises the window to the largest READ (root only).
+func TestLargeFileOneRead(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.Missing(t, "root, to set the mount's read-ahead in /sys/class/bdi")
+	}
+	path := filepath.Join(t.TempDir(), "large.beton")
+	w, err := beton.Create(path, []beton.Field{{Type: beton.TypeRGBImage, Name: "image"}, {Type: beton.TypeInt, Name: "label"}}, 4, beton.WriterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for i := range 4 {
+		data := make([]byte, 300<<10+i*4321)
+		for j := range data {
+			data[j] = byte(rnd.Uint32())
+		}
+		if err := w.WriteSample([]beton.Value{{Mode: beton.ModeJPEG, Width: 1, Height: 1, Data: data}, {Int: int64(i % 2)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mnt, v := testMountPages(t, path, Options{}, 1<<20)
+	files := sampleFiles(t, mnt)
+	if got := requestsPerFile(t, files, v); got["read"] != 1 {
+		t.Errorf("files of 300 KiB and more: requests per file %v, want read 1", got)
+	}
 }

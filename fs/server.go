@@ -121,6 +121,7 @@ func serve(dir string, raw fuse.RawFileSystem, mo fuse.MountOptions) (*Server, e
 	s.idle.Store(1)
 	s.loops.Add(1)
 	go s.loop()
+	setReadahead(dir, mo.MaxWrite)
 	// The poll(2) of the hack file waits for this server's reply, so it
 	// comes after the loop has started.
 	if fd, err := unix.Open(filepath.Join(dir, pollHackName), unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
@@ -151,6 +152,19 @@ func (s *Server) handshake() error {
 	}
 	s.notifies = s.init.Minor >= 12
 	return nil
+}
+
+// setReadahead raises the kernel's read-ahead window for the mount to
+// bytes, where it may (root): the kernel starts a FUSE mount at 128 KiB,
+// and a server can only lower that in INIT, so a larger file would take
+// several READs although one may carry up to MaxWrite.
+func setReadahead(dir string, bytes int) {
+	var st unix.Stat_t
+	if unix.Stat(dir, &st) != nil {
+		return
+	}
+	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
+	os.WriteFile(p, []byte(strconv.Itoa(bytes>>10)), 0) // best effort
 }
 
 // KernelSettings returns what the kernel sent in INIT: its protocol
