@@ -737,3 +737,34 @@ func TestMountSIGTERMWhileReading(t *testing.T) {
 	}
 	checkUnmounted(t, p.mnt)
 }
+
+// TestMountMmapDataset maps .ffcvfs/dataset.beton with numpy's
+// memmap(mode='r'), as FFCV's Loader does by default, and reads it whole,
+// byte for byte, through a cache of one page: pages are evicted, and the
+// kernel's copies of them dropped, while the file is mapped.
+func TestMountMmapDataset(t *testing.T) {
+	py := debianPython(t, "numpy")
+	src := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
+	want, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mnt := mountBeton(t, src, "--cache-size", "2MiB")
+	const script = `
+import hashlib, sys
+import numpy as np
+m = np.memmap(sys.argv[1], dtype=np.uint8, mode="r")
+h = hashlib.sha256()
+for off in range(0, len(m), 1 << 16):  # page by page, as a loader would
+    h.update(m[off:off + (1 << 16)].tobytes())
+print(len(m), h.hexdigest())
+`
+	stdout, _ := run(t, 0, py, "-c", script, filepath.Join(mnt, ".ffcvfs", "dataset.beton"))
+	if got, exp := strings.TrimSpace(stdout), fmt.Sprintf("%d %x", len(want), sha256.Sum256(want)); got != exp {
+		t.Errorf("numpy memmap of dataset.beton: %s, want %s", got, exp)
+	}
+	st := readMountStats(t, mnt)
+	if st.Cache.Slots != 1 || st.Pages < 2 {
+		t.Errorf("stats.json: %d slots, %d pages; the test needs 1 slot and at least 2 pages", st.Cache.Slots, st.Pages)
+	}
+}
