@@ -213,6 +213,9 @@ type Stats struct {
 	// A plan leaves cache.plans once every sample of it has been read, so
 	// this is how a finished announcement shows.
 	Announced uint64 `json:"announced"`
+	// PlanOwners gives the pid of the process that announced each live
+	// plan (cache.plans); a plan is withdrawn when that process exits.
+	PlanOwners map[string]uint32 `json:"plan_owners"`
 }
 
 // Stats returns the view's statistics.
@@ -232,6 +235,7 @@ func (v *View) Stats() Stats {
 	s.Samples, s.Classes, s.Pages, s.PageSize = v.f.NumSamples(), len(v.classes), v.f.NumPages(), v.f.PageSize()
 	s.DataBytes = int64(v.f.NumPages()) * v.f.PageSize()
 	s.Announced = v.announced.Load()
+	s.PlanOwners = v.leases.Owners()
 	return s
 }
 
@@ -318,8 +322,12 @@ func (n *announceNode) Write(ctx context.Context, f gofs.FileHandle, data []byte
 	if err == nil && off == 0 {
 		v.kcopies.dropAll() // the plan must see every read (kernelCopies)
 	}
+	id := fmt.Sprintf("announce:pid-%d", caller.Pid)
 	if err == nil {
-		err = v.cache.Announce(fmt.Sprintf("announce:pid-%d", caller.Pid), order)
+		err = v.cache.Announce(id, order)
+	}
+	if err == nil && off == 0 {
+		v.leases.announced(id, caller.Pid)
 	}
 	if err != nil {
 		a.failed = true
@@ -463,7 +471,7 @@ func (n *ordersNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut
 	case n.depth >= 2 && numErr == nil:
 		// An EPOCH file: made, and announced, at every lookup.
 		o := order.Options{Kind: n.kind, Seed: n.seed, Epoch: num, Rank: n.rank, WorldSize: max(1, n.world), BatchSize: v.opts.OrderBatchSize}
-		return v.snapshot(ctx, &n.Inode, out, func(ctx context.Context) ([]byte, error) { return v.orderText(o) })
+		return v.snapshot(ctx, &n.Inode, out, func(ctx context.Context) ([]byte, error) { return v.orderText(ctx, o) })
 	default:
 		return nil, syscall.ENOENT
 	}
@@ -473,16 +481,20 @@ func (n *ordersNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut
 }
 
 // orderText generates an order, announces it (replacing the plan of the
-// same kind, seed and rank from an earlier epoch), and returns it as
-// ImageFolder indices, one per line.
-func (v *View) orderText(o order.Options) ([]byte, error) {
+// same kind, seed and rank from an earlier epoch) on behalf of the process
+// that looked it up, and returns it as ImageFolder indices, one per line.
+func (v *View) orderText(ctx context.Context, o order.Options) ([]byte, error) {
 	ids, err := order.Generate(v.f, o)
 	if err != nil {
 		return nil, fmt.Errorf("order: %v: %w", err, errBadInput)
 	}
 	v.kcopies.dropAll() // the plan must see every read (kernelCopies)
-	if err := v.cache.Announce(fmt.Sprintf("order:%s/%d/%d-of-%d", o.Kind, o.Seed, o.Rank, o.WorldSize), ids); err != nil {
+	id := fmt.Sprintf("order:%s/%d/%d-of-%d", o.Kind, o.Seed, o.Rank, o.WorldSize)
+	if err := v.cache.Announce(id, ids); err != nil {
 		return nil, err
+	}
+	if caller, ok := fuse.FromContext(ctx); ok {
+		v.leases.announced(id, caller.Pid)
 	}
 	var b bytes.Buffer
 	b.Grow(len(ids) * 8)

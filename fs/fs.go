@@ -38,6 +38,9 @@ type Options struct {
 	// OrderBatchSize sets the window of quasi-random orders served under
 	// orders/ (default 256; see package order).
 	OrderBatchSize int
+	// PlanLease withdraws an announced order none of whose samples was
+	// read for this long (default 10 minutes); see planLeases.
+	PlanLease time.Duration
 	// Compat switches off kernel features the mount uses where the kernel
 	// offers them, to serve as on an older kernel or to measure what each
 	// buys. The files read the same either way.
@@ -101,11 +104,14 @@ func (o *Options) Validate() error {
 	if o.OrderBatchSize == 0 {
 		o.OrderBatchSize = 256
 	}
+	if o.PlanLease == 0 {
+		o.PlanLease = 10 * time.Minute
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.Timeout < 0 || o.OrderBatchSize < 0 {
-		return fmt.Errorf("timeout and order batch size must not be negative")
+	if o.Timeout < 0 || o.OrderBatchSize < 0 || o.PlanLease < 0 {
+		return fmt.Errorf("timeout, order batch size and plan lease must not be negative")
 	}
 	return nil
 }
@@ -131,6 +137,7 @@ type View struct {
 	reads    readCounters
 	requests requestCounts
 	kcopies  *kernelCopies
+	leases   *planLeases
 	// noOpen is set once the kernel has offered zero-message opens, at
 	// INIT, before any other request.
 	noOpen atomic.Bool
@@ -185,6 +192,7 @@ func NewView(c *pagecache.Cache, opts Options) (*View, error) {
 	}
 	v.kcopies = newKernelCopies(f, c.Stats().Slots >= f.NumPages()) // started by Mount, if files are read through the page cache
 	c.OnEvict(v.kcopies.evict)
+	v.leases = newPlanLeases(v)
 	return v, nil
 }
 
@@ -192,6 +200,7 @@ func NewView(c *pagecache.Cache, opts Options) (*View, error) {
 func (v *View) Close() {
 	v.cache.OnEvict(nil)
 	v.kcopies.close()
+	v.leases.close()
 }
 
 func fieldNames(f *beton.File) string {

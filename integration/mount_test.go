@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
@@ -297,10 +298,11 @@ type mountStats struct {
 			Len int    `json:"len"`
 		} `json:"plans"`
 	} `json:"cache"`
-	Pages     int    `json:"pages"`
-	DataBytes int64  `json:"data_bytes"`
-	Announced uint64 `json:"announced"`
-	Samples   int    `json:"samples"`
+	Pages      int               `json:"pages"`
+	DataBytes  int64             `json:"data_bytes"`
+	Announced  uint64            `json:"announced"`
+	Samples    int               `json:"samples"`
+	PlanOwners map[string]uint32 `json:"plan_owners"`
 }
 
 func readMountStats(t *testing.T, mnt string) mountStats {
@@ -766,5 +768,54 @@ print(len(m), h.hexdigest())
 	st := readMountStats(t, mnt)
 	if st.Cache.Slots != 1 || st.Pages < 2 {
 		t.Errorf("stats.json: %d slots, %d pages; the test needs 1 slot and at least 2 pages", st.Cache.Slots, st.Pages)
+	}
+}
+
+// TestMountPlanOfKilledReader: a training process reads its epoch's order
+// (announcing it) and is killed; its plan leaves the cache within seconds,
+// not when the mount restarts.
+func TestMountPlanOfKilledReader(t *testing.T) {
+	py := debianPython(t)
+	mnt := mountBeton(t, testenv.Fixture(t, "beton", "imagefolder-jpg.beton"))
+	cmd := exec.Command(py, "-c", `
+import sys, time
+sys.path.insert(0, sys.argv[2])
+from ffcvfs_sampler import QuasiRandomSampler
+s = QuasiRandomSampler(sys.argv[1], seed=3)
+s.set_epoch(0)
+it = iter(s)  # reads the order, which announces it
+print(next(it), flush=True)
+time.sleep(600)
+`, mnt, filepath.Join("..", "python"))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
+		t.Fatalf("the reader printed nothing: %v", err)
+	}
+	const id = "order:quasi-random/3/0-of-1"
+	st := readMountStats(t, mnt)
+	if len(st.Cache.Plans) != 1 || st.Cache.Plans[0].ID != id || st.PlanOwners[id] != uint32(cmd.Process.Pid) {
+		t.Fatalf("stats.json: plans %+v, owners %v; want %s, announced by pid %d", st.Cache.Plans, st.PlanOwners, id, cmd.Process.Pid)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st := readMountStats(t, mnt)
+		if len(st.Cache.Plans) == 0 && len(st.PlanOwners) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s after its reader was killed, stats.json still lists plans %+v, owners %v", st.Cache.Plans, st.PlanOwners)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

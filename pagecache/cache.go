@@ -544,6 +544,7 @@ func (c *Cache) recordRead(s int) {
 		return
 	}
 	best.markRead(bestPos, c.opts.Window)
+	best.last = time.Now()
 	if best.done() {
 		delete(c.plans, best.id)
 	}
@@ -578,6 +579,23 @@ func (c *Cache) Withdraw(id string) {
 	c.mu.Lock()
 	delete(c.plans, id)
 	c.mu.Unlock()
+}
+
+// WithdrawIdle removes the plans of which no position was read for idle
+// (since their announcement, if none was), and returns their ids: their
+// readers have stalled or gone, and should not steer the cache.
+func (c *Cache) WithdrawIdle(idle time.Duration) []string {
+	cut := time.Now().Add(-idle)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ids []string
+	for id, pl := range c.plans {
+		if pl.last.Before(cut) {
+			delete(c.plans, id)
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 // schedule starts prefetches while readers are free: the pages that plans

@@ -3,6 +3,7 @@ package pagecache
 import (
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/ffcvfs/ffcvfs/beton"
 )
@@ -33,6 +34,8 @@ type plan struct {
 	// INVARIANT: every position < pos is read or abandoned; hi is the
 	// highest position read (-1 before the first).
 	pos, hi int
+	// last is when the plan was announced or last had a position read.
+	last time.Time
 }
 
 func newPlan(id string, order []uint32, f *beton.File) (*plan, error) {
@@ -44,7 +47,7 @@ func newPlan(id string, order []uint32, f *beton.File) (*plan, error) {
 	np := f.NumPages()
 	first := f.FirstPage()
 	pl := &plan{
-		id: id, order: order, hi: -1,
+		id: id, order: order, hi: -1, last: time.Now(),
 		dpage:    make([]int32, n),
 		occStart: make([]int32, np+1),
 		cursor:   make([]int32, np),

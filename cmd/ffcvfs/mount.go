@@ -57,6 +57,7 @@ Examples:
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "cache-size", Value: "512MiB", Usage: "RAM for cached pages, rounded down to whole pages (e.g. 256MiB, 2GiB)", Category: "cache"},
 			&cli.IntFlag{Name: "readers", Value: 16, Usage: "pages fetched in parallel ahead of the reader", Category: "cache"},
+			&cli.DurationFlag{Name: "plan-lease", Value: 10 * time.Minute, Usage: "withdraw an announced order when none of its samples was read for this long (its reader stalled); an order is also withdrawn as soon as the process that announced it exits", Category: "cache"},
 			&cli.BoolFlag{Name: "kernel-cache", Usage: "let the kernel keep what it read of the files as long as it likes (RAM beyond --cache-size); by default its copies are dropped with the cache's pages", Category: "cache"},
 			&cli.StringFlag{Name: "classes", Usage: "class folder names, one per line in label order, from `FILE` (e.g. from ffcvfs write --classes-out)", Category: "view"},
 			&cli.StringFlag{Name: "image-field", Usage: "the RGB image field to serve (default: the first one)", Category: "view"},
@@ -115,7 +116,7 @@ func runMount(c *cli.Context) error {
 	opts := fs.Options{
 		ImageField: c.String("image-field"), LabelField: c.String("label-field"),
 		Classes: classes, KernelCache: c.Bool("kernel-cache"), OrderBatchSize: c.Int("order-batch-size"),
-		Compat: compat,
+		Compat: compat, PlanLease: c.Duration("plan-lease"),
 	}
 	localPath := ""
 	if !strings.Contains(src, "://") || strings.HasPrefix(src, "file://") {

@@ -1,0 +1,152 @@
+package fs
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// leaseCheck is how often planLeases looks for plans whose reader has gone.
+const leaseCheck = time.Second
+
+// planLeases withdraws announced orders whose reader has gone, so that a
+// killed job's order does not steer prefetch and eviction until the mount
+// restarts. A plan is withdrawn when the process that announced it has
+// exited (checked every leaseCheck, by pid and start time, so a recycled
+// pid does not keep it), when that process announces another order the
+// same way (an order file read replaces the orders it read before, a write
+// to announce the orders it wrote), or when none of its samples was read
+// for the lease
+// (Options.PlanLease): a reader that stalls that long is as good as gone.
+type planLeases struct {
+	v *View
+
+	mu     sync.Mutex
+	owners map[string]owner // plan id → the process that announced it
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+// owner is a process: its pid and its start time, in clock ticks since
+// boot (/proc/PID/stat), which tells it from a later process of the same
+// pid.
+type owner struct {
+	pid   uint32
+	start uint64
+}
+
+func newPlanLeases(v *View) *planLeases {
+	l := &planLeases{v: v, owners: map[string]owner{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go l.run()
+	return l
+}
+
+// announced records that the process of thread tid (FUSE names the
+// calling thread) announced plan id, and withdraws the plans that process
+// announced before the same way (by order file, or by writing announce).
+func (l *planLeases) announced(id string, tid uint32) {
+	pid, ok := processOf(tid)
+	if !ok {
+		return
+	}
+	start, ok := processStart(pid)
+	if !ok {
+		return // gone already, or not a process of this namespace
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	kind, _, _ := strings.Cut(id, ":")
+	for other, o := range l.owners {
+		if o.pid == pid && other != id && strings.HasPrefix(other, kind+":") {
+			l.v.cache.Withdraw(other)
+			delete(l.owners, other)
+		}
+	}
+	l.owners[id] = owner{pid, start}
+}
+
+// Owners returns the pid that announced each live plan.
+func (l *planLeases) Owners() map[string]uint32 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m := make(map[string]uint32, len(l.owners))
+	for id, o := range l.owners {
+		m[id] = o.pid
+	}
+	return m
+}
+
+func (l *planLeases) run() {
+	defer close(l.done)
+	t := time.NewTicker(leaseCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		l.expire()
+	}
+}
+
+// expire withdraws the plans whose owner has exited and those idle for
+// the lease.
+func (l *planLeases) expire() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for id, o := range l.owners {
+		if start, ok := processStart(o.pid); !ok || start != o.start {
+			l.v.cache.Withdraw(id)
+			delete(l.owners, id)
+		}
+	}
+	for _, id := range l.v.cache.WithdrawIdle(l.v.opts.PlanLease) {
+		delete(l.owners, id)
+	}
+}
+
+func (l *planLeases) close() {
+	close(l.stop)
+	<-l.done
+}
+
+// processOf returns the process (thread group) of thread tid.
+func processOf(tid uint32) (uint32, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", tid))
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		if v, ok := bytes.CutPrefix(line, []byte("Tgid:")); ok {
+			pid, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 10, 32)
+			return uint32(pid), err == nil
+		}
+	}
+	return 0, false
+}
+
+// processStart returns the start time of process pid, and false if there
+// is no such process or it has exited (a zombie).
+func processStart(pid uint32) (uint64, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	// pid (comm) state ppid ... starttime is field 22; comm may hold
+	// spaces and parentheses, so count from the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 20 || f[0][0] == 'Z' || f[0][0] == 'X' {
+		return 0, false
+	}
+	start, err := strconv.ParseUint(string(f[19]), 10, 64)
+	return start, err == nil
+}
