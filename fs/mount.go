@@ -83,13 +83,23 @@ func CheckFUSE() error {
 		return fmt.Errorf("/dev/fuse is missing (%v): load the fuse module (modprobe fuse) or, in a container, pass --device /dev/fuse", err)
 	}
 	if os.Getuid() != 0 {
-		if _, err := exec.LookPath("fusermount3"); err != nil {
-			if _, err2 := exec.LookPath("fusermount"); err2 != nil {
-				return errors.New("fusermount3 not found: install the fuse3 package (apt-get install fuse3)")
-			}
+		if _, err := fusermount(); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// fusermount returns the path of the setuid mount helper: fusermount3, or
+// fusermount where only the older one is installed.
+func fusermount() (string, error) {
+	if p, err := exec.LookPath("fusermount3"); err == nil {
+		return p, nil
+	}
+	if p, err := exec.LookPath("fusermount"); err == nil {
+		return p, nil
+	}
+	return "", errors.New("fusermount3 not found: install the fuse3 package (apt-get install fuse3)")
 }
 
 // Mount serves v at dir until the returned server is unmounted.

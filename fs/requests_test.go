@@ -128,16 +128,22 @@ func TestRequestsPerFile(t *testing.T) {
 	}
 }
 
+// mountOnePage mounts a fixture of several pages with a cache of one, and
+// lists its sample files.
+func mountOnePage(t *testing.T) (string, *View, []string) {
+	t.Helper()
+	mnt, v := testMountPages(t, fixture(t, "imagefolder-mixed.beton"), Options{}, 1)
+	if v.f.NumPages() < 2 {
+		t.Fatalf("the fixture has %d pages; the test needs at least 2", v.f.NumPages())
+	}
+	return mnt, v, sampleFiles(t, mnt)
+}
+
 // With a cache smaller than the data, an announced order first drops every
 // copy the kernel holds, so that each of its reads reaches the cache and
 // its plan.
 func TestAnnounceDropsKernelCopies(t *testing.T) {
-	path := fixture(t, "imagefolder-mixed.beton")
-	mnt, v := testMountPages(t, path, Options{}, 1)
-	if v.f.NumPages() < 2 {
-		t.Fatalf("the fixture has %d pages; the test needs at least 2", v.f.NumPages())
-	}
-	files := sampleFiles(t, mnt)
+	mnt, v, files := mountOnePage(t)
 	requestsPerFile(t, files, v)
 	if v.Stats().FUSE.KernelCacheBytes <= 0 {
 		t.Fatalf("the kernel holds nothing after every file was read: %+v", v.Stats().FUSE)
@@ -203,12 +209,7 @@ func TestRequestsWithoutKernelFeatures(t *testing.T) {
 // is evicted, the kernel's copies of its samples are dropped, and reading
 // them again reads the page again, byte for byte.
 func TestKernelCopiesBudget(t *testing.T) {
-	path := fixture(t, "imagefolder-mixed.beton")
-	mnt, v := testMountPages(t, path, Options{}, 1)
-	if v.f.NumPages() < 2 {
-		t.Fatalf("the fixture has %d pages; the test needs at least 2", v.f.NumPages())
-	}
-	files := sampleFiles(t, mnt)
+	_, v, files := mountOnePage(t)
 	budget := v.cache.Stats().BudgetBytes
 	for round := 0; round < 3; round++ {
 		for i := range files {

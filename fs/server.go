@@ -63,6 +63,9 @@ type Server struct {
 
 const (
 	maxIdle = 2
+	// inHeaderSize is the size of fuse_in_header, which starts every
+	// request.
+	inHeaderSize = int(unsafe.Sizeof(fuse.InHeader{}))
 	// pollHackName is the name go-fuse's ProtocolServer answers at the
 	// root for one purpose: a poll(2) of it draws the kernel's first POLL
 	// request, answered ENOSYS, so the kernel never sends POLL again. A
@@ -142,8 +145,7 @@ func (s *Server) handshake() error {
 		return err
 	}
 	req := (*in)[:n]
-	const hdr = int(unsafe.Sizeof(fuse.InHeader{}))
-	if n < hdr || binary.NativeEndian.Uint32(req[4:8]) != 26 { // FUSE_INIT
+	if n < inHeaderSize || binary.NativeEndian.Uint32(req[4:8]) != 26 { // FUSE_INIT
 		return errors.New("the kernel's first request is not INIT")
 	}
 	copy(unsafe.Slice((*byte)(unsafe.Pointer(&s.init)), unsafe.Sizeof(s.init)), req) // InitIn starts with the header
@@ -248,8 +250,7 @@ func (s *Server) answer(req, out []byte) error {
 	if !st.Ok() {
 		// A request the ProtocolServer could not take still gets a
 		// reply, EIO, or its caller would wait for ever.
-		const hdr = int(unsafe.Sizeof(fuse.InHeader{}))
-		if len(req) < hdr {
+		if len(req) < inHeaderSize {
 			return fmt.Errorf("a request of %d bytes, too short for its header", len(req))
 		}
 		binary.NativeEndian.PutUint32(out[0:], 16)
@@ -356,11 +357,9 @@ func mountFUSE(dir string, mo *fuse.MountOptions) (int, error) {
 			return -1, fmt.Errorf("mount(2): %w", err)
 		}
 	}
-	bin, err := exec.LookPath("fusermount3")
+	bin, err := fusermount()
 	if err != nil {
-		if bin, err = exec.LookPath("fusermount"); err != nil {
-			return -1, errors.New("fusermount3 not found: install the fuse3 package (apt-get install fuse3)")
-		}
+		return -1, err
 	}
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
