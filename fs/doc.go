@@ -55,7 +55,7 @@
 // cache them for as long as it likes. Turn an error into anything but one
 // EIO (or ENOENT, EINVAL, EACCES) for the one call that failed: errors are
 // mapped in one function, toErrno, which logs the cause first, once per
-// cause (pagecache.Cause) however many reads fail for it: stats.json counts
+// cause (storage.Cause) however many reads fail for it: stats.json counts
 // them all.
 //
 // Read its own mount. A FUSE server that reads a file of its own

@@ -9,11 +9,12 @@ import (
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/pagecache"
+	"github.com/ffcvfs/ffcvfs/pagecache/storage"
 )
 
 // errorLog logs each distinct cause once, so a failing storage backend does
 // not flood the log with one line per read. Causes are those of
-// pagecache.Cause, the same for every read that fails for one reason
+// storage.Cause, the same for every read that fails for one reason
 // whatever its sample, page, attempt count or duration; bad input is told
 // apart by its whole message.
 type errorLog struct {
@@ -39,11 +40,11 @@ func (l *errorLog) toErrno(what string, err error) syscall.Errno {
 		return syscall.EINVAL
 	case errors.Is(err, pagecache.ErrClosed):
 		return syscall.EIO
-	case errors.Is(err, beton.ErrCorrupt), errors.Is(err, pagecache.ErrUnavailable), errors.Is(err, pagecache.ErrChanged):
-		l.logOnce(what, pagecache.Cause(err), err)
+	case errors.Is(err, beton.ErrCorrupt), errors.Is(err, storage.ErrUnavailable), errors.Is(err, storage.ErrChanged):
+		l.logOnce(what, storage.Cause(err), err)
 		return syscall.EIO
 	}
-	l.logOnce(what, pagecache.Cause(err), err)
+	l.logOnce(what, storage.Cause(err), err)
 	return syscall.EIO
 }
 

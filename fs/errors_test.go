@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/ffcvfs/ffcvfs/beton"
-	"github.com/ffcvfs/ffcvfs/pagecache"
+	"github.com/ffcvfs/ffcvfs/pagecache/storage"
 )
 
 // TestReadErrorsLoggedOncePerCause: failed reads whose errors differ only
@@ -20,7 +20,7 @@ func TestReadErrorsLoggedOncePerCause(t *testing.T) {
 	var buf bytes.Buffer
 	v := &View{errs: errorLog{log: slog.New(slog.NewTextHandler(&buf, nil)), seen: map[string]int{}}}
 	changed := func(page int) error {
-		return fmt.Errorf("s3://b/k: reading page %d: %w: opened with ETag \"e1\", S3 now has \"e2\"", page, pagecache.ErrChanged)
+		return fmt.Errorf("s3://b/k: reading page %d: %w: opened with ETag \"e1\", S3 now has \"e2\"", page, storage.ErrChanged)
 	}
 	corrupt := func(sample int) error {
 		return fmt.Errorf("sample %d: %w: image pointer %d is in no allocation", sample, beton.ErrCorrupt, 1000+sample)

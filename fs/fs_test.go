@@ -21,6 +21,7 @@ import (
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 	"github.com/ffcvfs/ffcvfs/pagecache"
+	"github.com/ffcvfs/ffcvfs/pagecache/storage"
 )
 
 // testMount mounts the beton at path in this process and returns the
@@ -36,7 +37,7 @@ func testMountPages(t *testing.T, path string, opts Options, pages int64) (strin
 	if err := CheckFUSE(); err != nil {
 		testenv.Missing(t, "FUSE: %v", err)
 	}
-	src, f, err := pagecache.OpenBeton(t.Context(), path, pagecache.SourceOptions{})
+	src, f, err := storage.OpenBeton(t.Context(), path, storage.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -440,7 +441,7 @@ func TestClassNames(t *testing.T) {
 	if got := names(ents); !reflect.DeepEqual(got, classNames) {
 		t.Errorf("classes %v", got)
 	}
-	src, f, err := pagecache.OpenBeton(t.Context(), path, pagecache.SourceOptions{})
+	src, f, err := storage.OpenBeton(t.Context(), path, storage.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,19 +12,20 @@ import (
 	"time"
 
 	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/pagecache/storage"
 	"golang.org/x/sys/unix"
 )
 
 // latencySource adds a fixed delay to every read, like storage far away.
 type latencySource struct {
-	Source
+	storage.Source
 	delay time.Duration
 	bytes atomic.Int64
 }
 
-func (l *latencySource) ReadAt(p []byte, off int64) (int, error) {
+func (l *latencySource) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	time.Sleep(l.delay)
-	n, err := l.Source.ReadAt(p, off)
+	n, err := l.Source.ReadAt(ctx, p, off)
 	l.bytes.Add(int64(n))
 	return n, err
 }
@@ -101,12 +102,12 @@ func BenchmarkCacheEpochs(b *testing.B) {
 	path := benchBeton(b)
 	ctx := context.Background()
 	open := func(delay time.Duration) (*latencySource, *beton.File) {
-		src, err := OpenSource(ctx, path, SourceOptions{})
+		src, err := storage.Open(ctx, path, storage.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
 		ls := &latencySource{Source: src, delay: delay}
-		f, err := beton.Open(ls, ls.Size(), path)
+		f, err := beton.Open(storage.ReaderAt(ctx, ls), ls.Size(), path)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -124,7 +125,7 @@ func BenchmarkCacheEpochs(b *testing.B) {
 				b.SetBytes(dataBytes(f))
 				start := time.Now()
 				for p := f.FirstPage(); p < f.FirstPage()+int64(f.NumPages()); p++ {
-					if _, err := ls.ReadAt(buf, f.PageOffset(p)); err != nil {
+					if _, err := ls.ReadAt(ctx, buf, f.PageOffset(p)); err != nil {
 						b.Fatal(err)
 					}
 				}

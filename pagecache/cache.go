@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/pagecache/policy"
+	"github.com/ffcvfs/ffcvfs/pagecache/storage"
 )
 
 // ErrClosed is returned by operations on a closed Cache.
@@ -67,7 +69,7 @@ func (o *Options) Validate(pageSize int64) error {
 // concurrent use.
 type Cache struct {
 	// Immutable after New.
-	src       Source
+	src       storage.Source
 	f         *beton.File
 	opts      Options
 	pageSize  int64
@@ -79,39 +81,52 @@ type Cache struct {
 	done      chan struct{} // closed by Close
 	wg        sync.WaitGroup
 
-	mu sync.Mutex
+	mu lock
 	// Guarded by mu.
-	pageSlot  []int32 // per data page: its slot, or -1
-	loads     map[int32]*loadOp
-	changed   chan struct{}
-	tick      uint64
-	plans     map[string]*plan
-	inflight  int // prefetch loads under way
-	epochRead []uint64
-	pageRead  []int32 // per data page: samples read this epoch
-	epochN    int     // samples read this epoch
-	withPage  int     // samples that have a page
-	stats     Stats
-	closed    bool
-	onEvict   func(page int64)
+	pageSlot []int32 // per data page: its slot, or -1
+	free     []int32 // empty slots
+	loads    map[int32]*loadOp
+	changed  chan struct{} // closed at the next change; nil if nobody waits
+	pol      *policy.Policy
+	inflight int // prefetch loads under way
+	stats    Stats
+	closed   bool
+	onEvict  func(page int64)
 }
 
-// INVARIANT (slot): page < 0 means empty, and then pins == 0 and !ready.
-// page >= 0 means pageSlot[page] is this slot, and either ready or a load of
-// it is in loads. pins > 0 only on a ready slot or on the slot of a demand
-// load, which its loader holds pinned.
+// lock is the cache's mutex. With Options.Debug, every Unlock first checks
+// the invariants of the cache and its policy, and panics if one fails.
+type lock struct {
+	sync.Mutex
+	check func()
+}
+
+func (l *lock) Unlock() {
+	if l.check != nil {
+		l.check()
+	}
+	l.Mutex.Unlock()
+}
+
+// INVARIANT (slot): page < 0 means empty (and listed in free), and then
+// pins == 0 and !ready. page >= 0 means pageSlot[page] is this slot, and
+// either ready or a load of it is in loads. pins > 0 only on a ready slot
+// or on the slot of a demand load, which its loader holds pinned.
 type slot struct {
+	pg         Page // handed to every holder of a pin while the page stays
 	buf        []byte
 	page       int32
 	ready      bool
 	pins       int32
-	lastUse    uint64
 	prefetched bool // loaded by prefetch and not used since
 }
 
 type loadOp struct {
 	done chan struct{}
 	err  error
+	// cancelled: the loader's context ended the load; another reader of
+	// the page loads it again.
+	cancelled bool
 }
 
 type prefetchJob struct {
@@ -124,7 +139,7 @@ type prefetchJob struct {
 // opts.Budget rounded down to whole pages but no more than the file's pages,
 // is reserved here, outside the Go heap (see arena), and becomes resident
 // as pages are loaded.
-func New(src Source, f *beton.File, opts Options) (*Cache, error) {
+func New(src storage.Source, f *beton.File, opts Options) (*Cache, error) {
 	ps := f.PageSize()
 	if err := opts.Validate(ps); err != nil {
 		return nil, err
@@ -134,29 +149,33 @@ func New(src Source, f *beton.File, opts Options) (*Cache, error) {
 	if err != nil {
 		return nil, fmt.Errorf("page cache for %s: %w", src.Name(), err)
 	}
+	samplePage := make([]int32, f.NumSamples())
+	for s := range samplePage {
+		samplePage[s] = -1
+		if p := f.SamplePage(s); p != beton.NoPage {
+			samplePage[s] = int32(p - f.FirstPage())
+		}
+	}
 	c := &Cache{
 		arena: mem,
 		src:   src, f: f, opts: opts, pageSize: ps, firstPage: f.FirstPage(),
-		slots:     make([]slot, n),
-		jobs:      make(chan prefetchJob, opts.Readers),
-		pageSlot:  make([]int32, f.NumPages()),
-		loads:     map[int32]*loadOp{},
-		changed:   make(chan struct{}),
-		done:      make(chan struct{}),
-		plans:     map[string]*plan{},
-		epochRead: make([]uint64, (f.NumSamples()+63)/64),
-		pageRead:  make([]int32, f.NumPages()),
+		slots:    make([]slot, n),
+		free:     make([]int32, n),
+		jobs:     make(chan prefetchJob, opts.Readers),
+		pageSlot: make([]int32, f.NumPages()),
+		loads:    map[int32]*loadOp{},
+		done:     make(chan struct{}),
+		pol:      policy.New(samplePage, f.NumPages(), n, opts.Window),
 	}
 	for i := range c.slots {
 		c.slots[i] = slot{buf: mem[int64(i)*ps : int64(i+1)*ps : int64(i+1)*ps], page: -1}
+		c.free[i] = int32(n - 1 - i) // slot 0 is used first
 	}
 	for i := range c.pageSlot {
 		c.pageSlot[i] = -1
 	}
-	for s := 0; s < f.NumSamples(); s++ {
-		if f.SamplePage(s) != beton.NoPage {
-			c.withPage++
-		}
+	if opts.Debug {
+		c.mu.check = c.check
 	}
 	c.stats.Slots = n
 	c.stats.BudgetBytes = int64(n) * ps
@@ -173,7 +192,7 @@ func New(src Source, f *beton.File, opts Options) (*Cache, error) {
 func (c *Cache) File() *beton.File { return c.f }
 
 // Source returns the cache's source.
-func (c *Cache) Source() Source { return c.src }
+func (c *Cache) Source() storage.Source { return c.src }
 
 // Close stops the prefetchers and waits for them. Pages still pinned are
 // reported as leaks. It does not close the source.
@@ -212,6 +231,7 @@ func (c *Cache) OnEvict(fn func(page int64)) {
 }
 
 // Page is a pinned page: its Data stay valid and unchanged until Release.
+// Holders of pins on one page may share one *Page; each releases once.
 type Page struct {
 	c    *Cache
 	slot int32
@@ -232,10 +252,10 @@ func (p *Page) Release() {
 	}
 	s.pins--
 	if s.pins == 0 {
+		c.pol.Unpin(s.page)
 		c.broadcast()
 		c.schedule()
 	}
-	c.check()
 	c.mu.Unlock()
 }
 
@@ -247,19 +267,15 @@ func (c *Cache) AcquireSample(ctx context.Context, sample int) (*Page, error) {
 		return nil, fmt.Errorf("%s: sample %d out of range [0, %d)", c.src.Name(), sample, c.f.NumSamples())
 	}
 	p := c.f.SamplePage(sample)
-	var pg *Page
-	if p != beton.NoPage {
-		// Pin first: recording the read may make this the page's last use,
-		// and it must not be evicted before it is read.
-		var err error
-		if pg, err = c.acquire(ctx, int32(p-c.firstPage)); err != nil {
-			return nil, err
-		}
+	if p == beton.NoPage {
+		c.mu.Lock()
+		c.recordRead(sample)
+		c.mu.Unlock()
+		return nil, nil
 	}
-	c.mu.Lock()
-	c.recordRead(sample)
-	c.mu.Unlock()
-	return pg, nil
+	// The read is recorded once the page is pinned: it may be the page's
+	// last use, and the page must not be evicted before it is read.
+	return c.acquire(ctx, int32(p-c.firstPage), sample)
 }
 
 // AcquirePage returns absolute page p, pinned.
@@ -268,10 +284,12 @@ func (c *Cache) AcquirePage(ctx context.Context, p int64) (*Page, error) {
 	if dp < 0 || dp >= int64(len(c.pageSlot)) {
 		return nil, fmt.Errorf("%s: page %d is not a data page (pages %d to %d)", c.src.Name(), p, c.firstPage, c.firstPage+int64(len(c.pageSlot))-1)
 	}
-	return c.acquire(ctx, int32(dp))
+	return c.acquire(ctx, int32(dp), -1)
 }
 
-func (c *Cache) acquire(ctx context.Context, dp int32) (*Page, error) {
+// acquire pins data page dp, loading it if need be, and records that
+// sample (if >= 0) is read.
+func (c *Cache) acquire(ctx context.Context, dp int32, sample int) (*Page, error) {
 	c.mu.Lock()
 	waited := false
 	var start time.Time
@@ -305,7 +323,7 @@ func (c *Cache) acquire(ctx context.Context, dp int32) (*Page, error) {
 				if err := wait(op.done); err != nil {
 					return nil, err
 				}
-				if op.err != nil {
+				if op.err != nil && !op.cancelled {
 					c.mu.Unlock()
 					return nil, op.err
 				}
@@ -320,11 +338,14 @@ func (c *Cache) acquire(ctx context.Context, dp int32) (*Page, error) {
 				s.prefetched = false
 				c.stats.PrefetchHits++
 			}
-			return c.pin(si), nil
+			return c.pin(si, sample), nil
 		}
 		si := c.victim()
 		if si < 0 {
 			// Every slot is pinned or loading: wait for a change.
+			if c.changed == nil {
+				c.changed = make(chan struct{})
+			}
 			if err := wait(c.changed); err != nil {
 				return nil, err
 			}
@@ -333,7 +354,7 @@ func (c *Cache) acquire(ctx context.Context, dp int32) (*Page, error) {
 		c.stats.Misses++
 		op := c.startLoad(si, dp, false)
 		c.mu.Unlock()
-		c.load(si, dp, op)
+		c.load(ctx, si, dp, op)
 		c.mu.Lock()
 		if op.err != nil {
 			c.mu.Unlock()
@@ -344,53 +365,79 @@ func (c *Cache) acquire(ctx context.Context, dp int32) (*Page, error) {
 		}
 		// The loader's pin becomes the caller's.
 		s := &c.slots[si]
-		c.tick++
-		s.lastUse = c.tick
-		c.check()
+		if sample >= 0 {
+			c.recordRead(sample)
+		}
 		c.mu.Unlock()
-		return &Page{c: c, slot: si, Num: int64(dp) + c.firstPage, Data: s.buf}, nil
+		return &s.pg, nil
 	}
 }
 
-// pin pins a ready slot and unlocks.
-func (c *Cache) pin(si int32) *Page {
+// pin pins a ready slot, records that sample (if >= 0) is read, and
+// unlocks.
+func (c *Cache) pin(si int32, sample int) *Page {
 	s := &c.slots[si]
 	s.pins++
-	c.tick++
-	s.lastUse = c.tick
-	p := &Page{c: c, slot: si, Num: int64(s.page) + c.firstPage, Data: s.buf}
-	c.check()
+	if s.pins == 1 {
+		c.pol.Pin(s.page)
+	}
+	if sample >= 0 {
+		c.recordRead(sample)
+	}
+	p := &s.pg
 	c.mu.Unlock()
 	return p
 }
 
-// startLoad assigns slot si to data page dp, evicting what it held. A
-// demand load keeps the slot pinned for its loader.
+// victim returns the slot a demand load should use: a free one, else the
+// one of the policy's victim; -1 if every slot is pinned or loading.
+func (c *Cache) victim() int32 {
+	if n := len(c.free); n > 0 {
+		return c.free[n-1]
+	}
+	if dp, _ := c.pol.Victim(); dp >= 0 {
+		return c.pageSlot[dp]
+	}
+	return -1
+}
+
+// startLoad assigns slot si (free, or holding an evictable page) to data
+// page dp, evicting what it held. A demand load keeps the slot pinned for
+// its loader.
 func (c *Cache) startLoad(si, dp int32, prefetch bool) *loadOp {
 	s := &c.slots[si]
 	if s.page >= 0 {
+		c.pol.Evict(s.page)
 		c.pageSlot[s.page] = -1
 		c.stats.Evictions++
 		if c.onEvict != nil {
 			c.onEvict(int64(s.page) + c.firstPage)
 		}
+	} else {
+		// A free slot is always taken from the top of the stack.
+		if c.free[len(c.free)-1] != si {
+			panic(fmt.Sprintf("pagecache: loading into slot %d, which is not the free one on top", si))
+		}
+		c.free = c.free[:len(c.free)-1]
 	}
 	s.page, s.ready, s.prefetched = dp, false, prefetch
+	s.pg = Page{c: c, slot: si, Num: int64(dp) + c.firstPage, Data: s.buf}
 	if !prefetch {
 		s.pins = 1
 	}
 	c.pageSlot[dp] = si
 	op := &loadOp{done: make(chan struct{})}
 	c.loads[dp] = op
+	c.pol.Loading(dp)
 	return op
 }
 
 // load reads data page dp into slot si, then publishes the result.
-func (c *Cache) load(si, dp int32, op *loadOp) {
+func (c *Cache) load(ctx context.Context, si, dp int32, op *loadOp) {
 	s := &c.slots[si]
 	p := int64(dp) + c.firstPage
 	off := c.f.PageOffset(p)
-	n, err := c.src.ReadAt(s.buf, off)
+	n, err := c.src.ReadAt(ctx, s.buf, off)
 	if err == nil && n != len(s.buf) {
 		err = fmt.Errorf("short read of %d bytes", n)
 	}
@@ -399,21 +446,26 @@ func (c *Cache) load(si, dp int32, op *loadOp) {
 	delete(c.loads, dp)
 	if err != nil {
 		op.err = fmt.Errorf("%s: reading page %d (bytes %d to %d): %w", c.src.Name(), p, off, off+c.pageSize, err)
-		c.stats.ReadErrors++
+		op.cancelled = ctx.Err() != nil
+		if !op.cancelled {
+			c.stats.ReadErrors++
+		}
 		c.pageSlot[dp] = -1
 		s.page, s.ready, s.pins, s.prefetched = -1, false, 0, false
+		c.free = append(c.free, si)
+		c.pol.Failed(dp)
 		// The error goes to every reader of the page, who reports it
 		// (fs once per cause); a failed prefetch is read again on demand.
 		c.opts.Logger.Debug("page read failed", "err", op.err)
 	} else {
 		s.ready = true
+		c.pol.Loaded(dp, s.pins > 0)
 		c.stats.PagesRead++
 		c.stats.BytesRead += uint64(n)
 	}
 	close(op.done)
 	c.broadcast()
 	c.schedule()
-	c.check()
 }
 
 func (c *Cache) reader(ctx context.Context) {
@@ -421,7 +473,7 @@ func (c *Cache) reader(ctx context.Context) {
 	for {
 		select {
 		case j := <-c.jobs:
-			c.load(j.slot, j.dp, j.op)
+			c.load(ctx, j.slot, j.dp, j.op)
 			c.mu.Lock()
 			c.inflight--
 			c.schedule()
@@ -434,128 +486,24 @@ func (c *Cache) reader(ctx context.Context) {
 
 // broadcast wakes everyone waiting for a change.
 func (c *Cache) broadcast() {
-	close(c.changed)
-	c.changed = make(chan struct{})
-}
-
-// nextUse returns the distance to data page dp's next use in any plan.
-func (c *Cache) nextUse(dp int32) int {
-	d := never
-	for _, pl := range c.plans {
-		d = min(d, pl.nextUse(dp))
+	if c.changed != nil {
+		close(c.changed)
+		c.changed = nil
 	}
-	return d
-}
-
-// fullyRead reports whether every sample of data page dp was read this epoch.
-func (c *Cache) fullyRead(dp int32) bool {
-	return int(c.pageRead[dp]) == len(c.f.PageSamples(int64(dp)+c.firstPage))
-}
-
-type candidate struct {
-	slot    int32
-	dist    int
-	read    bool
-	lastUse uint64
-}
-
-// worse orders eviction candidates: farthest next use first, then pages
-// fully read this epoch, then least recently used.
-func worse(a, b candidate) int {
-	switch {
-	case a.dist != b.dist:
-		if a.dist > b.dist {
-			return -1
-		}
-		return 1
-	case a.read != b.read:
-		if a.read {
-			return -1
-		}
-		return 1
-	case a.lastUse != b.lastUse:
-		if a.lastUse < b.lastUse {
-			return -1
-		}
-		return 1
-	}
-	return 0
-}
-
-// evictable lists the empty slots (first) and the ready unpinned ones,
-// worst first.
-func (c *Cache) evictable() []candidate {
-	var out []candidate
-	for i := range c.slots {
-		s := &c.slots[i]
-		switch {
-		case s.page < 0:
-			out = append(out, candidate{slot: int32(i), dist: -1})
-		case s.ready && s.pins == 0:
-			out = append(out, candidate{slot: int32(i), dist: c.nextUse(s.page), read: c.fullyRead(s.page), lastUse: s.lastUse})
-		}
-	}
-	slices.SortFunc(out, func(a, b candidate) int {
-		if (a.dist < 0) != (b.dist < 0) {
-			if a.dist < 0 {
-				return -1
-			}
-			return 1
-		}
-		return worse(a, b)
-	})
-	return out
-}
-
-// victim returns the slot a demand load should use: a free one, else the
-// evictable page used farthest away; -1 if every slot is pinned or loading.
-func (c *Cache) victim() int32 {
-	ev := c.evictable()
-	if len(ev) == 0 {
-		return -1
-	}
-	return ev[0].slot
 }
 
 // recordRead notes that sample s is read: its plan's progress and the
 // epoch's bookkeeping.
 func (c *Cache) recordRead(s int) {
-	if c.epochRead[s>>6]&(1<<(s&63)) == 0 {
-		if p := c.f.SamplePage(s); p != beton.NoPage {
-			c.epochRead[s>>6] |= 1 << (s & 63)
-			c.pageRead[p-c.firstPage]++
-			c.epochN++
-			if c.epochN == c.withPage {
-				clear(c.epochRead)
-				clear(c.pageRead)
-				c.epochN = 0
-			}
-		}
-	}
-	// The read belongs to the plan in which it is nearest.
-	var best *plan
-	bestPos, bestDist := -1, never
-	for _, pl := range c.plans {
-		if i := pl.unreadPos(s); i >= 0 && i-pl.pos < bestDist {
-			best, bestPos, bestDist = pl, i, i-pl.pos
-		}
-	}
-	if best == nil {
-		return
-	}
-	best.markRead(bestPos, c.opts.Window)
-	best.last = time.Now()
-	if best.done() {
-		delete(c.plans, best.id)
-	}
+	c.pol.Read(s)
 	c.schedule()
 }
 
 // Announce sets the plan of consumer id, replacing its previous one: the
 // order in which it will read samples. The cache prefetches along it and
-// keeps the pages it needs soonest.
+// keeps the pages it needs soonest. An empty order withdraws the plan.
 func (c *Cache) Announce(id string, order []uint32) error {
-	pl, err := newPlan(id, order, c.f)
+	pl, err := c.pol.Prepare(id, order) // outside the lock: O(len(order))
 	if err != nil {
 		return fmt.Errorf("%s: %w", c.src.Name(), err)
 	}
@@ -564,150 +512,55 @@ func (c *Cache) Announce(id string, order []uint32) error {
 	if c.closed {
 		return ErrClosed
 	}
-	if len(order) == 0 {
-		delete(c.plans, id)
-		return nil
-	}
-	c.plans[id] = pl
+	c.pol.Install(pl, time.Now())
 	c.schedule()
-	c.check()
 	return nil
 }
 
 // Withdraw removes consumer id's plan.
 func (c *Cache) Withdraw(id string) {
 	c.mu.Lock()
-	delete(c.plans, id)
+	c.pol.Withdraw(id)
 	c.mu.Unlock()
 }
 
 // WithdrawIdle removes the plans of which no position was read for idle
 // (since their announcement, if none was), and returns their ids: their
-// readers have stalled or gone, and should not steer the cache.
+// readers have stalled or gone, and should not steer the cache. Idleness
+// is noticed by these calls, which should come at least every idle/10.
 func (c *Cache) WithdrawIdle(idle time.Duration) []string {
-	cut := time.Now().Add(-idle)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var ids []string
-	for id, pl := range c.plans {
-		if pl.last.Before(cut) {
-			delete(c.plans, id)
-			ids = append(ids, id)
-		}
-	}
-	return ids
+	return c.pol.WithdrawIdle(time.Now(), idle)
 }
 
-// schedule starts prefetches while readers are free: the pages that plans
-// need soonest and that are not in the cache, each into a free slot or in
-// place of a page needed later.
+// schedule starts prefetches while readers are free, as the policy says.
 func (c *Cache) schedule() {
-	free := c.opts.Readers - c.inflight
-	if free <= 0 || len(c.plans) == 0 || c.closed {
-		return
-	}
-	want := c.wanted(len(c.slots))
-	if len(want) == 0 {
-		return
-	}
-	ev := c.evictable()
-	for _, w := range want {
-		if free == 0 || len(ev) == 0 {
-			break
+	for c.inflight < c.opts.Readers && !c.closed {
+		w, v, ok := c.pol.Prefetch()
+		if !ok {
+			return
 		}
-		v := ev[0]
-		if v.dist >= 0 && v.dist != never && (v.dist <= w.dist || !c.harmless(v.slot, w.dist, v.dist)) {
-			// Loading w now could cost a read that waiting would not:
-			// wait until a page is done or w is needed.
-			break
+		si := int32(-1)
+		if v >= 0 {
+			si = c.pageSlot[v]
+		} else {
+			si = c.free[len(c.free)-1]
 		}
-		ev = ev[1:]
-		op := c.startLoad(v.slot, w.dp, true)
+		op := c.startLoad(si, w, true)
 		c.inflight++
-		free--
-		c.jobs <- prefetchJob{slot: v.slot, dp: w.dp, op: op}
+		c.jobs <- prefetchJob{slot: si, dp: w, op: op}
 	}
 }
 
-// harmless reports whether evicting the page in slot victim, next used at
-// tV, to load a page first used at tW < tV is what Belady's MIN would do
-// when that page is needed: every other page in the cache is used again
-// in [tW, tV), so at tW the victim is still the page used farthest away.
-// Prefetching in order of first use, with this check, reads no page more
-// often than demand loading with farthest-next-use eviction.
-func (c *Cache) harmless(victim int32, tW, tV int) bool {
-	for i := range c.slots {
-		s := &c.slots[i]
-		if int32(i) == victim || s.page < 0 {
-			continue
-		}
-		if c.useAfter(s.page, tW) >= tV {
-			return false
-		}
-	}
-	return true
-}
-
-// useAfter returns the distance to data page dp's first use at least t
-// positions ahead, in any plan.
-func (c *Cache) useAfter(dp int32, t int) int {
-	d := never
-	for _, pl := range c.plans {
-		d = min(d, pl.useAfter(dp, t))
-	}
-	return d
-}
-
-type wantedPage struct {
-	dp   int32
-	dist int
-}
-
-// wanted returns up to limit pages that are not in the cache, nearest next
-// use first, found by scanning each plan ahead of its position.
-func (c *Cache) wanted(limit int) []wantedPage {
-	best := map[int32]int{}
-	perPage := max(1, c.f.NumSamples()/max(1, len(c.pageSlot)))
-	scan := max(4096, 4*limit*perPage)
-	for _, pl := range c.plans {
-		found := 0
-		end := min(len(pl.order), pl.pos+scan)
-		for i := pl.pos; i < end && found < limit; i++ {
-			dp := pl.dpage[i]
-			if dp < 0 || pl.isRead(i) || c.pageSlot[dp] >= 0 {
-				continue
-			}
-			d := i - pl.pos
-			if old, ok := best[dp]; !ok || d < old {
-				if !ok {
-					found++
-				}
-				best[dp] = d
-			}
-		}
-	}
-	out := make([]wantedPage, 0, len(best))
-	for dp, d := range best {
-		out = append(out, wantedPage{dp, d})
-	}
-	slices.SortFunc(out, func(a, b wantedPage) int { return a.dist - b.dist })
-	if len(out) > limit {
-		out = out[:limit]
-	}
-	return out
-}
-
-// check verifies the invariants when opts.Debug is set.
+// check verifies the invariants, panicking on a violation (Options.Debug).
 func (c *Cache) check() {
-	if !c.opts.Debug {
-		return
-	}
 	used := 0
 	for i := range c.slots {
 		s := &c.slots[i]
 		if s.page < 0 {
-			if s.pins != 0 || s.ready {
-				panic(fmt.Sprintf("pagecache: empty slot %d has pins %d ready %v", i, s.pins, s.ready))
+			if s.pins != 0 || s.ready || !slices.Contains(c.free, int32(i)) {
+				panic(fmt.Sprintf("pagecache: empty slot %d has pins %d ready %v, listed free %v", i, s.pins, s.ready, slices.Contains(c.free, int32(i))))
 			}
 			continue
 		}
@@ -728,7 +581,10 @@ func (c *Cache) check() {
 			mapped++
 		}
 	}
-	if mapped != used || c.inflight < 0 || c.inflight > c.opts.Readers {
-		panic(fmt.Sprintf("pagecache: %d pages mapped, %d slots used, %d prefetches in flight", mapped, used, c.inflight))
+	if mapped != used || used+len(c.free) != len(c.slots) || used != c.pol.Resident() || c.inflight < 0 || c.inflight > c.opts.Readers {
+		panic(fmt.Sprintf("pagecache: %d pages mapped, %d slots used, %d free, %d resident for the policy, %d prefetches in flight", mapped, used, len(c.free), c.pol.Resident(), c.inflight))
+	}
+	if err := c.pol.Check(); err != nil {
+		panic("pagecache: policy: " + err.Error())
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/pagecache/storage"
+	"github.com/ffcvfs/ffcvfs/pagecache/storage/storagetest"
 )
 
 const (
@@ -73,62 +75,29 @@ func testBeton(t testing.TB) []byte {
 	return testFileData
 }
 
-// memSource serves bytes from memory and counts reads per page.
-type memSource struct {
-	data     []byte
+// testSource serves the test beton from memory, with faults to inject.
+type testSource struct {
+	*storagetest.Source
 	pageSize int64
-	mu       sync.Mutex
-	reads    map[int64]int
-	fail     atomic.Bool
-	delay    time.Duration
 }
 
-func (m *memSource) ReadAt(p []byte, off int64) (int, error) {
-	if m.delay > 0 {
-		time.Sleep(m.delay)
-	}
-	if m.fail.Load() {
-		return 0, fmt.Errorf("injected failure: %w", ErrUnavailable)
-	}
-	if len(p) == int(m.pageSize) && off%m.pageSize == 0 {
-		m.mu.Lock()
-		m.reads[off/m.pageSize]++
-		m.mu.Unlock()
-	}
-	if off >= int64(len(m.data)) {
-		return 0, errors.New("read past the end")
-	}
-	n := copy(p, m.data[off:])
-	if n < len(p) {
-		return n, errors.New("short read")
-	}
-	return n, nil
-}
-func (m *memSource) Size() int64  { return int64(len(m.data)) }
-func (m *memSource) Name() string { return "mem://test.beton" }
-func (m *memSource) Close() error { return nil }
-
-func (m *memSource) pageReads() map[int64]int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make(map[int64]int, len(m.reads))
-	for k, v := range m.reads {
-		out[k] = v
+// pageReads returns how many times each page was read whole.
+func (m testSource) pageReads() map[int64]int {
+	out := map[int64]int{}
+	for off, n := range m.Reads() {
+		if off%m.pageSize == 0 {
+			out[off/m.pageSize] += n
+		}
 	}
 	return out
 }
 
-func (m *memSource) resetReads() {
-	m.mu.Lock()
-	m.reads = map[int64]int{}
-	m.mu.Unlock()
-}
+func (m testSource) resetReads() { m.Reset() }
 
-func newTestCache(t *testing.T, slots int, opts Options) (*Cache, *memSource) {
+func newTestCache(t *testing.T, slots int, opts Options) (*Cache, testSource) {
 	t.Helper()
-	data := testBeton(t)
-	src := &memSource{data: data, pageSize: beton.MinPageSize, reads: map[int64]int{}}
-	f, err := beton.Open(src, src.Size(), src.Name())
+	src := testSource{storagetest.New("mem://test.beton", testBeton(t)), beton.MinPageSize}
+	f, err := beton.Open(storage.ReaderAt(t.Context(), src), src.Size(), src.Name())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,14 +269,7 @@ func TestRandomPlanNearBelady(t *testing.T) {
 	for epoch := 0; epoch < 2; epoch++ {
 		order := randomOrder(f.NumSamples(), rng)
 		// Start each epoch from an empty cache so the optimum is comparable.
-		c.mu.Lock()
-		for i := range c.slots {
-			if s := &c.slots[i]; s.page >= 0 && s.ready && s.pins == 0 {
-				c.pageSlot[s.page] = -1
-				s.page, s.ready = -1, false
-			}
-		}
-		c.mu.Unlock()
+		c.evictAll()
 		if err := c.Announce("trainer", order); err != nil {
 			t.Fatal(err)
 		}
@@ -468,16 +430,16 @@ func TestFullCacheOfPinnedPagesWaits(t *testing.T) {
 func TestReadErrorsAreReportedAndRecoverable(t *testing.T) {
 	c, src := newTestCache(t, 2, Options{Readers: 1})
 	f := c.File()
-	src.fail.Store(true)
+	src.Fail(errors.New("injected failure"))
 	_, err := c.AcquireSample(context.Background(), 0)
-	if !errors.Is(err, ErrUnavailable) {
+	if !errors.Is(err, storage.ErrUnavailable) {
 		t.Fatalf("err = %v", err)
 	}
 	want := fmt.Sprintf("mem://test.beton: reading page %d", f.FirstPage())
 	if got := err.Error(); len(got) < len(want) || got[:len(want)] != want {
 		t.Errorf("error %q does not start with %q", got, want)
 	}
-	src.fail.Store(false)
+	src.Fail(nil)
 	readSample(t, c, 0)
 	if st := c.Stats(); st.ReadErrors != 1 || st.PagesRead != 1 {
 		t.Errorf("%+v", st)
@@ -559,4 +521,60 @@ func TestReadAtAdvancesPlan(t *testing.T) {
 	if st := c.Stats(); len(st.Plans) != 0 {
 		t.Errorf("plan not finished after every byte was read: %+v", st.Plans)
 	}
+}
+
+// evictAll empties every slot that holds a page nobody uses.
+func (c *Cache) evictAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range c.slots {
+		if s := &c.slots[i]; s.page >= 0 && s.ready && s.pins == 0 {
+			c.pol.Evict(s.page)
+			c.pageSlot[s.page] = -1
+			s.page, s.ready = -1, false
+			c.free = append(c.free, int32(i))
+		}
+	}
+}
+
+// A read whose context ends stops its fetch; another reader waiting for
+// the same page loads it again instead of getting the first one's error.
+func TestCancelledReadStopsItsFetch(t *testing.T) {
+	c, src := newTestCache(t, 2, Options{Readers: 1})
+	src.Hang(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.AcquireSample(ctx, 0)
+		first <- err
+	}()
+	for c.Stats().Loading == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	second := make(chan error, 1)
+	go func() {
+		pg, err := c.AcquireSample(context.Background(), 1) // same page
+		if err == nil {
+			pg.Release()
+		}
+		second <- err
+	}()
+	for c.Stats().Waits == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-first; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled read: %v, want context.Canceled", err)
+	}
+	if src.Cancelled() != 1 {
+		t.Fatalf("%d source reads cancelled, want 1", src.Cancelled())
+	}
+	src.Hang(false)
+	if err := <-second; err != nil {
+		t.Fatalf("the other reader of the page: %v", err)
+	}
+	if st := c.Stats(); st.ReadErrors != 0 || st.PagesRead != 1 {
+		t.Fatalf("%d read errors, %d pages read; want 0 and 1", st.ReadErrors, st.PagesRead)
+	}
+	readSample(t, c, 0)
 }

@@ -1,6 +1,10 @@
 package pagecache
 
-import "time"
+import (
+	"time"
+
+	"github.com/ffcvfs/ffcvfs/pagecache/policy"
+)
 
 // Stats are the cache's counters since New.
 type Stats struct {
@@ -29,13 +33,7 @@ type Stats struct {
 }
 
 // PlanStats is one plan's progress.
-type PlanStats struct {
-	ID    string `json:"id"`
-	Len   int    `json:"len"`
-	Pos   int    `json:"pos"`   // first position not yet read
-	Read  int    `json:"read"`  // positions read
-	Ahead int    `json:"ahead"` // highest position read, minus Pos
-}
+type PlanStats = policy.PlanStats
 
 // Stats returns a snapshot of the counters.
 func (c *Cache) Stats() Stats {
@@ -52,8 +50,6 @@ func (c *Cache) Stats() Stats {
 		}
 		st.Pinned += int(s.pins)
 	}
-	for _, pl := range c.plans {
-		st.Plans = append(st.Plans, PlanStats{ID: pl.id, Len: len(pl.order), Pos: pl.pos, Read: pl.nread, Ahead: max(0, pl.hi-pl.pos)})
-	}
+	st.Plans = c.pol.Plans()
 	return st
 }

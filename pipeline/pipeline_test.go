@@ -12,6 +12,7 @@ import (
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 	"github.com/ffcvfs/ffcvfs/pagecache"
+	"github.com/ffcvfs/ffcvfs/pagecache/storage"
 	"github.com/ffcvfs/ffcvfs/pipeline/decode"
 	"github.com/ffcvfs/ffcvfs/pipeline/order"
 )
@@ -60,7 +61,7 @@ func (s *collectSink) Publish(slot, epoch, batch, size int) error {
 
 func openCache(t *testing.T, path string) *pagecache.Cache {
 	t.Helper()
-	src, f, err := pagecache.OpenBeton(t.Context(), path, pagecache.SourceOptions{})
+	src, f, err := storage.OpenBeton(t.Context(), path, storage.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

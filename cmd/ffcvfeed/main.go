@@ -21,6 +21,7 @@ import (
 	"github.com/ffcvfs/ffcvfs/cudafeed"
 	"github.com/ffcvfs/ffcvfs/internal/bytesize"
 	"github.com/ffcvfs/ffcvfs/pagecache"
+	"github.com/ffcvfs/ffcvfs/pagecache/storage"
 	"github.com/ffcvfs/ffcvfs/pipeline"
 	"github.com/ffcvfs/ffcvfs/pipeline/decode"
 	"github.com/ffcvfs/ffcvfs/pipeline/order"
@@ -161,7 +162,7 @@ func pipelineOptions(c *cli.Context) (pipeline.Options, error) {
 
 // openData opens --data: a source URL or path, or an ffcvfs mount whose
 // dataset.beton is read and whose announce file is told each order.
-func openData(c *cli.Context) (*pagecache.Cache, pagecache.Source, func([]uint32) error, error) {
+func openData(c *cli.Context) (*pagecache.Cache, storage.Source, func([]uint32) error, error) {
 	data := c.String("data")
 	var announce func([]uint32) error
 	if st, err := os.Stat(filepath.Join(data, ".ffcvfs")); err == nil && st.IsDir() {
@@ -185,7 +186,7 @@ func openData(c *cli.Context) (*pagecache.Cache, pagecache.Source, func([]uint32
 	}
 	ctx, cancel := context.WithTimeout(c.Context, 2*time.Minute)
 	defer cancel()
-	src, f, err := pagecache.OpenBeton(ctx, data, pagecache.SourceOptions{
+	src, f, err := storage.OpenBeton(ctx, data, storage.Options{
 		Endpoint: c.String("s3-endpoint"), Region: c.String("s3-region"), PathStyle: c.Bool("s3-path-style"),
 	})
 	if err != nil {

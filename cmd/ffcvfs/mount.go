@@ -16,6 +16,7 @@ import (
 	"github.com/ffcvfs/ffcvfs/fs"
 	"github.com/ffcvfs/ffcvfs/internal/bytesize"
 	"github.com/ffcvfs/ffcvfs/pagecache"
+	"github.com/ffcvfs/ffcvfs/pagecache/storage"
 	"github.com/urfave/cli/v2"
 )
 
@@ -167,14 +168,14 @@ func runMount(c *cli.Context) error {
 }
 
 // openSource opens SRC as a Source and its beton.
-func openSource(ctx context.Context, c *cli.Context, src string) (pagecache.Source, *beton.File, error) {
-	sopts := pagecache.SourceOptions{Logger: slog.Default()}
+func openSource(ctx context.Context, c *cli.Context, src string) (storage.Source, *beton.File, error) {
+	sopts := storage.Options{Logger: slog.Default()}
 	if c != nil {
 		sopts = sourceOptions(c)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	return pagecache.OpenBeton(ctx, src, sopts)
+	return storage.OpenBeton(ctx, src, sopts)
 }
 
 func readLines(path string) ([]string, error) {

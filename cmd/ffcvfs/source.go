@@ -10,7 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ffcvfs/ffcvfs/beton"
-	"github.com/ffcvfs/ffcvfs/pagecache"
+	"github.com/ffcvfs/ffcvfs/pagecache/storage"
 )
 
 // openBeton opens SRC (a path, file://, s3:// or http(s)://) for a command
@@ -29,14 +29,14 @@ func sourceFlags() []cli.Flag {
 		&cli.StringFlag{Name: "s3-endpoint", Usage: "S3 endpoint `URL` (default: AWS, or $AWS_ENDPOINT_URL)", Category: "storage"},
 		&cli.StringFlag{Name: "s3-region", Usage: "S3 region (default: $AWS_REGION or the AWS config)", Category: "storage"},
 		&cli.BoolFlag{Name: "s3-path-style", Usage: "address S3 buckets by path (most servers other than AWS need it)", Category: "storage"},
-		&cli.DurationFlag{Name: "attempt-timeout", Value: pagecache.DefaultAttemptTimeout, Usage: "S3, HTTP: cancel and retry a request that receives nothing for this long", Category: "storage"},
-		&cli.DurationFlag{Name: "read-deadline", Value: pagecache.DefaultReadDeadline, Usage: "S3, HTTP: give up a read of the storage, retries included, after this long (a mount answers EIO)", Category: "storage"},
+		&cli.DurationFlag{Name: "attempt-timeout", Value: storage.DefaultAttemptTimeout, Usage: "S3, HTTP: cancel and retry a request that receives nothing for this long", Category: "storage"},
+		&cli.DurationFlag{Name: "read-deadline", Value: storage.DefaultReadDeadline, Usage: "S3, HTTP: give up a read of the storage, retries included, after this long (a mount answers EIO)", Category: "storage"},
 	}
 }
 
-// sourceOptions turns the flags of sourceFlags into SourceOptions.
-func sourceOptions(c *cli.Context) pagecache.SourceOptions {
-	return pagecache.SourceOptions{
+// sourceOptions turns the flags of sourceFlags into Options.
+func sourceOptions(c *cli.Context) storage.Options {
+	return storage.Options{
 		Logger:   slog.Default(),
 		Endpoint: c.String("s3-endpoint"), Region: c.String("s3-region"), PathStyle: c.Bool("s3-path-style"),
 		AttemptTimeout: c.Duration("attempt-timeout"), ReadDeadline: c.Duration("read-deadline"),

@@ -1,9 +1,10 @@
 //go:build linux
 
-package pagecache
+package storage
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -143,11 +144,11 @@ func tempDiskDir(t testing.TB) string {
 
 var fileModes = []struct {
 	name string
-	opts SourceOptions
+	opts Options
 }{
-	{"fadvise", SourceOptions{}},
-	{"direct", SourceOptions{DirectIO: true}},
-	{"kernel-cache", SourceOptions{KernelCache: true}},
+	{"fadvise", Options{}},
+	{"direct", Options{DirectIO: true}},
+	{"kernel-cache", Options{KernelCache: true}},
 }
 
 // randomReads checks many reads of src against data: random offsets and
@@ -255,7 +256,7 @@ func TestFileSourceConcurrentReads(t *testing.T) {
 					p := make([]byte, 300<<10)
 					for range 50 {
 						off := rng.Int64N(int64(len(data)))
-						n, err := src.ReadAt(p, off)
+						n, err := src.ReadAt(context.Background(), p, off)
 						if err != nil && err != io.EOF || !bytes.Equal(p[:n], data[off:off+int64(n)]) {
 							errs <- fmt.Errorf("read at %d: %d, %v", off, n, err)
 							return
@@ -330,7 +331,7 @@ func TestFileSourceDirectIOOnTmpfs(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	path, data := writeTestFile(t, dir, 3<<20+5, 5)
 	log, logs := captureLogger()
-	src, err := OpenFile(path, SourceOptions{DirectIO: true, Logger: log})
+	src, err := OpenFile(path, Options{DirectIO: true, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +354,7 @@ func TestFileSourceDirectIORefusedAtOpen(t *testing.T) {
 		return nil, &os.PathError{Op: "open", Path: path, Err: syscall.EINVAL}
 	}
 	log, logs := captureLogger()
-	src, err := OpenFile(path, SourceOptions{DirectIO: true, Logger: log})
+	src, err := OpenFile(path, Options{DirectIO: true, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +384,7 @@ func TestFileSourceDirectIORefusedAtRead(t *testing.T) {
 		return 0, syscall.EINVAL
 	}
 	log, logs := captureLogger()
-	src, err := OpenFile(path, SourceOptions{DirectIO: true, Logger: log})
+	src, err := OpenFile(path, Options{DirectIO: true, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,13 +413,13 @@ func TestFileSourceErrors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := src.ReadAt(make([]byte, 10), -1); err == nil {
+		if _, err := src.ReadAt(context.Background(), make([]byte, 10), -1); err == nil {
 			t.Errorf("%s: read at a negative offset succeeded", m.name)
 		}
 		if err := src.Close(); err != nil {
 			t.Errorf("%s: close: %v", m.name, err)
 		}
-		_, err = src.ReadAt(make([]byte, 10), 0)
+		_, err = src.ReadAt(context.Background(), make([]byte, 10), 0)
 		if !errors.Is(err, os.ErrClosed) || !strings.Contains(err.Error(), path) {
 			t.Errorf("%s: read after close: %v, want os.ErrClosed naming the file", m.name, err)
 		}
@@ -450,13 +451,13 @@ func BenchmarkFileSource(b *testing.B) {
 	shuffled := rand.New(rand.NewPCG(1, 1)).Perm(size / page)
 	for _, bc := range []struct {
 		name string
-		opts SourceOptions
+		opts Options
 		skew int
 	}{
-		{"plain", SourceOptions{KernelCache: true}, 0},
-		{"fadvise", SourceOptions{}, 0},
-		{"direct", SourceOptions{DirectIO: true}, 0},
-		{"direct-unaligned", SourceOptions{DirectIO: true}, 8},
+		{"plain", Options{KernelCache: true}, 0},
+		{"fadvise", Options{}, 0},
+		{"direct", Options{DirectIO: true}, 0},
+		{"direct-unaligned", Options{DirectIO: true}, 8},
 	} {
 		for _, order := range []struct {
 			name  string
@@ -496,7 +497,7 @@ func BenchmarkFileSource(b *testing.B) {
 									if i >= len(order.pages) {
 										return
 									}
-									if _, err := src.ReadAt(bufs[r], int64(order.pages[i])*page); err != nil {
+									if _, err := src.ReadAt(context.Background(), bufs[r], int64(order.pages[i])*page); err != nil {
 										errs <- err
 										return
 									}

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package pagecache
+package storage
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package pagecache
+package storage
 
 // The read policy that HTTPSource and S3Source share: a ReadAt is split into
 // parts fetched by a few goroutines in parallel; every part is retried with
@@ -82,7 +82,7 @@ func retryable(err error) bool {
 	return true
 }
 
-// retryPolicy holds the retry settings of SourceOptions, and hooks that
+// retryPolicy holds the retry settings of Options, and hooks that
 // tests replace.
 type retryPolicy struct {
 	attemptTimeout time.Duration
@@ -97,7 +97,7 @@ type retryPolicy struct {
 	jitter func(d time.Duration) time.Duration // uniform in [0, d]
 }
 
-func newRetryPolicy(o *SourceOptions) *retryPolicy {
+func newRetryPolicy(o *Options) *retryPolicy {
 	return &retryPolicy{
 		attemptTimeout: o.AttemptTimeout,
 		deadline:       o.ReadDeadline,
@@ -282,7 +282,7 @@ type netReader struct {
 	cancel   context.CancelCauseFunc
 }
 
-func newNetReader(name string, opts *SourceOptions) *netReader {
+func newNetReader(name string, opts *Options) *netReader {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	return &netReader{
 		name:     name,
@@ -305,7 +305,7 @@ func (r *netReader) withDeadline(parent context.Context) (context.Context, conte
 
 func (r *netReader) close() { r.cancel(errSourceClosed) }
 
-func (r *netReader) readAt(p []byte, off int64) (int, error) {
+func (r *netReader) readAt(parent context.Context, p []byte, off int64) (int, error) {
 	switch {
 	case off < 0:
 		return 0, fmt.Errorf("%s: read at negative offset %d", r.name, off)
@@ -320,7 +320,7 @@ func (r *netReader) readAt(p []byte, off int64) (int, error) {
 	if int64(want) > r.size-off {
 		p = p[:r.size-off]
 	}
-	ctx, cancel := r.withDeadline(context.Background())
+	ctx, cancel := r.withDeadline(parent)
 	defer cancel()
 	if err := r.fetchParts(ctx, p, off); err != nil {
 		return 0, err

@@ -1,4 +1,4 @@
-package pagecache
+package storage
 
 import (
 	"bytes"
@@ -22,7 +22,7 @@ type s3Fixture struct {
 	srv  *s3test.Server
 	data []byte
 	logs *testenv.OutputBuffer
-	opts SourceOptions
+	opts Options
 }
 
 const (
@@ -39,7 +39,7 @@ func newS3Fixture(t *testing.T, size int) *s3Fixture {
 	data := randomBytes(size, uint64(size))
 	srv.PutObject(t, testBucket, testKey, data)
 	log, logs := captureLogger()
-	f := &s3Fixture{srv: srv, data: data, logs: logs, opts: SourceOptions{
+	f := &s3Fixture{srv: srv, data: data, logs: logs, opts: Options{
 		Logger:         log,
 		PartSize:       1 << 20,
 		Parallel:       4,
@@ -67,7 +67,7 @@ func (f *s3Fixture) checkNoSecret(t *testing.T, err error) {
 
 func (f *s3Fixture) open(t *testing.T, url string) Source {
 	t.Helper()
-	src, err := OpenSource(context.Background(), url, f.opts)
+	src, err := Open(context.Background(), url, f.opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestS3SourceRandomRanges(t *testing.T) {
 					n = 1 + rng.IntN(5000)
 				}
 				p := make([]byte, n)
-				got, err := src.ReadAt(p, off)
+				got, err := src.ReadAt(context.Background(), p, off)
 				want := max(0, min(n, len(f.data)-int(off)))
 				if got != want || (got < n) != (err != nil) ||
 					got > 0 && !bytes.Equal(p[:got], f.data[off:off+int64(got)]) {
@@ -112,9 +112,9 @@ func TestS3SourceRandomRanges(t *testing.T) {
 // options, from the environment, or from a profile of the shared files.
 func TestS3SourceConfiguration(t *testing.T) {
 	f := newS3Fixture(t, 1000)
-	read := func(t *testing.T, opts SourceOptions) {
+	read := func(t *testing.T, opts Options) {
 		t.Helper()
-		src, err := OpenSource(context.Background(), testURL, opts)
+		src, err := Open(context.Background(), testURL, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,7 +148,7 @@ func TestS3SourceReplacedObjectIsChanged(t *testing.T) {
 	etag := src.(*S3Source).ETag()
 	checkReadAt(t, src, f.data, make([]byte, 1000), 0)
 	newETag := f.srv.PutObject(t, testBucket, testKey, randomBytes(3<<20, 99))
-	n, err := src.ReadAt(make([]byte, 3<<20), 0)
+	n, err := src.ReadAt(context.Background(), make([]byte, 3<<20), 0)
 	if !errors.Is(err, ErrChanged) || n != 0 {
 		t.Fatalf("ReadAt = %d, %v; want 0, ErrChanged", n, err)
 	}
@@ -172,7 +172,7 @@ func TestS3SourceServerStopped(t *testing.T) {
 
 	f.srv.Stop()
 	start := time.Now()
-	n, err := src.ReadAt(make([]byte, 2<<20), 0)
+	n, err := src.ReadAt(context.Background(), make([]byte, 2<<20), 0)
 	elapsed := time.Since(start)
 	if !errors.Is(err, ErrUnavailable) || n != 0 {
 		t.Fatalf("ReadAt = %d, %v; want 0, ErrUnavailable", n, err)
@@ -201,12 +201,12 @@ func TestS3SourceOpenErrors(t *testing.T) {
 		{"s3://" + testBucket + "/missing.beton", `no object "missing.beton" in bucket "betons"`},
 		{"s3://no-such-bucket/x.beton", `bucket "no-such-bucket" does not exist`},
 	} {
-		_, err := OpenSource(context.Background(), tc.url, f.opts)
+		_, err := Open(context.Background(), tc.url, f.opts)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "open "+tc.url) {
-			t.Errorf("OpenSource(%s) = %v, want an error saying %q", tc.url, err, tc.want)
+			t.Errorf("Open(%s) = %v, want an error saying %q", tc.url, err, tc.want)
 		}
 		if errors.Is(err, ErrUnavailable) {
-			t.Errorf("OpenSource(%s): %v is not ErrUnavailable", tc.url, err)
+			t.Errorf("Open(%s): %v is not ErrUnavailable", tc.url, err)
 		}
 		f.checkNoSecret(t, err)
 	}
@@ -215,7 +215,7 @@ func TestS3SourceOpenErrors(t *testing.T) {
 	}
 	t.Run("wrong secret", func(t *testing.T) {
 		t.Setenv("AWS_SECRET_ACCESS_KEY", "not-"+f.srv.SecretKey())
-		_, err := OpenSource(context.Background(), testURL, f.opts)
+		_, err := Open(context.Background(), testURL, f.opts)
 		if err == nil || !strings.Contains(err.Error(), "access denied") {
 			t.Errorf("err = %v, want access denied", err)
 		}
@@ -225,7 +225,7 @@ func TestS3SourceOpenErrors(t *testing.T) {
 		opts := f.opts
 		opts.Endpoint = "http://127.0.0.1:1"
 		opts.ReadDeadline = 300 * time.Millisecond
-		_, err := OpenSource(context.Background(), testURL, opts)
+		_, err := Open(context.Background(), testURL, opts)
 		if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "open "+testURL) {
 			t.Errorf("err = %v, want ErrUnavailable naming the object", err)
 		}

@@ -1,10 +1,11 @@
-package pagecache
+package storage
 
 // No locks: a FileSource is immutable after OpenFile but for directRefused,
 // an atomic that only ever goes from false to true. *os.File keeps its
 // descriptors valid while a read uses them, so Close may race with reads.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -83,7 +84,7 @@ func isAligned(b []byte) bool {
 
 // OpenFile opens a file source. Only opts.Logger, DirectIO and KernelCache
 // matter here.
-func OpenFile(path string, opts SourceOptions) (*FileSource, error) {
+func OpenFile(path string, opts Options) (*FileSource, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -141,8 +142,12 @@ func (s *FileSource) refuseDirect(err error) {
 	})
 }
 
-// ReadAt reads len(p) bytes at off; see Source.
-func (s *FileSource) ReadAt(p []byte, off int64) (int, error) {
+// ReadAt reads len(p) bytes at off; see Source. A local read is not
+// interrupted: ctx is looked at before it starts.
+func (s *FileSource) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("%s: read of bytes %d-%d: %w", s.name, off, off+int64(len(p))-1, context.Cause(ctx))
+	}
 	if s.mode == modeDirect && !s.directRefused.Load() {
 		n, err := s.readDirect(p, off)
 		if !errors.Is(err, syscall.EINVAL) {

@@ -1,4 +1,4 @@
-package pagecache
+package storage
 
 import (
 	"bytes"
@@ -39,7 +39,7 @@ func (c *fakeClock) sleep(ctx context.Context, d time.Duration) error {
 
 func testPolicy(t *testing.T, maxRetries int) (*retryPolicy, *fakeClock) {
 	t.Helper()
-	opts := SourceOptions{
+	opts := Options{
 		MaxRetries:     maxRetries,
 		BackoffBase:    100 * time.Millisecond,
 		BackoffMax:     time.Second,
@@ -298,7 +298,7 @@ func (m *memFetch) fetch(ctx context.Context, dst []byte, off int64, progress fu
 
 func newMemReader(t *testing.T, size int, partSize int64, parallel int) (*netReader, *memFetch) {
 	t.Helper()
-	opts := SourceOptions{PartSize: partSize, Parallel: parallel, Logger: discardLogger(),
+	opts := Options{PartSize: partSize, Parallel: parallel, Logger: discardLogger(),
 		BackoffBase: time.Millisecond, BackoffMax: time.Millisecond, MaxRetries: 2}
 	if err := opts.Validate(); err != nil {
 		t.Fatal(err)
@@ -316,7 +316,7 @@ func newMemReader(t *testing.T, size int, partSize int64, parallel int) (*netRea
 func TestNetReaderSplitsIntoParallelParts(t *testing.T) {
 	r, m := newMemReader(t, 1000, 64, 3)
 	p := make([]byte, 700)
-	n, err := r.readAt(p, 250)
+	n, err := r.readAt(context.Background(), p, 250)
 	if n != 700 || err != nil {
 		t.Fatalf("readAt = %d, %v", n, err)
 	}
@@ -346,16 +346,16 @@ func TestNetReaderSplitsIntoParallelParts(t *testing.T) {
 func TestNetReaderEOF(t *testing.T) {
 	r, m := newMemReader(t, 1000, 64, 3)
 	p := make([]byte, 100)
-	if n, err := r.readAt(p, 950); n != 50 || err != io.EOF || !bytes.Equal(p[:50], m.data[950:]) {
+	if n, err := r.readAt(context.Background(), p, 950); n != 50 || err != io.EOF || !bytes.Equal(p[:50], m.data[950:]) {
 		t.Errorf("read across the end = %d, %v", n, err)
 	}
-	if n, err := r.readAt(p, 1000); n != 0 || err != io.EOF {
+	if n, err := r.readAt(context.Background(), p, 1000); n != 0 || err != io.EOF {
 		t.Errorf("read at the end = %d, %v", n, err)
 	}
-	if n, err := r.readAt(p[:0], 10); n != 0 || err != nil {
+	if n, err := r.readAt(context.Background(), p[:0], 10); n != 0 || err != nil {
 		t.Errorf("empty read = %d, %v", n, err)
 	}
-	if _, err := r.readAt(p, -1); err == nil {
+	if _, err := r.readAt(context.Background(), p, -1); err == nil {
 		t.Error("read at a negative offset succeeded")
 	}
 	if len(m.parts) != 1 {
@@ -371,7 +371,7 @@ func TestNetReaderFirstErrorWins(t *testing.T) {
 		}
 		return nil
 	}
-	_, err := r.readAt(make([]byte, 1000), 0)
+	_, err := r.readAt(context.Background(), make([]byte, 1000), 0)
 	if !errors.Is(err, ErrChanged) || !strings.Contains(err.Error(), "mem://x: bytes 320-383") {
 		t.Errorf("err = %v, want ErrChanged for bytes 320-383", err)
 	}
@@ -380,7 +380,7 @@ func TestNetReaderFirstErrorWins(t *testing.T) {
 func TestNetReaderClosed(t *testing.T) {
 	r, _ := newMemReader(t, 1000, 64, 3)
 	r.close()
-	if _, err := r.readAt(make([]byte, 10), 0); !errors.Is(err, os.ErrClosed) {
+	if _, err := r.readAt(context.Background(), make([]byte, 10), 0); !errors.Is(err, os.ErrClosed) {
 		t.Errorf("read after close: %v, want os.ErrClosed", err)
 	}
 }

@@ -1,4 +1,4 @@
-package pagecache
+package storage
 
 import (
 	"bytes"
@@ -93,12 +93,12 @@ func isRangedGet(r *http.Request) bool {
 }
 
 // fastHTTPOptions keeps failing tests quick: tiny backoff, small parts.
-func fastHTTPOptions(log bool) (SourceOptions, *testenv.OutputBuffer) {
+func fastHTTPOptions(log bool) (Options, *testenv.OutputBuffer) {
 	l, buf := captureLogger()
 	if !log {
 		l = discardLogger()
 	}
-	return SourceOptions{
+	return Options{
 		Logger:         l,
 		PartSize:       64 << 10,
 		Parallel:       4,
@@ -110,7 +110,7 @@ func fastHTTPOptions(log bool) (SourceOptions, *testenv.OutputBuffer) {
 	}, buf
 }
 
-func openHTTP(t *testing.T, url string, opts SourceOptions) *HTTPSource {
+func openHTTP(t *testing.T, url string, opts Options) *HTTPSource {
 	t.Helper()
 	src, err := OpenHTTP(context.Background(), url, opts)
 	if err != nil {
@@ -141,7 +141,7 @@ func TestHTTPSourceRandomRanges(t *testing.T) {
 					n = 1 + rng.IntN(100)
 				}
 				p := make([]byte, n)
-				got, err := src.ReadAt(p, off)
+				got, err := src.ReadAt(context.Background(), p, off)
 				want := max(0, min(n, len(data)-int(off)))
 				if got != want || (got < n) != (err == io.EOF) || (got == n && err != nil) ||
 					got > 0 && !bytes.Equal(p[:got], data[off:off+int64(got)]) {
@@ -235,7 +235,7 @@ func TestHTTPSourceChangedObject(t *testing.T) {
 				return false
 			})
 			p := make([]byte, 1<<20)
-			n, err := src.ReadAt(p, 0)
+			n, err := src.ReadAt(context.Background(), p, 0)
 			if !errors.Is(err, ErrChanged) || n != 0 {
 				t.Fatalf("ReadAt = %d, %v; want 0, ErrChanged", n, err)
 			}
@@ -252,7 +252,7 @@ func TestHTTPSourceChangedObject(t *testing.T) {
 			if g := srv.gets.Load(); g > 16 {
 				t.Errorf("%d GETs for 16 parts", g)
 			}
-			if _, err := src.ReadAt(p[:10], 0); !errors.Is(err, ErrChanged) {
+			if _, err := src.ReadAt(context.Background(), p[:10], 0); !errors.Is(err, ErrChanged) {
 				t.Errorf("a later read: %v, want ErrChanged", err)
 			}
 		})
@@ -267,7 +267,7 @@ func TestHTTPSourceLastModifiedOnly(t *testing.T) {
 	src := openHTTP(t, srv.URL, opts)
 	checkReadAt(t, src, data, make([]byte, 5000), 10)
 	srv.replace(randomBytes(10000, 7), "")
-	_, err := src.ReadAt(make([]byte, 10), 0)
+	_, err := src.ReadAt(context.Background(), make([]byte, 10), 0)
 	if !errors.Is(err, ErrChanged) || !strings.Contains(err.Error(), "Last-Modified") {
 		t.Errorf("err = %v, want ErrChanged naming Last-Modified", err)
 	}
@@ -295,7 +295,7 @@ func TestHTTPSourceStallIsRetriedThenUnavailable(t *testing.T) {
 	opts.AttemptTimeout = 200 * time.Millisecond
 	opts.MaxRetries = 2
 	src := openHTTP(t, srv.URL+"/x", opts)
-	_, err := src.ReadAt(make([]byte, 1000), 0)
+	_, err := src.ReadAt(context.Background(), make([]byte, 1000), 0)
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("err = %v, want ErrUnavailable", err)
 	}
@@ -354,7 +354,7 @@ func TestHTTPSourceServerGoneIsUnavailableWithinDeadline(t *testing.T) {
 	src := openHTTP(t, srv.URL+"/x", opts)
 	srv.Close()
 	start := time.Now()
-	n, err := src.ReadAt(make([]byte, 300<<10), 0)
+	n, err := src.ReadAt(context.Background(), make([]byte, 300<<10), 0)
 	elapsed := time.Since(start)
 	if !errors.Is(err, ErrUnavailable) || n != 0 {
 		t.Fatalf("ReadAt = %d, %v; want 0, ErrUnavailable", n, err)
@@ -379,7 +379,7 @@ func TestHTTPSourceNeverRetriesClientErrors(t *testing.T) {
 	})
 	opts, _ := fastHTTPOptions(false)
 	src := openHTTP(t, srv.URL, opts)
-	_, err := src.ReadAt(make([]byte, 10), 0)
+	_, err := src.ReadAt(context.Background(), make([]byte, 10), 0)
 	if err == nil || errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "403 Forbidden") {
 		t.Errorf("err = %v, want the 403", err)
 	}
@@ -437,7 +437,7 @@ func TestHTTPSourceOpen(t *testing.T) {
 		srv := newRangeServer(t, nil)
 		opts, _ := fastHTTPOptions(false)
 		src := openHTTP(t, srv.URL, opts)
-		if n, err := src.ReadAt(make([]byte, 10), 0); src.Size() != 0 || n != 0 || err != io.EOF {
+		if n, err := src.ReadAt(context.Background(), make([]byte, 10), 0); src.Size() != 0 || n != 0 || err != io.EOF {
 			t.Errorf("size %d, read %d, %v", src.Size(), n, err)
 		}
 	})
@@ -478,7 +478,7 @@ func TestHTTPSourceHidesCredentials(t *testing.T) {
 	}
 	checkReadAt(t, src, data, make([]byte, 5000), 0)
 	srv.Close()
-	_, err := src.ReadAt(make([]byte, 10), 0)
+	_, err := src.ReadAt(context.Background(), make([]byte, 10), 0)
 	if !errors.Is(err, ErrUnavailable) {
 		t.Errorf("err = %v, want ErrUnavailable", err)
 	}
@@ -505,7 +505,7 @@ func TestHTTPSourceClose(t *testing.T) {
 	src := openHTTP(t, srv.URL, opts)
 	errc := make(chan error, 1)
 	go func() {
-		_, err := src.ReadAt(make([]byte, 1000), 0)
+		_, err := src.ReadAt(context.Background(), make([]byte, 1000), 0)
 		errc <- err
 	}()
 	<-started
@@ -513,7 +513,7 @@ func TestHTTPSourceClose(t *testing.T) {
 	if err := <-errc; !errors.Is(err, os.ErrClosed) {
 		t.Errorf("read in flight at Close: %v, want os.ErrClosed", err)
 	}
-	if _, err := src.ReadAt(make([]byte, 10), 0); !errors.Is(err, os.ErrClosed) {
+	if _, err := src.ReadAt(context.Background(), make([]byte, 10), 0); !errors.Is(err, os.ErrClosed) {
 		t.Errorf("read after Close: %v, want os.ErrClosed", err)
 	}
 }

@@ -1,4 +1,4 @@
-package pagecache
+package storage
 
 import (
 	"context"
@@ -70,7 +70,7 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 }
 
 // newTransport returns the HTTP transport of an HTTP source.
-func newTransport(opts *SourceOptions) *http.Transport {
+func newTransport(opts *Options) *http.Transport {
 	dialer := &net.Dialer{Timeout: min(opts.AttemptTimeout, 30*time.Second), KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
 		Proxy:       http.ProxyFromEnvironment,
@@ -84,7 +84,7 @@ func newTransport(opts *SourceOptions) *http.Transport {
 // idle connections per host for every part of a few concurrent reads, no
 // transparent decompression (ranges are of the stored bytes), and HTTP/1.1,
 // so that parallel parts travel on separate TCP connections.
-func tuneTransport(opts *SourceOptions) func(*http.Transport) {
+func tuneTransport(opts *Options) func(*http.Transport) {
 	return func(tr *http.Transport) {
 		tr.MaxIdleConns = max(100, opts.Parallel*16)
 		tr.MaxIdleConnsPerHost = max(16, opts.Parallel*4)
@@ -103,7 +103,7 @@ func tuneTransport(opts *SourceOptions) func(*http.Transport) {
 // HEAD is refused, a GET of the first byte) learns the size and the ETag or
 // Last-Modified, and checks that the server serves byte ranges. Name is the
 // URL without userinfo; userinfo, if any, is sent as basic authentication.
-func OpenHTTP(ctx context.Context, rawURL string, opts SourceOptions) (*HTTPSource, error) {
+func OpenHTTP(ctx context.Context, rawURL string, opts Options) (*HTTPSource, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -326,7 +326,9 @@ func parseContentRange(v string) (a, b, total int64, ok bool) {
 
 // ReadAt reads len(p) bytes at off; see Source. A read larger than
 // PartSize is fetched in parts, in parallel.
-func (s *HTTPSource) ReadAt(p []byte, off int64) (int, error) { return s.r.readAt(p, off) }
+func (s *HTTPSource) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	return s.r.readAt(ctx, p, off)
+}
 
 // Size returns the object's size, as learnt at open.
 func (s *HTTPSource) Size() int64 { return s.r.size }

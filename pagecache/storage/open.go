@@ -1,4 +1,4 @@
-package pagecache
+package storage
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/ffcvfs/ffcvfs/beton"
 )
 
-// Defaults of SourceOptions.
+// Defaults of Options.
 const (
 	DefaultPartSize       = 4 << 20
 	DefaultParallel       = 4
@@ -23,9 +23,9 @@ const (
 	DefaultBackoffMax     = 5 * time.Second
 )
 
-// SourceOptions configures OpenSource. The zero value gives the defaults;
+// Options configures Open. The zero value gives the defaults;
 // Validate fills them in.
-type SourceOptions struct {
+type Options struct {
 	// Logger receives warnings (a refused O_DIRECT, retried requests). The
 	// default is slog.Default(). Nothing is logged per successful read, and
 	// credentials are never logged.
@@ -93,7 +93,7 @@ type SourceOptions struct {
 }
 
 // Validate fills defaults and checks the options.
-func (o *SourceOptions) Validate() error {
+func (o *Options) Validate() error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -148,7 +148,7 @@ func (o *SourceOptions) Validate() error {
 	return nil
 }
 
-// OpenSource opens the storage that url names:
+// Open opens the storage that url names:
 //
 //   - a path, or file:///path: a local or NFS file (FileSource);
 //   - s3://bucket/key: an S3 object (S3Source);
@@ -157,7 +157,7 @@ func (o *SourceOptions) Validate() error {
 //
 // ctx bounds the open only, not later reads. Errors name the URL, without
 // credentials.
-func OpenSource(ctx context.Context, url string, opts SourceOptions) (Source, error) {
+func Open(ctx context.Context, url string, opts Options) (Source, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -242,14 +242,14 @@ func redactURL(raw string) string {
 	return u.String()
 }
 
-// OpenBeton opens the source at location (as OpenSource) and the beton it
+// OpenBeton opens the source at location (as Open) and the beton it
 // holds. The caller closes the source; on error nothing is left open.
-func OpenBeton(ctx context.Context, location string, opts SourceOptions) (Source, *beton.File, error) {
-	src, err := OpenSource(ctx, location, opts)
+func OpenBeton(ctx context.Context, location string, opts Options) (Source, *beton.File, error) {
+	src, err := Open(ctx, location, opts)
 	if err != nil {
 		return nil, nil, err
 	}
-	f, err := beton.Open(src, src.Size(), src.Name())
+	f, err := beton.Open(ReaderAt(ctx, src), src.Size(), src.Name())
 	if err != nil {
 		src.Close()
 		return nil, nil, err

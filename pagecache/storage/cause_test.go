@@ -1,4 +1,4 @@
-package pagecache
+package storage
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package pagecache
+package storage
 
 import (
 	"bytes"
@@ -24,7 +24,7 @@ func captureLogger() (*slog.Logger, *testenv.OutputBuffer) {
 }
 
 func TestSourceOptionsDefaults(t *testing.T) {
-	var o SourceOptions
+	var o Options
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -37,17 +37,17 @@ func TestSourceOptionsDefaults(t *testing.T) {
 
 func TestSourceOptionsValidate(t *testing.T) {
 	for _, tc := range []struct {
-		o    SourceOptions
+		o    Options
 		want string
 	}{
-		{SourceOptions{DirectIO: true, KernelCache: true}, "exclude each other"},
-		{SourceOptions{PartSize: -1}, "part size"},
-		{SourceOptions{Parallel: -2}, "parallel"},
-		{SourceOptions{AttemptTimeout: -time.Second}, "attempt timeout"},
-		{SourceOptions{ReadDeadline: -time.Second}, "read deadline"},
-		{SourceOptions{BackoffBase: time.Second, BackoffMax: time.Millisecond}, "backoff max"},
-		{SourceOptions{Endpoint: "127.0.0.1:9000"}, "not an http:// or https:// URL"},
-		{SourceOptions{Endpoint: "http://key:hunter2@127.0.0.1:9000"}, "must not hold credentials"},
+		{Options{DirectIO: true, KernelCache: true}, "exclude each other"},
+		{Options{PartSize: -1}, "part size"},
+		{Options{Parallel: -2}, "parallel"},
+		{Options{AttemptTimeout: -time.Second}, "attempt timeout"},
+		{Options{ReadDeadline: -time.Second}, "read deadline"},
+		{Options{BackoffBase: time.Second, BackoffMax: time.Millisecond}, "backoff max"},
+		{Options{Endpoint: "127.0.0.1:9000"}, "not an http:// or https:// URL"},
+		{Options{Endpoint: "http://key:hunter2@127.0.0.1:9000"}, "must not hold credentials"},
 	} {
 		err := tc.o.Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -57,7 +57,7 @@ func TestSourceOptionsValidate(t *testing.T) {
 			t.Errorf("error shows a password: %v", err)
 		}
 	}
-	o := SourceOptions{MaxRetries: -5}
+	o := Options{MaxRetries: -5}
 	if err := o.Validate(); err != nil || o.MaxRetries != -1 {
 		t.Errorf("MaxRetries -5: %v, %d", err, o.MaxRetries)
 	}
@@ -71,17 +71,17 @@ func TestOpenSourceSchemes(t *testing.T) {
 	}
 	ctx := context.Background()
 	for _, u := range []string{path, "file://" + path, "FILE://" + path, "file://localhost" + path} {
-		src, err := OpenSource(ctx, u, SourceOptions{Logger: discardLogger()})
+		src, err := Open(ctx, u, Options{Logger: discardLogger()})
 		if err != nil {
-			t.Errorf("OpenSource(%s): %v", u, err)
+			t.Errorf("Open(%s): %v", u, err)
 			continue
 		}
 		if _, ok := src.(*FileSource); !ok || src.Size() != 5 || src.Name() != path {
-			t.Errorf("OpenSource(%s) = %T %q size %d", u, src, src.Name(), src.Size())
+			t.Errorf("Open(%s) = %T %q size %d", u, src, src.Name(), src.Size())
 		}
 		b := make([]byte, 5)
-		if _, err := src.ReadAt(b, 0); err != nil || string(b) != "hello" {
-			t.Errorf("OpenSource(%s): read %q, %v", u, b, err)
+		if _, err := src.ReadAt(context.Background(), b, 0); err != nil || string(b) != "hello" {
+			t.Errorf("Open(%s): read %q, %v", u, b, err)
 		}
 		src.Close()
 	}
@@ -96,12 +96,12 @@ func TestOpenSourceSchemes(t *testing.T) {
 		{dir, "not a regular file"},
 		{"http://user:hunter2@[::1", "open http://…"},
 	} {
-		_, err := OpenSource(ctx, tc.url, SourceOptions{Logger: discardLogger()})
+		_, err := Open(ctx, tc.url, Options{Logger: discardLogger()})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("OpenSource(%q) = %v, want an error saying %q", tc.url, err, tc.want)
+			t.Errorf("Open(%q) = %v, want an error saying %q", tc.url, err, tc.want)
 		}
 		if err != nil && strings.Contains(err.Error(), "hunter2") {
-			t.Errorf("OpenSource(%q): error shows a password: %v", tc.url, err)
+			t.Errorf("Open(%q): error shows a password: %v", tc.url, err)
 		}
 	}
 }
@@ -118,11 +118,11 @@ func TestRedactURL(t *testing.T) {
 	}
 }
 
-// checkReadAt compares src.ReadAt(len n at off) with data, by the rules of
+// checkReadAt compares src.ReadAt(context.Background(), len n at off) with data, by the rules of
 // io.ReaderAt: short only at the end, with io.EOF.
-func checkReadAt(t *testing.T, src io.ReaderAt, data []byte, p []byte, off int64) {
+func checkReadAt(t *testing.T, src Source, data []byte, p []byte, off int64) {
 	t.Helper()
-	n, err := src.ReadAt(p, off)
+	n, err := src.ReadAt(context.Background(), p, off)
 	want := 0
 	if off < int64(len(data)) {
 		want = min(len(p), len(data)-int(off))

@@ -1,4 +1,4 @@
-package pagecache
+package storage
 
 import (
 	"context"
@@ -23,7 +23,7 @@ import (
 // S3Source reads an S3 object (or one of an S3-compatible store) with
 // ranged GetObject requests, each with If-Match on the ETag learnt at open,
 // so a replaced object gives ErrChanged, never bytes of two versions. The
-// SDK's own retries are off: the retry policy of SourceOptions applies. It
+// SDK's own retries are off: the retry policy of Options applies. It
 // is safe for concurrent use.
 type S3Source struct {
 	// Immutable after OpenS3.
@@ -40,7 +40,7 @@ var _ Source = (*S3Source)(nil)
 // opts first, then from the standard AWS environment variables and shared
 // config files. A HeadObject learns the size and ETag; a missing bucket or
 // key, or denied access, fails at once with a clear error.
-func OpenS3(ctx context.Context, bucket, key string, opts SourceOptions) (*S3Source, error) {
+func OpenS3(ctx context.Context, bucket, key string, opts Options) (*S3Source, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -225,7 +225,9 @@ func (s *S3Source) changed(ctx context.Context, why string) error {
 
 // ReadAt reads len(p) bytes at off; see Source. A read larger than
 // PartSize is fetched in parts, in parallel.
-func (s *S3Source) ReadAt(p []byte, off int64) (int, error) { return s.r.readAt(p, off) }
+func (s *S3Source) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	return s.r.readAt(ctx, p, off)
+}
 
 // Size returns the object's size, as learnt at open.
 func (s *S3Source) Size() int64 { return s.r.size }
