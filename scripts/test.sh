@@ -48,6 +48,6 @@ step "go test"
 go test ./... -count=1 "$@"
 
 if (($# == 0)); then
-	step "go test -race (concurrency tests)"
-	go test -race -count=1 -run 'Budget|Pinned|Concurren|Race' ./pagecache/... ./fs/...
+	step "go test -race -short (every package)"
+	go test -race -short -count=1 ./...
 fi

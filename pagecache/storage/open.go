@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/ffcvfs/ffcvfs/beton"
@@ -249,10 +250,27 @@ func OpenBeton(ctx context.Context, location string, opts Options) (Source, *bet
 	if err != nil {
 		return nil, nil, err
 	}
-	f, err := beton.Open(ReaderAt(ctx, src), src.Size(), src.Name())
+	// ctx bounds the open; the File keeps its reader for later reads, which
+	// must not fail when ctx ends.
+	r := &openReader{src: src}
+	r.ctx.Store(&ctx)
+	f, err := beton.Open(r, src.Size(), src.Name())
 	if err != nil {
 		src.Close()
 		return nil, nil, err
 	}
+	after := context.WithoutCancel(ctx)
+	r.ctx.Store(&after)
 	return src, f, nil
+}
+
+// openReader reads src with a context that OpenBeton replaces once the
+// file is open.
+type openReader struct {
+	src Source
+	ctx atomic.Pointer[context.Context]
+}
+
+func (r *openReader) ReadAt(p []byte, off int64) (int, error) {
+	return r.src.ReadAt(*r.ctx.Load(), p, off)
 }
