@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/pagecache/policy"
 	"github.com/ffcvfs/ffcvfs/pagecache/storage"
 	"github.com/ffcvfs/ffcvfs/pagecache/storage/storagetest"
 )
@@ -174,38 +175,14 @@ func randomOrder(n int, rng *rand.Rand) []uint32 {
 // belady returns the fewest page reads any cache of k slots needs for the
 // plan's page sequence (Belady's MIN).
 func belady(f *beton.File, order []uint32, k int) int {
-	var refs []int64
-	for _, s := range order {
-		refs = append(refs, f.SamplePage(int(s)))
-	}
-	next := make([]int, len(refs))
-	last := map[int64]int{}
-	for i := len(refs) - 1; i >= 0; i-- {
-		if j, ok := last[refs[i]]; ok {
-			next[i] = j
-		} else {
-			next[i] = len(refs)
+	sp := make([]int32, f.NumSamples())
+	for s := range sp {
+		sp[s] = -1
+		if p := f.SamplePage(s); p != beton.NoPage {
+			sp[s] = int32(p - f.FirstPage())
 		}
-		last[refs[i]] = i
 	}
-	cache := map[int64]int{} // page → next use
-	misses := 0
-	for i, p := range refs {
-		if _, ok := cache[p]; !ok {
-			misses++
-			if len(cache) == k {
-				far, farPage := -1, int64(0)
-				for q, nu := range cache {
-					if nu > far {
-						far, farPage = nu, q
-					}
-				}
-				delete(cache, farPage)
-			}
-		}
-		cache[p] = next[i]
-	}
-	return misses
+	return policy.MinLoads(sp, order, k)
 }
 
 // consume reads order with the given number of goroutines, each taking the

@@ -87,40 +87,6 @@ func (s *sim) read(smp int, prefetch bool) {
 	}
 }
 
-// belady returns the fewest loads any cache of k pages needs for order.
-func belady(sp []int32, order []uint32, k int) int {
-	next := make([]int, len(order))
-	last := map[int32]int{}
-	for i := len(order) - 1; i >= 0; i-- {
-		p := sp[order[i]]
-		if j, ok := last[p]; ok {
-			next[i] = j
-		} else {
-			next[i] = len(order)
-		}
-		last[p] = i
-	}
-	cache := map[int32]int{}
-	misses := 0
-	for i, s := range order {
-		p := sp[s]
-		if _, ok := cache[p]; !ok {
-			misses++
-			if len(cache) == k {
-				far, farPage := -1, int32(0)
-				for q, nu := range cache {
-					if nu > far {
-						far, farPage = nu, q
-					}
-				}
-				delete(cache, farPage)
-			}
-		}
-		cache[p] = next[i]
-	}
-	return misses
-}
-
 // With one plan, demand loading and prefetching both load exactly as many
 // pages as Belady's MIN, epoch after epoch.
 func TestOnePlanIsBelady(t *testing.T) {
@@ -150,7 +116,7 @@ func TestOnePlanIsBelady(t *testing.T) {
 				for _, smp := range order {
 					s.read(int(smp), prefetch)
 				}
-				if opt := belady(sp, order, slots); s.loads != opt {
+				if opt := MinLoads(sp, order, slots); s.loads != opt {
 					t.Errorf("epoch %d: %d loads, Belady's optimum %d", epoch, s.loads, opt)
 				}
 				if n := len(s.p.Plans()); n != 0 {
