@@ -37,8 +37,8 @@ type Options struct {
 	Window int
 	// Logger receives errors and warnings (default slog.Default()).
 	Logger *slog.Logger
-	// Debug checks the cache's invariants after every change, panicking on
-	// a violation. For tests.
+	// Debug checks the invariants of the cache and of its policy on every
+	// unlock, panicking on a violation. For tests.
 	Debug bool
 }
 
@@ -526,8 +526,10 @@ func (c *Cache) Withdraw(id string) {
 
 // WithdrawIdle removes the plans of which no position was read for idle
 // (since their announcement, if none was), and returns their ids: their
-// readers have stalled or gone, and should not steer the cache. Idleness
-// is noticed by these calls, which should come at least every idle/10.
+// readers have stalled or gone, and should not steer the cache. The read
+// path keeps no clock: a plan counts as idle from the first call that
+// finds no reads since the call before, so it goes one call period or so
+// after idle.
 func (c *Cache) WithdrawIdle(idle time.Duration) []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
