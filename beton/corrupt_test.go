@@ -20,7 +20,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/ffcvfs/ffcvfs/beton"
 )
@@ -853,16 +852,11 @@ func TestHugeCountsFailFast(t *testing.T) {
 			}
 			var ms0, ms1 runtime.MemStats
 			runtime.ReadMemStats(&ms0)
-			start := time.Now()
 			_, err := beton.Open(&w.out, w.out.size, w.name)
-			elapsed := time.Since(start)
 			runtime.ReadMemStats(&ms1)
 			checkErr(t, "Open", err, w.name, beton.ErrCorrupt, `truncated|past the end`)
 			if got := ms1.TotalAlloc - ms0.TotalAlloc; got > 64<<10 {
 				t.Errorf("Open allocated %d bytes before failing", got)
-			}
-			if elapsed > 100*time.Millisecond {
-				t.Errorf("Open took %v to fail", elapsed)
 			}
 			allocs := testing.AllocsPerRun(10, func() { beton.Open(&w.out, w.out.size, w.name) })
 			if allocs > 100 { // the descriptors' worth, whatever the counts say
@@ -977,7 +971,6 @@ func TestEmptyValues(t *testing.T) {
 	if f.NumPages() != 0 {
 		t.Errorf("%d data pages, want 0", f.NumPages())
 	}
-	start := time.Now()
 	if errs := beton.Verify(f, beton.VerifyOptions{All: true}); len(errs) > 0 {
 		t.Errorf("Verify: %v", errs[0])
 	}
@@ -986,8 +979,8 @@ func TestEmptyValues(t *testing.T) {
 			t.Fatalf("sample %d: %+v, %v", i, a, err)
 		}
 	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("looking up %d empty values took %v", n, d)
+	if a := testing.AllocsPerRun(100, func() { f.Data(n/2, 0) }); a != 0 {
+		t.Errorf("looking up an empty value made %v allocations", a)
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -398,5 +400,22 @@ func TestRetryParentDeadlineIsUnavailable(t *testing.T) {
 	})
 	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "the caller's deadline passed") {
 		t.Errorf("err = %v, want ErrUnavailable naming the caller's deadline", err)
+	}
+}
+
+var attemptsRE = regexp.MustCompile(`(\d+) attempts? over`)
+
+// checkGaveUpEarly checks that err says storage was given up on after
+// fewer attempts than maxRetries allowed: the read deadline, not the retry
+// count, ended the read.
+func checkGaveUpEarly(t *testing.T, err error, maxRetries int) {
+	t.Helper()
+	m := attemptsRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		t.Errorf("error %q does not say how many attempts were made", err)
+		return
+	}
+	if n, _ := strconv.Atoi(m[1]); n < 1 || n >= maxRetries {
+		t.Errorf("gave up after %d attempts; the deadline should end it well before %d", n, maxRetries)
 	}
 }
