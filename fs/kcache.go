@@ -15,7 +15,8 @@ import (
 // request to the mount, as from a plain folder. The kernel keeps a file's
 // bytes only while the beton page they come from is in the mount's cache:
 // when the cache evicts a page, the copies of its samples (and of its bytes
-// in dataset.beton) that the kernel was given are invalidated. The kernel
+// in dataset.beton) that the kernel was given are invalidated, and when it
+// evicts a range, the copy of its sample. The kernel
 // then holds at most what the cache holds, and its copies are clean pages
 // that it may drop sooner under memory pressure. With --kernel-cache, or
 // without zero-message opens, nothing is tracked.
@@ -64,8 +65,9 @@ type kernelCopies struct {
 const invalidateDelay = 50 * time.Millisecond
 
 type eviction struct {
-	page int64
-	at   time.Time
+	page   int64
+	sample int32 // a range of the page, or -1: the whole page
+	at     time.Time
 }
 
 type heldFile struct {
@@ -114,13 +116,14 @@ func (k *kernelCopies) datasetRead(p int64, inode *gofs.Inode) {
 	k.mu.Unlock()
 }
 
-// evict is the cache's OnEvict: it queues page p and returns at once.
-func (k *kernelCopies) evict(p int64) {
+// evict is the cache's OnEvict: it queues page p, or sample's range of
+// it, and returns at once.
+func (k *kernelCopies) evict(p int64, sample int) {
 	if !k.active.Load() {
 		return
 	}
 	k.mu.Lock()
-	k.evicted = append(k.evicted, eviction{p, time.Now()})
+	k.evicted = append(k.evicted, eviction{p, int32(sample), time.Now()})
 	k.mu.Unlock()
 	select {
 	case k.wake <- struct{}{}:
@@ -219,6 +222,14 @@ func (k *kernelCopies) run() {
 				break
 			}
 			n++
+			if e.sample >= 0 {
+				if h, ok := k.samples[e.sample]; ok {
+					delete(k.samples, e.sample)
+					k.bytes -= h.size
+					batch = append(batch, invalidation{h.inode, 0, 0})
+				}
+				continue
+			}
 			for _, s := range k.f.PageSamples(e.page) {
 				if h, ok := k.samples[int32(s)]; ok {
 					delete(k.samples, int32(s))

@@ -238,7 +238,7 @@ func (n *sampleNode) Read(ctx context.Context, f gofs.FileHandle, dest []byte, o
 		return nil, v.readError("read of sample "+strconv.Itoa(n.sample), err)
 	}
 	defer pg.Release()
-	data := pg.Data[int64(img.Ptr)-v.f.PageOffset(pg.Num):][:img.Size]
+	data := pg.Data[int64(img.Ptr)-pg.Off:][:img.Size]
 	k := 0
 	if img.Mode == beton.ModeRaw {
 		hdr := ppmHeader(img.Width, img.Height)

@@ -11,12 +11,14 @@ import (
 	"github.com/ffcvfs/ffcvfs/beton"
 )
 
-// samplerScript exercises QuasiRandomSampler on a mount and prints what it
-// saw as JSON.
+// samplerScript exercises a sampler class of ffcvfs_sampler (argv[4]) on
+// a mount and prints what it saw as JSON.
 const samplerScript = `
 import json, sys
 sys.path.insert(0, sys.argv[2])
-from ffcvfs_sampler import QuasiRandomSampler, NotAnFfcvfsMountError
+import ffcvfs_sampler
+from ffcvfs_sampler import NotAnFfcvfsMountError
+QuasiRandomSampler = getattr(ffcvfs_sampler, sys.argv[4])
 
 mnt, plain = sys.argv[1], sys.argv[3]
 out = {}
@@ -27,6 +29,7 @@ out["Epoch0Again"] = list(s)
 s.set_epoch(1)
 out["Epoch1"] = list(s)
 out["Len1"] = len(s)
+out["OrderPath"] = s.order_path(0)
 ranks = [QuasiRandomSampler(mnt, rank=r, world_size=2) for r in range(2)]
 out["RankLens"] = [len(r) for r in ranks]
 out["Ranks"] = [list(r) for r in ranks]
@@ -54,19 +57,27 @@ out["BadArgs"] = [
 json.dump(out, sys.stdout)
 `
 
-// TestQuasiRandomSampler: the Python sampler reads the mount's orders: one
+// TestSamplers: the Python samplers read the mount's orders (QuasiRandom-
+// Sampler the quasi-random ones, RandomSampler the random ones): one
 // permutation of the dataset per epoch, the same each time it is read, and
 // with two ranks, equal lengths over disjoint pages.
-func TestQuasiRandomSampler(t *testing.T) {
+func TestSamplers(t *testing.T) {
 	py := debianPython(t, "torch")
 	_, out, _ := writeSmallBeton(t)
 	mnt := mountBeton(t, out)
+	for _, c := range []struct{ class, kind string }{{"QuasiRandomSampler", "quasi-random"}, {"RandomSampler", "random"}} {
+		t.Run(c.class, func(t *testing.T) { checkSampler(t, py, mnt, out, c.class, c.kind) })
+	}
+}
+
+func checkSampler(t *testing.T, py, mnt, out, class, kind string) {
 	pydir, err := filepath.Abs("../python")
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdout, _ := run(t, 0, py, "-c", samplerScript, mnt, pydir, t.TempDir())
+	stdout, _ := run(t, 0, py, "-c", samplerScript, mnt, pydir, t.TempDir(), class)
 	var r struct {
+		OrderPath                   string
 		Len, Len1                   int
 		Epoch0, Epoch0Again, Epoch1 []int
 		RankLens                    []int
@@ -87,6 +98,9 @@ func TestQuasiRandomSampler(t *testing.T) {
 	n := f.NumSamples()
 	if r.Len != n || r.Len1 != n || len(r.Epoch0) != n {
 		t.Errorf("len %d (epoch 1: %d), epoch 0 has %d indices; the beton has %d samples", r.Len, r.Len1, len(r.Epoch0), n)
+	}
+	if want := filepath.Join(mnt, ".ffcvfs", "orders", kind, "0", "0"); r.OrderPath != want {
+		t.Errorf("order of epoch 0 read from %s, want %s", r.OrderPath, want)
 	}
 	if !slices.Equal(r.Epoch0, r.Epoch0Again) {
 		t.Errorf("epoch 0 read twice gives two orders")

@@ -202,6 +202,9 @@ func checkReadsAll(t *testing.T, mnt string, files []sampleFile, n int) {
 type storageStats struct {
 	Cache struct {
 		PagesRead   uint64 `json:"pages_read"`
+		RangesRead  uint64 `json:"ranges_read"`
+		BytesRead   uint64 `json:"bytes_read"`
+		Requests    uint64 `json:"requests"`
 		ReadErrors  uint64 `json:"read_errors"`
 		Slots       int    `json:"slots"`
 		BudgetBytes int64  `json:"budget_bytes"`
@@ -498,6 +501,7 @@ func TestStorageFaults(t *testing.T) {
 	})
 
 	t.Run("object-replaced", func(t *testing.T) { checkObjectReplaced(t, r) })
+	t.Run("random-order-by-ranges", func(t *testing.T) { checkRandomOrderByRanges(t, r) })
 }
 
 // checkTransientFault: a read that meets the fault retries until the fault
@@ -613,6 +617,91 @@ func checkObjectReplaced(t *testing.T, r *storageRig) {
 	causes := checkLoggedOnce(t, p, 0)
 	if len(causes) != 1 || !strings.Contains(causes[0], "object changed") {
 		t.Errorf("causes logged %q, want the object's change only", causes)
+	}
+	checkAlive(t, p)
+}
+
+// checkRandomOrderByRanges: the mount's random order, announced, read with
+// a cache of one page, is served by ranges: every file right, about the
+// bytes read fetched, in no more requests than files. When the object is
+// replaced halfway, the rest of the epoch reads the old bytes (ranges
+// fetched before) or fails with EIO, never bytes of the new object.
+func checkRandomOrderByRanges(t *testing.T, r *storageRig) {
+	const key = "small/ranges.beton"
+	r.srv.PutObject(t, storageBucket, key, r.data)
+	p := r.mount(t, r.srv.Endpoint(), key, "--cache-size", "2MiB")
+	rel := mountedFiles(t, p.mnt) // ImageFolder's order: the indices of orders
+	byRel := map[string]sampleFile{}
+	for _, sf := range r.files {
+		byRel[sf.rel] = sf
+	}
+	text, err := os.ReadFile(filepath.Join(p.mnt, ".ffcvfs", "orders", "random", "0", "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []sampleFile
+	for _, f := range strings.Fields(string(text)) {
+		i, err := strconv.Atoi(f)
+		if err != nil || i < 0 || i >= len(rel) {
+			t.Fatalf("order line %q: %v", f, err)
+		}
+		order = append(order, byRel[rel[i]])
+	}
+	// readFrom reads order[from:to] with 4 workers taking positions in
+	// turn, as a DataLoader does.
+	readFrom := func(from, to int, each func(sf sampleFile, err error)) {
+		var next atomic.Int64
+		next.Store(int64(from))
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := next.Add(1) - 1; i < int64(to); i = next.Add(1) - 1 {
+					each(order[i], checkRead(p.mnt, order[i]))
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	half := len(order) / 2
+	var read atomic.Int64
+	readFrom(0, half, func(sf sampleFile, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		read.Add(int64(len(sf.want)))
+	})
+	st := mustStorageStats(t, p.mnt)
+	t.Logf("first half: %d files, %d bytes; fetched %d bytes in %d requests (%d pages, %d ranges)", half, read.Load(), st.Cache.BytesRead, st.Cache.Requests, st.Cache.PagesRead, st.Cache.RangesRead)
+	// What was read, and what is prefetched for the second half: at most
+	// the budget.
+	if st.Cache.RangesRead == 0 || float64(st.Cache.BytesRead) > 1.1*float64(read.Load())+float64(st.Cache.BudgetBytes) {
+		t.Errorf("fetched %d bytes (%d ranges) to read %d", st.Cache.BytesRead, st.Cache.RangesRead, read.Load())
+	}
+	if st.Cache.Requests > uint64(half)+uint64(st.Cache.BudgetBytes)/uint64(read.Load()/int64(half)) {
+		t.Errorf("%d requests to read %d files", st.Cache.Requests, half)
+	}
+
+	other := bytes.Clone(r.data)
+	for i := range other {
+		other[i] ^= 0xA5
+	}
+	r.srv.PutObject(t, storageBucket, key, other)
+	var eio, good atomic.Int64
+	readFrom(half, len(order), func(sf sampleFile, err error) {
+		switch {
+		case err == nil:
+			good.Add(1)
+		case errors.Is(err, syscall.EIO):
+			eio.Add(1)
+		default:
+			t.Errorf("after the object was replaced: %v", err)
+		}
+	})
+	t.Logf("second half, after the object was replaced: %d reads right (prefetched before), %d EIO", good.Load(), eio.Load())
+	if eio.Load() == 0 {
+		t.Error("no read failed after the object was replaced")
 	}
 	checkAlive(t, p)
 }

@@ -179,7 +179,7 @@ func BenchmarkCacheEpochs(b *testing.B) {
 									return
 								}
 								a, _ := f.Data(s, 0)
-								delivered.Add(int64(copy(out, pg.Data[int64(a.Ptr)-f.PageOffset(pg.Num):][:a.Size])))
+								delivered.Add(int64(copy(out, pg.Data[int64(a.Ptr)-pg.Off:][:a.Size])))
 								pg.Release()
 							}
 						}()

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/ffcvfs/ffcvfs/beton"
@@ -21,6 +22,11 @@ import (
 // ErrClosed is returned by operations on a closed Cache.
 var ErrClosed = errors.New("page cache closed")
 
+// DefaultReaders is the default of Options.Readers: enough requests in
+// flight to fill a link of about 100 MB/s with 10 ms latency with ranges
+// of 30 KB or more (the bandwidth-delay product is about 1 MB).
+const DefaultReaders = 64
+
 // Options configures a Cache.
 type Options struct {
 	// Budget is the memory for page slots, in bytes, rounded down to whole
@@ -28,15 +34,25 @@ type Options struct {
 	// least one page. Slots are allocated once, by New; the cache never
 	// holds more.
 	Budget int64
-	// Readers is the number of goroutines that prefetch pages (default 16).
-	// Demand reads are made by the goroutine that needs the page.
+	// Readers is the most prefetch requests in flight (default 64), each
+	// a page or a range (several neighbouring samples in one request).
+	// Demand reads are made by the goroutine that needs the data, besides.
 	Readers int
+	// InflightBytes caps the bytes of the prefetch requests in flight
+	// (default: 4 pages, at least 8 MiB). Requests beyond the link's
+	// bandwidth-delay product only split the link among data needed later,
+	// and pages ready soon wait longer; many small ranges are needed to
+	// fill it, few pages.
+	InflightBytes int64
 	// Window is how far, in samples, a consumer may read ahead of the first
 	// sample of its plan it has not read yet (default 8192). Reads further
 	// ahead mean the consumer skipped what it left behind.
 	Window int
 	// Logger receives errors and warnings (default slog.Default()).
 	Logger *slog.Logger
+	// PagesOnly serves every miss with its whole page, never with a range
+	// of it (see ranges.go).
+	PagesOnly bool
 	// Debug checks the invariants of the cache and of its policy on every
 	// unlock, panicking on a violation. For tests.
 	Debug bool
@@ -45,10 +61,13 @@ type Options struct {
 // Validate fills defaults and checks the options against a page size.
 func (o *Options) Validate(pageSize int64) error {
 	if o.Readers == 0 {
-		o.Readers = 16
+		o.Readers = DefaultReaders
 	}
 	if o.Window == 0 {
 		o.Window = 8192
+	}
+	if o.InflightBytes == 0 {
+		o.InflightBytes = max(4*pageSize, 8<<20)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -56,6 +75,8 @@ func (o *Options) Validate(pageSize int64) error {
 	switch {
 	case o.Readers < 0:
 		return fmt.Errorf("readers must be at least 1, got %d", o.Readers)
+	case o.InflightBytes < 0:
+		return fmt.Errorf("bytes in flight must be positive, got %d", o.InflightBytes)
 	case o.Window < 0:
 		return fmt.Errorf("window must be at least 0, got %d", o.Window)
 	case o.Budget < pageSize:
@@ -89,9 +110,20 @@ type Cache struct {
 	changed  chan struct{} // closed at the next change; nil if nobody waits
 	pol      *policy.Policy
 	inflight int // prefetch loads under way
+	// inflightBytes is their bytes.
+	inflightBytes int64
 	stats    Stats
 	closed   bool
-	onEvict  func(page int64)
+	onEvict  func(page int64, sample int)
+
+	// Ranges (ranges.go). samplePage, extOff and extLen are immutable:
+	// each sample's data page (-1: none) and extent in it.
+	rng        rangeSet
+	samplePage []int32
+	extOff     []uint32
+	extLen     []uint32
+	meanExtent int64
+	epochSeen  int
 }
 
 // lock is the cache's mutex. With Options.Debug, every Unlock first checks
@@ -103,7 +135,11 @@ type lock struct {
 
 func (l *lock) Unlock() {
 	if l.check != nil {
+		// Unlocked even when the check panics, so that the test fails
+		// rather than hangs.
+		defer l.Mutex.Unlock()
 		l.check()
+		return
 	}
 	l.Mutex.Unlock()
 }
@@ -133,6 +169,10 @@ type prefetchJob struct {
 	slot int32
 	dp   int32
 	op   *loadOp
+	// A range prefetch: the ranges, and the bytes [lo, hi) that cover
+	// them.
+	ranges []*rangeEntry
+	lo, hi int64
 }
 
 // New returns a cache for f, whose bytes come from src. The slot memory,
@@ -166,6 +206,23 @@ func New(src storage.Source, f *beton.File, opts Options) (*Cache, error) {
 		loads:    map[int32]*loadOp{},
 		done:     make(chan struct{}),
 		pol:      policy.New(samplePage, f.NumPages(), n, opts.Window),
+		rng:      rangeSet{m: map[int32]*rangeEntry{}},
+
+		samplePage: samplePage,
+	}
+	c.extOff, c.extLen = extents(f, samplePage)
+	pageBytes := make([]uint32, f.NumPages())
+	withData, total := int64(0), int64(0)
+	for s, dp := range samplePage {
+		if dp >= 0 {
+			pageBytes[dp] += c.extLen[s]
+			withData++
+			total += int64(c.extLen[s])
+		}
+	}
+	c.meanExtent = max(1, total/max(1, withData))
+	if !opts.PagesOnly {
+		c.pol.SetSizes(c.extLen, pageBytes)
 	}
 	for i := range c.slots {
 		c.slots[i] = slot{buf: mem[int64(i)*ps : int64(i+1)*ps : int64(i+1)*ps], page: -1}
@@ -188,6 +245,35 @@ func New(src storage.Source, f *beton.File, opts Options) (*Cache, error) {
 	return c, nil
 }
 
+// extents returns, per sample, the offset in its page of its first
+// allocation and the bytes from there to the end of its last.
+func extents(f *beton.File, samplePage []int32) (off, n []uint32) {
+	off, n = make([]uint32, len(samplePage)), make([]uint32, len(samplePage))
+	hi := make([]uint64, len(samplePage))
+	for _, a := range f.Allocs() {
+		s := a.Sample
+		dp := samplePage[s]
+		if dp < 0 || a.Size == 0 {
+			continue
+		}
+		base := uint64(f.PageOffset(int64(dp) + f.FirstPage()))
+		lo := a.Ptr - base
+		if hi[s] == 0 || lo < uint64(off[s]) {
+			if hi[s] == 0 {
+				hi[s] = lo + a.Size
+			}
+			off[s] = uint32(lo)
+		}
+		hi[s] = max(hi[s], lo+a.Size)
+	}
+	for s := range n {
+		if hi[s] > 0 {
+			n[s] = uint32(hi[s] - uint64(off[s]))
+		}
+	}
+	return off, n
+}
+
 // File returns the beton the cache serves.
 func (c *Cache) File() *beton.File { return c.f }
 
@@ -208,6 +294,9 @@ func (c *Cache) Close() error {
 	for i := range c.slots {
 		pinned += int(c.slots[i].pins)
 	}
+	for _, e := range c.rng.m {
+		pinned += int(e.pins)
+	}
 	c.broadcast()
 	c.mu.Unlock()
 	c.stop()
@@ -218,33 +307,58 @@ func (c *Cache) Close() error {
 		c.opts.Logger.Warn("page cache closed with pages still pinned; its memory is not returned", "source", c.src.Name(), "pins", pinned)
 		return nil
 	}
+	c.mu.Lock()
+	for _, e := range c.rng.m {
+		// Loads have ended: the readers are gone, and demand loads
+		// hold pins.
+		syscall.Munmap(e.buf)
+	}
+	c.rng = rangeSet{m: map[int32]*rangeEntry{}, lent: c.rng.lent}
+	c.mu.Unlock()
 	return freeArena(c.arena)
 }
 
-// OnEvict makes the cache call fn with the absolute number of every page
-// that leaves it from now on. fn is called with the cache's lock held: it
-// must return at once and must not call the cache.
-func (c *Cache) OnEvict(fn func(page int64)) {
+// OnEvict makes the cache call fn for every page and range that leaves it
+// from now on: with the absolute page number and -1 for a page, with the
+// page and the sample for a range. fn is called with the cache's lock
+// held: it must return at once and must not call the cache.
+func (c *Cache) OnEvict(fn func(page int64, sample int)) {
 	c.mu.Lock()
 	c.onEvict = fn
 	c.mu.Unlock()
 }
 
-// Page is a pinned page: its Data stay valid and unchanged until Release.
-// Holders of pins on one page may share one *Page; each releases once.
+// Page is pinned data: a whole page, or a range of one (one sample's
+// bytes). Its Data stay valid and unchanged until Release. Holders of pins
+// on the same data may share one *Page; each releases once.
 type Page struct {
 	c    *Cache
-	slot int32
-	// Num is the absolute page number; Data starts at file offset
-	// Num × page size.
+	slot int32       // a page's slot
+	r    *rangeEntry // or a range
+	// Num is the absolute page number; Data starts at file offset Off
+	// (Num × page size for a whole page).
 	Num  int64
+	Off  int64
 	Data []byte
 }
 
-// Release unpins the page. Data must not be used afterwards.
+// Release unpins the data. Data must not be used afterwards.
 func (p *Page) Release() {
 	c := p.c
 	c.mu.Lock()
+	if e := p.r; e != nil {
+		if e.pins <= 0 {
+			c.mu.Unlock()
+			panic("pagecache: Release of a range that is not pinned")
+		}
+		e.pins--
+		if e.pins == 0 {
+			c.broadcast()
+			c.schedule()
+		}
+		c.mu.Unlock()
+		return
+	}
 	s := &c.slots[p.slot]
 	if s.pins <= 0 {
 		c.mu.Unlock()
@@ -260,7 +374,8 @@ func (p *Page) Release() {
 }
 
 // AcquireSample records that the sample is being read (for plans and the
-// epoch) and returns its page, pinned. A sample with no data has no page:
+// epoch) and returns its data pinned: its page, or a range of the page that
+// holds at least the sample's bytes. A sample with no data has no page:
 // the result is nil, nil.
 func (c *Cache) AcquireSample(ctx context.Context, sample int) (*Page, error) {
 	if sample < 0 || sample >= c.f.NumSamples() {
@@ -340,6 +455,69 @@ func (c *Cache) acquire(ctx context.Context, dp int32, sample int) (*Page, error
 			}
 			return c.pin(si, sample), nil
 		}
+		if sample >= 0 {
+			if e := c.rng.m[int32(sample)]; e != nil {
+				if !e.ready {
+					op := e.op
+					if err := wait(op.done); err != nil {
+						return nil, err
+					}
+					if op.err != nil && !op.cancelled {
+						c.mu.Unlock()
+						return nil, op.err
+					}
+					continue
+				}
+				if waited {
+					c.stats.WaitTime += time.Since(start)
+				} else {
+					c.stats.Hits++
+				}
+				c.stats.RangeHits++
+				if e.prefetched {
+					e.prefetched = false
+					c.stats.PrefetchHits++
+				}
+				e.pins++
+				c.recordRead(sample)
+				c.mu.Unlock()
+				return &e.pg, nil
+			}
+			if c.pol.RangeRead(sample) {
+				_, n := c.extent(sample)
+				if !c.makeRoom(mappedSize(uint32(n)), -1) {
+					if c.changed == nil {
+						c.changed = make(chan struct{})
+					}
+					if err := wait(c.changed); err != nil {
+						return nil, err
+					}
+					continue
+				}
+				c.stats.Misses++
+				op := &loadOp{done: make(chan struct{})}
+				e, err := c.newRange(sample, op)
+				if err != nil {
+					c.mu.Unlock()
+					return nil, err
+				}
+				e.pins = 1
+				lo, _ := c.extent(sample)
+				c.mu.Unlock()
+				c.loadRanges(ctx, []*rangeEntry{e}, lo, lo+int64(n), op)
+				c.mu.Lock()
+				if op.err != nil {
+					c.mu.Unlock()
+					return nil, op.err
+				}
+				if waited {
+					c.stats.WaitTime += time.Since(start)
+				}
+				c.recordRead(sample)
+				c.mu.Unlock()
+				return &e.pg, nil
+			}
+		}
 		si := c.victim()
 		if si < 0 {
 			// Every slot is pinned or loading: wait for a change.
@@ -389,14 +567,21 @@ func (c *Cache) pin(si int32, sample int) *Page {
 	return p
 }
 
-// victim returns the slot a demand load should use: a free one, else the
-// one of the policy's victim; -1 if every slot is pinned or loading.
+// victim returns the slot a demand load should use: a free one, one the
+// ranges can spare, else the one of the policy's victim, else one the
+// ranges give up; -1 if every slot is pinned or loading.
 func (c *Cache) victim() int32 {
-	if n := len(c.free); n > 0 {
-		return c.free[n-1]
+	if c.spareSlots() {
+		return c.free[len(c.free)-1]
 	}
 	if dp, _ := c.pol.Victim(); dp >= 0 {
 		return c.pageSlot[dp]
+	}
+	if len(c.rng.lent) > 0 && c.makeRoom(c.pageSize, -1) {
+		// Room for a page's worth of ranges is a slot's worth.
+		if c.spareSlots() {
+			return c.free[len(c.free)-1]
+		}
 	}
 	return -1
 }
@@ -411,7 +596,7 @@ func (c *Cache) startLoad(si, dp int32, prefetch bool) *loadOp {
 		c.pageSlot[s.page] = -1
 		c.stats.Evictions++
 		if c.onEvict != nil {
-			c.onEvict(int64(s.page) + c.firstPage)
+			c.onEvict(int64(s.page)+c.firstPage, -1)
 		}
 	} else {
 		// A free slot is always taken from the top of the stack.
@@ -421,7 +606,7 @@ func (c *Cache) startLoad(si, dp int32, prefetch bool) *loadOp {
 		c.free = c.free[:len(c.free)-1]
 	}
 	s.page, s.ready, s.prefetched = dp, false, prefetch
-	s.pg = Page{c: c, slot: si, Num: int64(dp) + c.firstPage, Data: s.buf}
+	s.pg = Page{c: c, slot: si, Num: int64(dp) + c.firstPage, Off: c.f.PageOffset(int64(dp) + c.firstPage), Data: s.buf}
 	if !prefetch {
 		s.pins = 1
 	}
@@ -463,6 +648,7 @@ func (c *Cache) load(ctx context.Context, si, dp int32, op *loadOp) {
 		c.stats.PagesRead++
 		c.stats.BytesRead += uint64(n)
 	}
+	c.countRequest()
 	close(op.done)
 	c.broadcast()
 	c.schedule()
@@ -473,9 +659,16 @@ func (c *Cache) reader(ctx context.Context) {
 	for {
 		select {
 		case j := <-c.jobs:
-			c.load(ctx, j.slot, j.dp, j.op)
+			n := c.pageSize
+			if j.ranges != nil {
+				c.loadRanges(ctx, j.ranges, j.lo, j.hi, j.op)
+				n = j.hi - j.lo
+			} else {
+				c.load(ctx, j.slot, j.dp, j.op)
+			}
 			c.mu.Lock()
 			c.inflight--
+			c.inflightBytes -= n
 			c.schedule()
 			c.mu.Unlock()
 		case <-ctx.Done():
@@ -496,6 +689,9 @@ func (c *Cache) broadcast() {
 // epoch's bookkeeping.
 func (c *Cache) recordRead(s int) {
 	c.pol.Read(s)
+	if e := c.rng.m[int32(s)]; e != nil && e.ready {
+		c.rekey(e)
+	}
 	c.schedule()
 }
 
@@ -513,6 +709,7 @@ func (c *Cache) Announce(id string, order []uint32) error {
 		return ErrClosed
 	}
 	c.pol.Install(pl, time.Now())
+	c.rekeyAll()
 	c.schedule()
 	return nil
 }
@@ -520,7 +717,9 @@ func (c *Cache) Announce(id string, order []uint32) error {
 // Withdraw removes consumer id's plan.
 func (c *Cache) Withdraw(id string) {
 	c.mu.Lock()
-	c.pol.Withdraw(id)
+	if c.pol.Withdraw(id) {
+		c.rekeyAll()
+	}
 	c.mu.Unlock()
 }
 
@@ -533,24 +732,38 @@ func (c *Cache) Withdraw(id string) {
 func (c *Cache) WithdrawIdle(idle time.Duration) []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.pol.WithdrawIdle(time.Now(), idle)
+	ids := c.pol.WithdrawIdle(time.Now(), idle)
+	if len(ids) > 0 {
+		c.rekeyAll()
+	}
+	return ids
 }
 
-// schedule starts prefetches while readers are free, as the policy says.
+// schedule starts prefetches while readers are free, as the policy says:
+// ranges, then pages; up to Readers requests and InflightBytes bytes (or
+// one request) in flight.
 func (c *Cache) schedule() {
-	for c.inflight < c.opts.Readers && !c.closed {
+	for c.inflight < c.opts.Readers && (c.inflight == 0 || c.inflightBytes < c.opts.InflightBytes) && !c.closed {
+		if c.prefetchRange() {
+			continue
+		}
 		w, v, ok := c.pol.Prefetch()
 		if !ok {
 			return
 		}
 		si := int32(-1)
-		if v >= 0 {
+		switch {
+		case v >= 0 && len(c.rng.lent) > 0 && c.spareSlots():
+			// The ranges spared a slot: nothing is evicted.
+			si = c.free[len(c.free)-1]
+		case v >= 0:
 			si = c.pageSlot[v]
-		} else {
+		default:
 			si = c.free[len(c.free)-1]
 		}
 		op := c.startLoad(si, w, true)
 		c.inflight++
+		c.inflightBytes += c.pageSize
 		c.jobs <- prefetchJob{slot: si, dp: w, op: op}
 	}
 }
@@ -561,8 +774,8 @@ func (c *Cache) check() {
 	for i := range c.slots {
 		s := &c.slots[i]
 		if s.page < 0 {
-			if s.pins != 0 || s.ready || !slices.Contains(c.free, int32(i)) {
-				panic(fmt.Sprintf("pagecache: empty slot %d has pins %d ready %v, listed free %v", i, s.pins, s.ready, slices.Contains(c.free, int32(i))))
+			if free, lent := slices.Contains(c.free, int32(i)), slices.Contains(c.rng.lent, int32(i)); s.pins != 0 || s.ready || free == lent {
+				panic(fmt.Sprintf("pagecache: empty slot %d has pins %d ready %v, listed free %v, lent %v", i, s.pins, s.ready, free, lent))
 			}
 			continue
 		}
@@ -583,9 +796,10 @@ func (c *Cache) check() {
 			mapped++
 		}
 	}
-	if mapped != used || used+len(c.free) != len(c.slots) || used != c.pol.Resident() || c.inflight < 0 || c.inflight > c.opts.Readers {
-		panic(fmt.Sprintf("pagecache: %d pages mapped, %d slots used, %d free, %d resident for the policy, %d prefetches in flight", mapped, used, len(c.free), c.pol.Resident(), c.inflight))
+	if mapped != used || used+len(c.free)+len(c.rng.lent) != len(c.slots) || used != c.pol.Resident() || c.inflight < 0 || c.inflight > c.opts.Readers {
+		panic(fmt.Sprintf("pagecache: %d pages mapped, %d slots used, %d free, %d lent, %d resident for the policy, %d prefetches in flight", mapped, used, len(c.free), len(c.rng.lent), c.pol.Resident(), c.inflight))
 	}
+	c.checkRanges()
 	if err := c.pol.Check(); err != nil {
 		panic("pagecache: policy: " + err.Error())
 	}

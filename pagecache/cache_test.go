@@ -126,7 +126,7 @@ func readSample(t testing.TB, c *Cache, s int) {
 		t.Error(err)
 		return
 	}
-	off := int64(a.Ptr) - pg.Num*c.pageSize
+	off := int64(a.Ptr) - pg.Off
 	d := pg.Data[off : off+int64(a.Size)]
 	if got := binary.LittleEndian.Uint64(d); got != uint64(s) || d[100] != byte(s*31+100) || d[len(d)-1] != byte(s*31+len(d)-1) {
 		t.Errorf("sample %d: read data of sample %d", s, got)
@@ -210,7 +210,7 @@ func TestQuasiRandomPlanReadsEachPageOncePerEpoch(t *testing.T) {
 	const window, depth = 4, 4
 	for _, workers := range []int{1, 4} {
 		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
-			c, src := newTestCache(t, window+depth, Options{Readers: 4})
+			c, src := newTestCache(t, window+depth, Options{Readers: 4, PagesOnly: true})
 			f := c.File()
 			rng := rand.New(rand.NewPCG(1, uint64(workers)))
 			for epoch := 0; epoch < 3; epoch++ {
@@ -240,7 +240,7 @@ func TestQuasiRandomPlanReadsEachPageOncePerEpoch(t *testing.T) {
 
 func TestRandomPlanNearBelady(t *testing.T) {
 	slots := testPages / 10 // 10 % of the data
-	c, src := newTestCache(t, slots, Options{Readers: 4})
+	c, src := newTestCache(t, slots, Options{Readers: 4, PagesOnly: true})
 	f := c.File()
 	rng := rand.New(rand.NewPCG(2, 2))
 	for epoch := 0; epoch < 2; epoch++ {
@@ -265,7 +265,7 @@ func TestRandomPlanNearBelady(t *testing.T) {
 }
 
 func TestNoPlanReadsAtMostSampleReads(t *testing.T) {
-	c, src := newTestCache(t, 5, Options{Readers: 4})
+	c, src := newTestCache(t, 5, Options{Readers: 4, PagesOnly: true})
 	f := c.File()
 	rng := rand.New(rand.NewPCG(3, 3))
 	reads := 0
@@ -287,7 +287,7 @@ func TestNoPlanReadsAtMostSampleReads(t *testing.T) {
 
 // Pages whose samples were all read this epoch go first, without a plan.
 func TestNoPlanEvictsFullyReadPagesFirst(t *testing.T) {
-	c, src := newTestCache(t, 2, Options{Readers: 1})
+	c, src := newTestCache(t, 2, Options{Readers: 1, PagesOnly: true})
 	f := c.File()
 	p0, p1, p2 := f.PageSamples(f.FirstPage()), f.PageSamples(f.FirstPage()+1), f.PageSamples(f.FirstPage()+2)
 	for _, s := range p0 { // page 0 read in full
@@ -306,7 +306,7 @@ func TestNoPlanEvictsFullyReadPagesFirst(t *testing.T) {
 func TestBudgetHeldUnderConcurrency(t *testing.T) {
 	base := runtime.NumGoroutine()
 	func() {
-		c, _ := newTestCache(t, 3, Options{Readers: 8, Window: 64})
+		c, _ := newTestCache(t, 3, Options{Readers: 8, Window: 64, PagesOnly: true})
 		f := c.File()
 		var wg sync.WaitGroup
 		stop := make(chan struct{})
@@ -370,7 +370,7 @@ func TestBudgetHeldUnderConcurrency(t *testing.T) {
 // With every slot pinned, a reader waits for a release; the cache does not
 // grow.
 func TestFullCacheOfPinnedPagesWaits(t *testing.T) {
-	c, _ := newTestCache(t, 2, Options{Readers: 1})
+	c, _ := newTestCache(t, 2, Options{Readers: 1, PagesOnly: true})
 	f := c.File()
 	ctx := context.Background()
 	a, err := c.AcquirePage(ctx, f.FirstPage())
@@ -405,7 +405,7 @@ func TestFullCacheOfPinnedPagesWaits(t *testing.T) {
 }
 
 func TestReadErrorsAreReportedAndRecoverable(t *testing.T) {
-	c, src := newTestCache(t, 2, Options{Readers: 1})
+	c, src := newTestCache(t, 2, Options{Readers: 1, PagesOnly: true})
 	f := c.File()
 	src.Fail(errors.New("injected failure"))
 	_, err := c.AcquireSample(context.Background(), 0)
@@ -424,7 +424,7 @@ func TestReadErrorsAreReportedAndRecoverable(t *testing.T) {
 }
 
 func TestReadAtMatchesFile(t *testing.T) {
-	c, _ := newTestCache(t, 3, Options{Readers: 2})
+	c, _ := newTestCache(t, 3, Options{Readers: 2, PagesOnly: true})
 	data := testBeton(t)
 	rng := rand.New(rand.NewPCG(4, 4))
 	ctx := context.Background()
@@ -441,7 +441,7 @@ func TestReadAtMatchesFile(t *testing.T) {
 }
 
 func TestAnnounceRejectsUnknownSamples(t *testing.T) {
-	c, _ := newTestCache(t, 2, Options{})
+	c, _ := newTestCache(t, 2, Options{PagesOnly: true})
 	if err := c.Announce("x", []uint32{0, uint32(c.File().NumSamples())}); err == nil {
 		t.Fatal("a plan naming a sample past the end was accepted")
 	}
@@ -453,7 +453,7 @@ func TestAnnounceRejectsUnknownSamples(t *testing.T) {
 // their bytes pass, so the plan moves on and no page is read twice.
 func TestReadAtAdvancesPlan(t *testing.T) {
 	const window, depth, streams, piece = 4, 4, 4, 128 << 10
-	c, src := newTestCache(t, window+depth, Options{Readers: 4})
+	c, src := newTestCache(t, window+depth, Options{Readers: 4, PagesOnly: true})
 	f := c.File()
 	order := quasiRandomOrder(f, window, rand.New(rand.NewPCG(5, 5)))
 	if err := c.Announce("reader", order); err != nil {
@@ -517,7 +517,7 @@ func (c *Cache) evictAll() {
 // A read whose context ends stops its fetch; another reader waiting for
 // the same page loads it again instead of getting the first one's error.
 func TestCancelledReadStopsItsFetch(t *testing.T) {
-	c, src := newTestCache(t, 2, Options{Readers: 1})
+	c, src := newTestCache(t, 2, Options{Readers: 1, PagesOnly: true})
 	src.Hang(true)
 	ctx, cancel := context.WithCancel(context.Background())
 	first := make(chan error, 1)

@@ -1,6 +1,7 @@
 package pagecache
 
 import (
+	"slices"
 	"time"
 
 	"github.com/ffcvfs/ffcvfs/pagecache/policy"
@@ -18,16 +19,38 @@ type Stats struct {
 	// PrefetchHits counts first uses of pages that prefetching loaded.
 	PrefetchHits uint64 `json:"prefetch_hits"`
 
-	PagesRead  uint64 `json:"pages_read"` // pages read from the source
-	BytesRead  uint64 `json:"bytes_read"`
-	ReadErrors uint64 `json:"read_errors"`
-	Evictions  uint64 `json:"evictions"`
+	// RangeHits counts the acquisitions served by a range.
+	RangeHits uint64 `json:"range_hits"`
+
+	PagesRead uint64 `json:"pages_read"` // pages read from the source
+	// RangesRead counts samples read from the source as ranges, in
+	// RangeRequests requests (neighbours share one).
+	RangesRead    uint64 `json:"ranges_read"`
+	RangeRequests uint64 `json:"range_requests"`
+	BytesRead     uint64 `json:"bytes_read"` // pages and ranges
+	// Requests counts the requests to the source (pages and ranges, not
+	// their retries); EpochRequests, those of each epoch completed (every
+	// sample with data read), the last 16, oldest first.
+	Requests          uint64   `json:"requests"`
+	RequestsThisEpoch uint64   `json:"requests_this_epoch"`
+	EpochRequests     []uint64 `json:"epoch_requests"`
+	ReadErrors        uint64   `json:"read_errors"`
+	Evictions         uint64   `json:"evictions"`
+	RangeEvictions    uint64   `json:"range_evictions"`
 
 	Slots       int   `json:"slots"`
 	BudgetBytes int64 `json:"budget_bytes"`
 	Resident    int   `json:"resident"` // slots holding a loaded page
 	Loading     int   `json:"loading"`
 	Pinned      int   `json:"pinned"` // pins held now
+	// Ranges now: how many, the bytes of their memory, and the slots
+	// whose bytes they use.
+	Ranges     int   `json:"ranges"`
+	RangeBytes int64 `json:"range_bytes"`
+	LentSlots  int   `json:"lent_slots"`
+	// UnplannedReads is how misses no plan expects are served now: by
+	// "pages" or by "ranges".
+	UnplannedReads string `json:"unplanned_reads"`
 
 	Plans []PlanStats `json:"plans"`
 }
@@ -50,6 +73,17 @@ func (c *Cache) Stats() Stats {
 		}
 		st.Pinned += int(s.pins)
 	}
+	for _, e := range c.rng.m {
+		st.Ranges++
+		st.Pinned += int(e.pins)
+	}
+	st.RangeBytes = c.rng.used
+	st.LentSlots = len(c.rng.lent)
+	st.UnplannedReads = "pages"
+	if c.pol.RangeMode() && len(c.slots) < len(c.pageSlot) {
+		st.UnplannedReads = "ranges"
+	}
+	st.EpochRequests = slices.Clone(st.EpochRequests)
 	st.Plans = c.pol.Plans()
 	return st
 }

@@ -439,7 +439,7 @@ func (p *Pipeline) sample(ctx context.Context, dec *decode.Decoder, rng *rand.Ra
 	if err != nil {
 		return err
 	}
-	data := pg.Data[int64(img.Ptr)-p.f.PageOffset(pg.Num):][:img.Size]
+	data := pg.Data[int64(img.Ptr)-pg.Off:][:img.Size]
 	mode := decode.JPEG
 	if img.Mode == beton.ModeRaw {
 		mode = decode.Raw

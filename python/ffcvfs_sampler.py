@@ -18,7 +18,7 @@ import os
 
 import torch.utils.data
 
-__all__ = ["QuasiRandomSampler", "NotAnFfcvfsMountError"]
+__all__ = ["QuasiRandomSampler", "RandomSampler", "NotAnFfcvfsMountError"]
 
 
 class NotAnFfcvfsMountError(ValueError):
@@ -38,6 +38,9 @@ def _int_arg(name, value, minimum):
 
 
 class QuasiRandomSampler(torch.utils.data.Sampler):
+    # The order kind, a folder of ROOT/.ffcvfs/orders.
+    kind = "quasi-random"
+
     """Quasi-random order of an ffcvfs mount, for ``ImageFolder(root)``.
 
     The order is random but page-local (like FFCV's QUASI_RANDOM order), so a
@@ -113,7 +116,7 @@ class QuasiRandomSampler(torch.utils.data.Sampler):
     def order_path(self, epoch=None):
         """Returns the path of the order file of an epoch (default: the current one)."""
         e = self.epoch if epoch is None else _int_arg("epoch", epoch, 0)
-        d = os.path.join(self.root, ".ffcvfs", "orders", "quasi-random", str(self.seed))
+        d = os.path.join(self.root, ".ffcvfs", "orders", self.kind, str(self.seed))
         if self.world_size > 1:
             d = os.path.join(d, f"{self.rank}-of-{self.world_size}")
         return os.path.join(d, str(e))
@@ -147,3 +150,41 @@ class QuasiRandomSampler(torch.utils.data.Sampler):
             self._read()
         self._iterated = True
         return iter(list(self._order))
+
+
+class RandomSampler(QuasiRandomSampler):
+    """Uniformly random order of an ffcvfs mount: a drop-in for ``shuffle=True``.
+
+    Each epoch is a uniform random permutation of the samples, from ``seed``
+    and the epoch (call ``set_epoch(e)``), as torch's ``RandomSampler`` or
+    ``DistributedSampler(shuffle=True)`` gives, so training sees the same
+    statistics. The mount makes the order
+    (``ROOT/.ffcvfs/orders/random/SEED/EPOCH``), so its cache knows it and
+    fetches ahead exactly the bytes it will read: from slow storage such an
+    order runs at the link's speed, where an order the mount does not know
+    waits on one request per image.
+
+    With ``world_size > 1``, ranks get disjoint sets of whole pages (about
+    equal sample counts), each rank a random permutation of its own
+    samples, padded up to the largest rank's count by repeating samples
+    from the start of its own order, as ``DistributedSampler`` pads; so
+    padded samples appear twice in that rank's epoch. The order within a
+    rank is uniform; the split across ranks is by pages.
+
+    Which to use: RandomSampler where the exact statistics of
+    ``shuffle=True`` matter; QuasiRandomSampler where the cache is small
+    against the dataset and storage bills per byte or per request, since it
+    reads each page once per epoch in one request. Both are announced.
+
+    Example::
+
+        sampler = RandomSampler("/mnt/train", seed=0)
+        loader = DataLoader(ImageFolder("/mnt/train", transform=...),
+                            batch_size=256, sampler=sampler, num_workers=4)
+        for epoch in range(epochs):
+            sampler.set_epoch(epoch)
+            for images, labels in loader:
+                ...
+    """
+
+    kind = "random"

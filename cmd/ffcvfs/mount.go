@@ -32,12 +32,21 @@ torchvision:
 
    ImageFolder("MOUNTPOINT")
 
-Pages of the beton are read whole into a cache of --cache-size bytes. To
-read each page from storage once per epoch, give the cache the order you
-will read in: use python/ffcvfs_sampler.py's QuasiRandomSampler, read an
-order from MOUNTPOINT/.ffcvfs/orders/quasi-random/SEED/EPOCH, or write your
-own to MOUNTPOINT/.ffcvfs/announce. MOUNTPOINT/.ffcvfs/stats.json shows what
+The beton is read into a cache of --cache-size bytes. Give the cache the
+order you will read in, and it fetches ahead what that order needs: use
+python/ffcvfs_sampler.py's QuasiRandomSampler (each page read from storage
+about once per epoch) or RandomSampler (a uniform shuffle, as
+shuffle=True), read an order from MOUNTPOINT/.ffcvfs/orders/KIND/SEED/EPOCH,
+or write your own to MOUNTPOINT/.ffcvfs/announce. MOUNTPOINT/.ffcvfs/stats.json shows what
 the cache does; MOUNTPOINT/.ffcvfs/dataset.beton is the whole file.
+
+A miss reads the sample's whole page when the page's other samples will be
+read while it stays cached (an announced quasi-random or sequential order,
+or reads that keep to pages), and only the sample's bytes otherwise (a
+random order): pages and such ranges share --cache-size. Along an announced
+order, random included, up to --readers requests prefetch what the order
+reads next, as far ahead as --cache-size allows. stats.json counts the
+requests (per epoch too), pages and ranges.
 
 Failed storage requests are retried until --read-deadline. A read that
 still fails returns EIO to its reader alone, is counted in stats.json
@@ -57,7 +66,8 @@ Examples:
    ffcvfs mount --s3-endpoint http://127.0.0.1:7070 --s3-path-style s3://b/train.beton /mnt/train`,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "cache-size", Value: "512MiB", Usage: "RAM for cached pages, rounded down to whole pages (e.g. 256MiB, 2GiB)", Category: "cache"},
-			&cli.IntFlag{Name: "readers", Value: 16, Usage: "pages fetched in parallel ahead of the reader", Category: "cache"},
+			&cli.IntFlag{Name: "readers", Value: pagecache.DefaultReaders, Usage: "the most requests in flight ahead of the readers (pages, or ranges of samples); the link's bandwidth × its latency over the size of a sample is about what fills it", Category: "cache"},
+			&cli.BoolFlag{Name: "pages-only", Usage: "read whole pages on every miss, never the bytes of single samples (ranges); by default ranges serve random orders that pages would not", Category: "cache"},
 			&cli.DurationFlag{Name: "plan-lease", Value: 10 * time.Minute, Usage: "withdraw an announced order when none of its samples was read for this long (its reader stalled); an order is also withdrawn as soon as the process that announced it exits", Category: "cache"},
 			&cli.BoolFlag{Name: "kernel-cache", Usage: "let the kernel keep what it read of the files as long as it likes (RAM beyond --cache-size); by default its copies are dropped with the cache's pages", Category: "cache"},
 			&cli.StringFlag{Name: "classes", Usage: "class folder names, one per line in label order, from `FILE` (e.g. from ffcvfs write --classes-out)", Category: "view"},
@@ -109,7 +119,7 @@ func runMount(c *cli.Context) error {
 		return cli.Exit(err.Error(), 1)
 	}
 	defer source.Close()
-	cache, err := pagecache.New(source, f, pagecache.Options{Budget: budget, Readers: c.Int("readers")})
+	cache, err := pagecache.New(source, f, pagecache.Options{Budget: budget, Readers: c.Int("readers"), PagesOnly: c.Bool("pages-only")})
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("%s: %v", source.Name(), err), 1)
 	}

@@ -42,13 +42,20 @@ type Plan struct {
 	// heap holds the loaded pages with a next use in this plan, farthest
 	// first (keyed by heapKey).
 	heap pageHeap
+	// rpos lists the positions read as ranges, ascending (their dpage is
+	// -1: the page policy does not see them); rcur is where the range
+	// prefetch search resumes.
+	rpos []int32
+	rcur int
+	// live is set while the plan is installed.
+	live bool
 	// seen is when the plan was announced, or when WithdrawIdle first saw
 	// seenRead positions read.
 	seen     time.Time
 	seenRead int
 }
 
-func newPlan(id string, order []uint32, samplePage []int32, numPages int) (*Plan, error) {
+func newPlan(id string, order []uint32, samplePage []int32, numPages int, g *Policy) (*Plan, error) {
 	n := len(order)
 	if n >= math.MaxInt32 {
 		return nil, fmt.Errorf("plan %q: %d samples is too long", id, n)
@@ -76,6 +83,12 @@ func newPlan(id string, order []uint32, samplePage []int32, numPages int) (*Plan
 			repeats = true
 		}
 		pl.first[s] = int32(i) + 1
+	}
+	if g != nil && g.sampleBytes != nil && g.total < numPages {
+		pl.chooseRanges(g.sampleBytes, g.pageBytes, g.total)
+		for _, i := range pl.rpos {
+			pl.occStart[samplePage[order[i]]+1]--
+		}
 	}
 	for p := 0; p < numPages; p++ {
 		pl.occStart[p+1] += pl.occStart[p]

@@ -70,8 +70,14 @@ type PlanStats struct {
 type Policy struct {
 	samplePage []int32 // data page of each sample, or -1
 	pageN      []int32 // samples in each data page
-	slots      int
+	slots      int     // slots pages may use now
+	total      int     // slots of the cache
 	window     int
+
+	// For the choice of granularity (SetSizes); nil: pages only.
+	sampleBytes, pageBytes []uint32
+	det                    *detector
+	epochs                 int // epochs completed
 
 	state   []pageState
 	pinned  []bool
@@ -117,6 +123,7 @@ func New(samplePage []int32, numPages, slots, window int) *Policy {
 		samplePage: samplePage,
 		pageN:      make([]int32, numPages),
 		slots:      slots,
+		total:      slots,
 		window:     window,
 		state:      make([]pageState, numPages),
 		pinned:     make([]bool, numPages),
@@ -140,6 +147,10 @@ func New(samplePage []int32, numPages, slots, window int) *Policy {
 	p.refused.w = -1
 	return p
 }
+
+// Epochs returns the number of epochs completed: every sample with data
+// read since the last.
+func (p *Policy) Epochs() int { return p.epochs }
 
 // Resident returns the number of pages loading or loaded.
 func (p *Policy) Resident() int { return p.resident }
@@ -292,6 +303,9 @@ func (p *Policy) Read(s int) {
 		}
 	}
 	if best == nil {
+		if p.det != nil && dp >= 0 {
+			p.det.observe(s, dp, p.sampleBytes[s], p.pageBytes[dp])
+		}
 		return
 	}
 	from, to := best.markRead(bestPos, p.window)
@@ -332,6 +346,7 @@ func (p *Policy) moved(pl *Plan, dp int32) {
 
 // newEpoch starts a new epoch: no page is fully read any more.
 func (p *Policy) newEpoch() {
+	p.epochs++
 	clear(p.epochRead)
 	clear(p.pageRead)
 	p.epochN = 0
@@ -346,7 +361,7 @@ func (p *Policy) newEpoch() {
 // plan for Install. It costs O(len(order)) and only reads what New was
 // given: unlike the other methods, it may run alongside them.
 func (p *Policy) Prepare(id string, order []uint32) (*Plan, error) {
-	return newPlan(id, order, p.samplePage, len(p.pageN))
+	return newPlan(id, order, p.samplePage, len(p.pageN), p)
 }
 
 // Announce prepares and installs a plan; an empty order withdraws id's.
@@ -371,6 +386,7 @@ func (p *Policy) Install(pl *Plan, now time.Time) {
 	if len(pl.order) == 0 {
 		return
 	}
+	pl.live = true
 	p.plans = append(p.plans, pl)
 	for dp := range int32(len(p.pageN)) {
 		if !pl.needs(dp) {
@@ -400,6 +416,7 @@ func (p *Policy) Withdraw(id string) bool {
 }
 
 func (p *Policy) withdraw(pl *Plan) {
+	pl.live = false
 	p.plans = slices.DeleteFunc(p.plans, func(q *Plan) bool { return q == pl })
 	for dp := range int32(len(p.pageN)) {
 		if !pl.needs(dp) {

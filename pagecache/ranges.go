@@ -1,0 +1,542 @@
+package pagecache
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"syscall"
+
+	"github.com/ffcvfs/ffcvfs/pagecache/policy"
+)
+
+// # Ranges
+//
+// A miss is served by a page or by a range: the bytes of one sample (its
+// extent: from its first allocation to the end of its last), as the policy
+// chooses (policy.RangeRead). Ranges share the budget with pages: slots
+// whose bytes ranges use are lent to them (and their memory given back to
+// the system), and ranges take at most the bytes of the slots lent. A range
+// lives in its own mapping, a whole number of OS pages, outside the Go heap
+// for the reason the arena is (see newArena).
+//
+// Eviction follows the pages' rule: ranges no plan needs go first, least
+// recently used first; then the range whose next use is farthest, unless a
+// page is needed later. Ranges are prefetched along plans (policy.
+// NextRange) as far ahead as that rule lets the budget go, neighbours in a
+// page needed soon (within coalesceLook positions, and within the
+// positions whose samples the budget holds; no more than coalesceGap
+// apart) in one request. A slot goes back from ranges to pages
+// when a page load finds none free and the ranges can spare one.
+
+// coalesceLook is how many of a plan's range positions after a prefetched
+// one are looked at for neighbours to read in the same request.
+const coalesceLook = 256
+
+// coalesceGap is the most bytes between neighbours read in one request
+// (the bytes between are read and dropped).
+const coalesceGap = 4 << 10
+
+// maxCoalesced bounds the bytes of one coalesced request.
+const maxCoalesced = 1 << 20
+
+// rangeEntry is one sample's bytes.
+//
+// INVARIANT: in rangeSet.m under its sample. Loading: op != nil, !ready,
+// in no list. Ready: filed in ahead (plan != nil, hidx >= 0) or in the
+// idle list (plan == nil).
+type rangeEntry struct {
+	s          int32
+	pg         Page
+	buf        []byte // its mapping; pg.Data is its start
+	ready      bool
+	prefetched bool // loaded by prefetch and not used since
+	pins       int32
+	op         *loadOp
+	// The next use known: position pos of plan; nil if none.
+	plan       *policy.Plan
+	pos        int
+	hidx       int
+	prev, next *rangeEntry // the idle list
+	filed      bool
+}
+
+// rangeSet holds the ranges.
+type rangeSet struct {
+	m    map[int32]*rangeEntry
+	used int64   // bytes of the entries' mappings
+	lent []int32 // slots lent to ranges
+	// ahead is a heap of the ready ranges a plan needs, farthest position
+	// on top.
+	ahead []*rangeEntry
+	// The idle list: ready ranges no plan needs, most recently used first.
+	head, tail *rangeEntry
+}
+
+func (r *rangeSet) less(i, j int) bool { return r.ahead[i].pos > r.ahead[j].pos }
+
+func (r *rangeSet) swap(i, j int) {
+	r.ahead[i], r.ahead[j] = r.ahead[j], r.ahead[i]
+	r.ahead[i].hidx, r.ahead[j].hidx = i, j
+}
+
+func (r *rangeSet) up(j int) {
+	for j > 0 {
+		i := (j - 1) / 2
+		if !r.less(j, i) {
+			break
+		}
+		r.swap(i, j)
+		j = i
+	}
+}
+
+func (r *rangeSet) down(i int) {
+	n := len(r.ahead)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		if rr := l + 1; rr < n && r.less(rr, l) {
+			l = rr
+		}
+		if !r.less(l, i) {
+			return
+		}
+		r.swap(i, l)
+		i = l
+	}
+}
+
+func (r *rangeSet) file(e *rangeEntry) {
+	e.filed = true
+	if e.plan != nil {
+		e.hidx = len(r.ahead)
+		r.ahead = append(r.ahead, e)
+		r.up(e.hidx)
+		return
+	}
+	e.prev, e.next = nil, r.head
+	if r.head != nil {
+		r.head.prev = e
+	} else {
+		r.tail = e
+	}
+	r.head = e
+}
+
+func (r *rangeSet) unfile(e *rangeEntry) {
+	if !e.filed {
+		return
+	}
+	e.filed = false
+	if e.plan != nil {
+		i, last := e.hidx, len(r.ahead)-1
+		if i != last {
+			r.swap(i, last)
+		}
+		r.ahead = r.ahead[:last]
+		if i != last {
+			r.down(i)
+			r.up(i)
+		}
+		e.hidx = -1
+		return
+	}
+	if e.prev != nil {
+		e.prev.next = e.next
+	} else {
+		r.head = e.next
+	}
+	if e.next != nil {
+		e.next.prev = e.prev
+	} else {
+		r.tail = e.prev
+	}
+	e.prev, e.next = nil, nil
+}
+
+// mapping returns n bytes (rounded up to OS pages) of memory of their own.
+func mapping(n int) ([]byte, error) {
+	size := (n + syscall.Getpagesize() - 1) &^ (syscall.Getpagesize() - 1)
+	return syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON|syscall.MAP_POPULATE)
+}
+
+func mappedSize(n uint32) int64 {
+	ps := int64(syscall.Getpagesize())
+	return (int64(n) + ps - 1) &^ (ps - 1)
+}
+
+// extent returns sample s's bytes in the file: [lo, lo+n).
+func (c *Cache) extent(s int) (lo int64, n int) {
+	dp := c.samplePage[s]
+	return c.f.PageOffset(int64(dp)+c.firstPage) + int64(c.extOff[s]), int(c.extLen[s])
+}
+
+// rekey files ready range e by its next use.
+func (c *Cache) rekey(e *rangeEntry) {
+	c.rng.unfile(e)
+	e.plan, e.pos = c.pol.NextUse(int(e.s))
+	c.rng.file(e)
+}
+
+// rekeyAll refiles every ready range after the plans changed.
+func (c *Cache) rekeyAll() {
+	for _, e := range c.rng.m {
+		if e.ready {
+			c.rekey(e)
+		}
+	}
+}
+
+// evictRange drops ready, unpinned range e.
+func (c *Cache) evictRange(e *rangeEntry) {
+	c.rng.unfile(e)
+	delete(c.rng.m, e.s)
+	c.rng.used -= int64(len(e.buf))
+	if e.plan != nil {
+		c.pol.RangeGone(e.plan, e.pos)
+	}
+	c.stats.RangeEvictions++
+	if c.onEvict != nil {
+		c.onEvict(int64(c.samplePage[e.s])+c.firstPage, int(e.s))
+	}
+	if err := syscall.Munmap(e.buf); err != nil {
+		panic(fmt.Sprintf("pagecache: unmapping a range: %v", err))
+	}
+}
+
+// lendSlot lends the free slot on top to ranges, if there is one.
+func (c *Cache) lendSlot() bool {
+	n := len(c.free)
+	if n == 0 {
+		return false
+	}
+	si := c.free[n-1]
+	c.free = c.free[:n-1]
+	// The slot's memory goes back to the system; the ranges use the
+	// bytes.
+	syscall.Madvise(c.slots[si].buf, syscall.MADV_DONTNEED)
+	c.rng.lent = append(c.rng.lent, si)
+	c.pol.SetSlots(len(c.slots) - len(c.rng.lent))
+	return true
+}
+
+// spareSlots gives back to pages the slots ranges do not use, evicting
+// ranges no plan needs to make one spare if need be; it reports whether a
+// slot is free.
+func (c *Cache) spareSlots() bool {
+	for len(c.rng.lent) > 0 {
+		if c.rng.used > int64(len(c.rng.lent)-1)*c.pageSize {
+			e := c.idleVictim()
+			if e == nil {
+				break
+			}
+			c.evictRange(e)
+			continue
+		}
+		n := len(c.rng.lent)
+		c.free = append(c.free, c.rng.lent[n-1])
+		c.rng.lent = c.rng.lent[:n-1]
+		c.pol.SetSlots(len(c.slots) - len(c.rng.lent))
+	}
+	return len(c.free) > 0
+}
+
+// idleVictim returns the least recently used idle range not pinned, or nil.
+func (c *Cache) idleVictim() *rangeEntry {
+	for e := c.rng.tail; e != nil; e = e.prev {
+		if e.pins == 0 {
+			return e
+		}
+	}
+	return nil
+}
+
+// aheadVictim returns the range needed farthest away and its distance, or
+// nil. A range whose plan is gone, or whose position was passed, is needed
+// never.
+func (c *Cache) aheadVictim() (*rangeEntry, int) {
+	if len(c.rng.ahead) == 0 {
+		return nil, 0
+	}
+	e := c.rng.ahead[0]
+	if e.pins > 0 {
+		return nil, 0
+	}
+	if !e.plan.Live() || e.pos < e.plan.Pos() {
+		return e, policy.Never
+	}
+	return e, e.pos - e.plan.Pos()
+}
+
+// evictPage drops the evictable page dp and frees its slot.
+func (c *Cache) evictPage(dp int32) {
+	si := c.pageSlot[dp]
+	s := &c.slots[si]
+	c.pol.Evict(dp)
+	c.pageSlot[dp] = -1
+	c.stats.Evictions++
+	if c.onEvict != nil {
+		c.onEvict(int64(dp)+c.firstPage, -1)
+	}
+	s.page, s.ready, s.prefetched = -1, false, false
+	c.free = append(c.free, si)
+}
+
+// makeRoom makes room for need bytes of ranges whose first use is dist
+// positions away (demand: -1), evicting only what is needed later, and
+// reports whether it could.
+func (c *Cache) makeRoom(need int64, dist int) bool {
+	demand := dist < 0
+	for c.rng.used+need > int64(len(c.rng.lent))*c.pageSize {
+		if e := c.idleVictim(); e != nil {
+			c.evictRange(e)
+			continue
+		}
+		e, ed := c.aheadVictim()
+		if e != nil && ed == policy.Never {
+			c.evictRange(e)
+			continue
+		}
+		if c.lendSlot() {
+			continue
+		}
+		v, vd := c.pol.Victim()
+		if v >= 0 && (vd == policy.Never || vd > dist) && (e == nil || vd >= ed) {
+			c.evictPage(v)
+			continue
+		}
+		if e != nil && (demand || ed > dist) {
+			c.evictRange(e)
+			continue
+		}
+		if demand && v >= 0 {
+			c.evictPage(v)
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// newRange makes the entry of sample s, loading under op, with its mapping
+// counted against the ranges' bytes (makeRoom made room).
+func (c *Cache) newRange(s int, op *loadOp) (*rangeEntry, error) {
+	lo, n := c.extent(s)
+	buf, err := mapping(n)
+	if err != nil {
+		return nil, fmt.Errorf("%s: memory for sample %d's %d bytes: %w", c.src.Name(), s, n, err)
+	}
+	e := &rangeEntry{s: int32(s), buf: buf, op: op, hidx: -1}
+	e.pg = Page{c: c, slot: -1, r: e, Num: int64(c.samplePage[s]) + c.firstPage, Off: lo, Data: buf[:n:n]}
+	c.rng.m[int32(s)] = e
+	c.rng.used += int64(len(buf))
+	return e, nil
+}
+
+// loadRanges reads [lo, hi) of the file and fills the ranges es, which it
+// covers, then publishes the result.
+func (c *Cache) loadRanges(ctx context.Context, es []*rangeEntry, lo, hi int64, op *loadOp) {
+	var buf []byte
+	if len(es) == 1 {
+		buf = es[0].pg.Data
+	} else {
+		buf = make([]byte, hi-lo)
+	}
+	n, err := c.src.ReadAt(ctx, buf, lo)
+	if err == nil && n != len(buf) {
+		err = fmt.Errorf("short read of %d bytes", n)
+	}
+	if err == nil && len(es) > 1 {
+		for _, e := range es {
+			copy(e.pg.Data, buf[e.pg.Off-lo:])
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.countRequest()
+	if err != nil {
+		op.err = fmt.Errorf("%s: reading sample %d (bytes %d to %d): %w", c.src.Name(), es[0].s, lo, hi, err)
+		op.cancelled = ctx.Err() != nil
+		if !op.cancelled {
+			c.stats.ReadErrors++
+		}
+		for _, e := range es {
+			delete(c.rng.m, e.s)
+			c.rng.used -= int64(len(e.buf))
+			e.pins = 0
+			if err := syscall.Munmap(e.buf); err != nil {
+				panic(fmt.Sprintf("pagecache: unmapping a range: %v", err))
+			}
+		}
+		c.opts.Logger.Debug("range read failed", "err", op.err)
+	} else {
+		c.stats.RangeRequests++
+		c.stats.RangesRead += uint64(len(es))
+		c.stats.BytesRead += uint64(n)
+		for _, e := range es {
+			e.ready, e.op = true, nil
+			c.rekey(e)
+		}
+	}
+	close(op.done)
+	c.broadcast()
+	c.schedule()
+}
+
+// prefetchRange starts the prefetch of the next range the plans need, if
+// the budget allows; it reports whether it started one.
+func (c *Cache) prefetchRange() bool {
+	for {
+		pl, i, s, ok := c.pol.NextRange()
+		if !ok {
+			return false
+		}
+		if c.pageSlot[c.samplePage[s]] >= 0 || c.rng.m[int32(s)] != nil {
+			c.pol.SkipRange(pl)
+			continue
+		}
+		group, lo, hi := c.coalesce(pl, i, s)
+		need := int64(0)
+		for _, g := range group {
+			need += mappedSize(c.extLen[g])
+		}
+		d := i - pl.Pos()
+		if !c.makeRoom(need, d) {
+			if len(group) == 1 {
+				return false
+			}
+			group = group[:0]
+			group = append(group, s)
+			lo, _ = c.extent(s)
+			hi = lo + int64(c.extLen[s])
+			if !c.makeRoom(mappedSize(c.extLen[s]), d) {
+				return false
+			}
+		}
+		op := &loadOp{done: make(chan struct{})}
+		es := make([]*rangeEntry, 0, len(group))
+		for _, g := range group {
+			e, err := c.newRange(g, op)
+			if err != nil {
+				c.opts.Logger.Warn("range prefetch failed", "err", err)
+				for _, e := range es {
+					delete(c.rng.m, e.s)
+					c.rng.used -= int64(len(e.buf))
+					syscall.Munmap(e.buf)
+				}
+				return false
+			}
+			e.prefetched = true
+			es = append(es, e)
+		}
+		c.pol.SkipRange(pl)
+		c.inflight++
+		c.inflightBytes += hi - lo
+		c.jobs <- prefetchJob{op: op, ranges: es, lo: lo, hi: hi}
+		return true
+	}
+}
+
+// coalesce returns sample s, at position i of pl, with the neighbours in
+// its page that pl reads as ranges soon and that are not resident, in file
+// order, and the bytes [lo, hi) that cover them.
+func (c *Cache) coalesce(pl *policy.Plan, i, s int) (group []int, lo, hi int64) {
+	lo, n := c.extent(s)
+	hi = lo + int64(n)
+	dp := c.samplePage[s]
+	// Only neighbours the budget can hold until they are read: those
+	// within the positions whose samples fit in it.
+	horizon := pl.Pos() + int(c.stats.BudgetBytes/c.meanExtent)
+	var near []int
+	pl.RangesAfter(i, coalesceLook, func(j, t int) bool {
+		if j >= horizon {
+			return false
+		}
+		if c.samplePage[t] == dp && t != s && c.rng.m[int32(t)] == nil {
+			near = append(near, t)
+		}
+		return true
+	})
+	group = append(group, s)
+	if len(near) == 0 {
+		return group, lo, hi
+	}
+	slices.SortFunc(near, func(a, b int) int { return int(c.extOff[a]) - int(c.extOff[b]) })
+	near = slices.Compact(near)
+	for grew := true; grew; {
+		grew = false
+		for _, t := range near {
+			tlo, tn := c.extent(t)
+			thi := tlo + int64(tn)
+			if slices.Contains(group, t) || max(hi, thi)-min(lo, tlo) > maxCoalesced {
+				continue
+			}
+			if (tlo >= hi && tlo-hi <= coalesceGap) || (thi <= lo && lo-thi <= coalesceGap) {
+				group = append(group, t)
+				lo, hi = min(lo, tlo), max(hi, thi)
+				grew = true
+			}
+		}
+	}
+	return group, lo, hi
+}
+
+// countRequest counts a request to the source, by epoch.
+func (c *Cache) countRequest() {
+	c.stats.Requests++
+	if e := c.pol.Epochs(); e != c.epochSeen {
+		c.stats.EpochRequests = append(c.stats.EpochRequests, c.stats.RequestsThisEpoch)
+		if len(c.stats.EpochRequests) > maxEpochsKept {
+			c.stats.EpochRequests = c.stats.EpochRequests[1:]
+		}
+		c.stats.RequestsThisEpoch = 0
+		c.epochSeen = e
+	}
+	c.stats.RequestsThisEpoch++
+}
+
+// maxEpochsKept is how many completed epochs' request counts Stats keeps.
+const maxEpochsKept = 16
+
+// checkRanges verifies the ranges' invariants (Options.Debug).
+func (c *Cache) checkRanges() {
+	var used int64
+	ahead, idle := 0, 0
+	for s, e := range c.rng.m {
+		used += int64(len(e.buf))
+		if e.s != s || e.pins < 0 || e.ready == (e.op != nil) || e.ready != e.filed {
+			panic(fmt.Sprintf("pagecache: range of sample %d: %+v", s, e))
+		}
+		if e.ready && e.plan != nil {
+			ahead++
+			if c.rng.ahead[e.hidx] != e {
+				panic(fmt.Sprintf("pagecache: range of sample %d not at its heap index %d", s, e.hidx))
+			}
+		}
+	}
+	for e := c.rng.head; e != nil; e = e.next {
+		if !e.ready || e.plan != nil || c.rng.m[e.s] != e {
+			panic(fmt.Sprintf("pagecache: idle range of sample %d: ready %v, planned %v", e.s, e.ready, e.plan != nil))
+		}
+		idle++
+	}
+	for i := 1; i < len(c.rng.ahead); i++ {
+		if c.rng.less(i, (i-1)/2) {
+			panic("pagecache: range heap out of order")
+		}
+	}
+	ready := 0
+	for _, e := range c.rng.m {
+		if e.ready {
+			ready++
+		}
+	}
+	if used != c.rng.used || used > int64(len(c.rng.lent))*c.pageSize || ahead != len(c.rng.ahead) || ahead+idle != ready {
+		panic(fmt.Sprintf("pagecache: ranges use %d bytes (counted %d) of %d slots lent; %d ahead (heap %d), %d idle, %d ready", used, c.rng.used, len(c.rng.lent), ahead, len(c.rng.ahead), idle, ready))
+	}
+	if c.pol.Slots() != len(c.slots)-len(c.rng.lent) {
+		panic(fmt.Sprintf("pagecache: the policy has %d slots, %d lent of %d", c.pol.Slots(), len(c.rng.lent), len(c.slots)))
+	}
+}
