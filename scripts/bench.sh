@@ -433,11 +433,12 @@ storage_way() {
 			for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
 			img = img " " v["images"] / v["seconds"]; mb = mb " " v["bytes"] / 1e6 / v["seconds"]
 			link = link " " v["fetched"] / 1e6 / v["seconds"]; amp = amp " " v["fetched"] / v["bytes"]
+			req = req " " v["requests"] / v["images"]
 			rss = rss " " v["rss"] / 1024; n = n " " v["images"]
 		}
 		END {
 			m = median(mb); r = median(rss)
-			printf "%-40s %7.0f %7.1f %6.1f%% %7.1f %8.3f %7s %6.0f\n", what, median(img), m, 100 * m / cap, median(link), median(amp), (r > 0 ? sprintf("%.0f", r) : "-"), median(n)
+			printf "%-40s %7.0f %7.1f %6.1f%% %7.1f %8.3f %7.3f %7s %6.0f\n", what, median(img), m, 100 * m / cap, median(link), median(amp), median(req), (r > 0 ? sprintf("%.0f", r) : "-"), median(n)
 		}' "$STORAGE_TMP/way.txt"
 }
 
@@ -448,10 +449,12 @@ bench_storage() {
 	local latency=${LATENCY_MS:-10} secs=${MAX_SECONDS:-30}
 	STORAGE_BW=${BANDWIDTH_MBS:-100}
 	STORAGE_BATCH=${BATCH:-64}
-	# Pages fetched at once: one or two cover this link's bandwidth-delay
-	# product (100 MB/s × 10 ms is half a page); more split the link among
-	# pages needed later and crowd out pages ready to read.
-	STORAGE_READERS=${READERS:-4}
+	# Requests in flight: the mount's default. Its default cap on bytes in
+	# flight (4 pages) keeps pages to 4 at once, which cover this link's
+	# bandwidth-delay product (100 MB/s × 10 ms is half a page) without
+	# splitting the link among pages needed later; ranges of one image
+	# need dozens in flight to fill it.
+	STORAGE_READERS=${READERS:-64}
 	[[ $latency =~ ^[0-9]+$ ]] || die "LATENCY_MS must be a whole number of milliseconds, got '$latency'"
 	[[ $STORAGE_BW =~ ^[1-9][0-9]*$ ]] || die "BANDWIDTH_MBS must be a positive whole number, got '$STORAGE_BW'"
 	[[ $STORAGE_BATCH =~ ^[1-9][0-9]*$ ]] || die "BATCH must be a positive whole number, got '$STORAGE_BATCH'"
@@ -532,14 +535,14 @@ bench_storage() {
 	echo "--readers $STORAGE_READERS --order-batch-size $STORAGE_BATCH, read as DataLoader(num_workers=4, batch_size=$STORAGE_BATCH) would."
 	echo "A run stops after $secs s; its figures are then over the images it read (last column). MB/s: 10^6 bytes"
 	echo "of images per second; link: MB/s fetched from S3; fetch/rd: bytes fetched per byte of images read;"
-	echo "RSS: the mount's peak."
-	printf '%-40s %7s %7s %7s %7s %8s %7s %6s\n' "what" "img/s" "MB/s" "of cap" "link" "fetch/rd" "RSS MiB" "images"
+	echo "GET/img: requests to S3 per image read (S3 bills each); RSS: the mount's peak."
+	printf '%-40s %7s %7s %7s %7s %8s %7s %7s %6s\n' "what" "img/s" "MB/s" "of cap" "link" "fetch/rd" "GET/img" "RSS MiB" "images"
 	storage_way "GET per image object, random (baseline)" \
 		bin/storagebench get -endpoint "http://127.0.0.1:$STORAGE_LINK" -bucket bench -prefix images -j 4 -max-seconds "$secs"
 	local r=(-j 4 -batch "$STORAGE_BATCH" -max-seconds "$secs")
 	storage_way "mount, QuasiRandomSampler order" bin/storagebench mount -order quasi-random "${r[@]}"
 	storage_way "mount, random order, not announced" bin/storagebench mount -order random "${r[@]}"
-	storage_way "mount, random order, announced" bin/storagebench mount -order random-announced "${r[@]}"
+	storage_way "mount, RandomSampler order (announced)" bin/storagebench mount -order random-announced "${r[@]}"
 
 	local pipe=(--resolution 160 --crop random-resized --flip 0.5 --dtype uint8 --workers 2 --batch-size 256)
 	echo

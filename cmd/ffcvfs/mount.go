@@ -67,6 +67,7 @@ Examples:
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "cache-size", Value: "512MiB", Usage: "RAM for cached pages, rounded down to whole pages (e.g. 256MiB, 2GiB)", Category: "cache"},
 			&cli.IntFlag{Name: "readers", Value: pagecache.DefaultReaders, Usage: "the most requests in flight ahead of the readers (pages, or ranges of samples); the link's bandwidth × its latency over the size of a sample is about what fills it", Category: "cache"},
+			&cli.StringFlag{Name: "inflight", Usage: "the most bytes of requests in flight ahead of the readers (default: 4 pages, at least 8MiB); about twice the link's bandwidth × latency fills it", Category: "cache"},
 			&cli.BoolFlag{Name: "pages-only", Usage: "read whole pages on every miss, never the bytes of single samples (ranges); by default ranges serve random orders that pages would not", Category: "cache"},
 			&cli.DurationFlag{Name: "plan-lease", Value: 10 * time.Minute, Usage: "withdraw an announced order when none of its samples was read for this long (its reader stalled); an order is also withdrawn as soon as the process that announced it exits", Category: "cache"},
 			&cli.BoolFlag{Name: "kernel-cache", Usage: "let the kernel keep what it read of the files as long as it likes (RAM beyond --cache-size); by default its copies are dropped with the cache's pages", Category: "cache"},
@@ -119,7 +120,13 @@ func runMount(c *cli.Context) error {
 		return cli.Exit(err.Error(), 1)
 	}
 	defer source.Close()
-	cache, err := pagecache.New(source, f, pagecache.Options{Budget: budget, Readers: c.Int("readers"), PagesOnly: c.Bool("pages-only")})
+	var inflight int64
+	if v := c.String("inflight"); v != "" {
+		if inflight, err = bytesize.Parse(v); err != nil || inflight <= 0 {
+			return usageError("--inflight: want a positive size such as 8MiB, got %q", v)
+		}
+	}
+	cache, err := pagecache.New(source, f, pagecache.Options{Budget: budget, Readers: c.Int("readers"), InflightBytes: inflight, PagesOnly: c.Bool("pages-only")})
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("%s: %v", source.Name(), err), 1)
 	}

@@ -54,7 +54,8 @@ const usage = `usage:
       of our own, not announced)
 
 get and mount print: images=N bytes=B dataset_images=N dataset_bytes=B
-fetched=B seconds=S (fetched: bytes read from storage; for mount, from
+fetched=B requests=R seconds=S (fetched: bytes read from storage, in R requests;
+for mount, from
 MNT/.ffcvfs/stats.json). -max-seconds stops reading after T seconds.`
 
 func main() {
@@ -287,13 +288,13 @@ func forward(c net.Conn, to string, b *bucket) {
 type result struct {
 	images, bytes               int64
 	datasetImages, datasetBytes int64
-	fetched                     int64
+	fetched, requests           int64
 	seconds                     float64
 }
 
 func (r result) print() {
-	fmt.Printf("images=%d bytes=%d dataset_images=%d dataset_bytes=%d fetched=%d seconds=%.3f\n",
-		r.images, r.bytes, r.datasetImages, r.datasetBytes, r.fetched, r.seconds)
+	fmt.Printf("images=%d bytes=%d dataset_images=%d dataset_bytes=%d fetched=%d requests=%d seconds=%.3f\n",
+		r.images, r.bytes, r.datasetImages, r.datasetBytes, r.fetched, r.requests, r.seconds)
 }
 
 func get(args []string) error {
@@ -375,7 +376,7 @@ func get(args []string) error {
 	if firstErr != nil {
 		return firstErr
 	}
-	r.images, r.bytes, r.fetched = images.Load(), nbytes.Load(), nbytes.Load()
+	r.images, r.bytes, r.fetched, r.requests = images.Load(), nbytes.Load(), nbytes.Load(), images.Load()
 	r.print()
 	return nil
 }
@@ -387,21 +388,23 @@ func deadlineOf(start time.Time, seconds float64) time.Time {
 	return start.Add(time.Duration(seconds * float64(time.Second)))
 }
 
-// bytesRead returns the bytes the mount's cache has read from storage.
-func bytesRead(mnt string) (int64, error) {
+// fetchedSoFar returns the bytes the mount's cache has read from storage,
+// and in how many requests.
+func fetchedSoFar(mnt string) (bytes, requests int64, err error) {
 	b, err := os.ReadFile(filepath.Join(mnt, ".ffcvfs", "stats.json"))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var st struct {
 		Cache struct {
 			BytesRead int64 `json:"bytes_read"`
+			Requests  int64 `json:"requests"`
 		} `json:"cache"`
 	}
 	if err := json.Unmarshal(b, &st); err != nil {
-		return 0, fmt.Errorf("%s/.ffcvfs/stats.json: %w", mnt, err)
+		return 0, 0, fmt.Errorf("%s/.ffcvfs/stats.json: %w", mnt, err)
 	}
-	return st.Cache.BytesRead, nil
+	return st.Cache.BytesRead, st.Cache.Requests, nil
 }
 
 func mount(args []string) error {
@@ -442,7 +445,7 @@ func mount(args []string) error {
 		return fmt.Errorf("no files under %s", mnt)
 	}
 	r.datasetImages = int64(len(files))
-	before, err := bytesRead(mnt)
+	before, beforeReq, err := fetchedSoFar(mnt)
 	if err != nil {
 		return err
 	}
@@ -475,11 +478,11 @@ func mount(args []string) error {
 	if err != nil {
 		return err
 	}
-	after, err := bytesRead(mnt)
+	after, afterReq, err := fetchedSoFar(mnt)
 	if err != nil {
 		return err
 	}
-	r.images, r.bytes, r.fetched = images, nbytes, after-before
+	r.images, r.bytes, r.fetched, r.requests = images, nbytes, after-before, afterReq-beforeReq
 	r.print()
 	return nil
 }
