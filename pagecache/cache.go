@@ -112,9 +112,9 @@ type Cache struct {
 	inflight int // prefetch loads under way
 	// inflightBytes is their bytes.
 	inflightBytes int64
-	stats    Stats
-	closed   bool
-	onEvict  func(page int64, sample int)
+	stats         Stats
+	closed        bool
+	onEvict       func(page int64, sample int)
 
 	// Ranges (ranges.go). samplePage, extOff and extLen are immutable:
 	// each sample's data page (-1: none) and extent in it.
