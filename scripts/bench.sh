@@ -45,18 +45,20 @@
 #                                 (baseline), then through ffcvfs mount of the beton
 #                                 (2 MiB pages) with a cache of 10 % of it (rounded up
 #                                 to whole pages): in QuasiRandomSampler's order, in a random
-#                                 order not announced, in an announced random order.
-#                                 Images/s, MB/s, share of the cap, bytes fetched per
-#                                 byte read, the mount's peak RSS. Then ffcvfeed bench
-#                                 through such a mount vs on the local beton.
+#                                 order not announced, in RandomSampler's (announced)
+#                                 order. Images/s, MB/s, share of the cap, bytes fetched
+#                                 per byte read, GET requests per image, the mount's peak
+#                                 RSS, and the CPU each process spent. Then ffcvfeed
+#                                 bench through such a mount vs on the local beton.
 #
 # Environment: RUNS (default 3) runs per figure; BENCH_DIR (default a temp dir;
 # for feed and storage, ${FFCVFS_CACHE:-~/.cache/ffcvfs}/bench, so the data is
 # kept). storage also reads LATENCY_MS, BANDWIDTH_MBS, BATCH (the readers'
 # DataLoader batch size and the mount's --order-batch-size; default 64),
 # MAX_SECONDS (each reading way stops after that long; default 30), READERS
-# (the mount's --readers; default 4), CACHE and FEED_CACHE (the mount's
-# --cache-size for the readers and for ffcvfeed).
+# (the mount's --readers; default 64), CACHE and FEED_CACHE (the mount's
+# --cache-size for the readers and for ffcvfeed), WAYS (a regular expression:
+# only the reading ways whose names match) and FEED=0 (no ffcvfeed runs).
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -397,9 +399,23 @@ storage_mount() {
 	die "ffcvfs mount s3://bench/$STORAGE_KEY is not ready after 30 s: $(tail -n 5 "$STORAGE_TMP/mount.log")"
 }
 
+# cpu_ms PID: the CPU time (user and system) process PID has used, in ms.
+cpu_ms() {
+	awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); print int(($12 + $13) * 1000 / hz) }' "/proc/$1/stat" 2>/dev/null || echo 0
+}
+
+# storage_cpu: the CPU ms used so far by versitygw, toxiproxy and the link.
+storage_cpu() {
+	local pid
+	for pid in "${STORAGE_PIDS[@]}"; do
+		printf '%s ' "$(cpu_ms "$pid")"
+	done
+}
+
 # storage_umount: unmount, after setting STORAGE_RSS to the mount's peak
-# resident size in KiB (VmHWM).
+# resident size in KiB (VmHWM) and STORAGE_MOUNT_CPU to its CPU ms.
 storage_umount() {
+	STORAGE_MOUNT_CPU=$(cpu_ms "$STORAGE_MOUNT_PID")
 	STORAGE_RSS=$(sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\) kB$/\1/p' "/proc/$STORAGE_MOUNT_PID/status")
 	kill -TERM "$STORAGE_MOUNT_PID"
 	wait "$STORAGE_MOUNT_PID" || die "ffcvfs mount failed: $(tail -n 5 "$STORAGE_TMP/mount.log")"
@@ -414,17 +430,23 @@ storage_umount() {
 storage_way() {
 	local what=$1 i out
 	shift
+	[[ -z ${WAYS:-} || $what =~ $WAYS ]] || return 0
 	: >"$STORAGE_TMP/way.txt"
+	local c0 c1
 	for ((i = 0; i < RUNS; i++)); do
-		STORAGE_RSS=0
+		STORAGE_RSS=0 STORAGE_MOUNT_CPU=0
 		if [[ $2 == mount ]]; then
 			storage_mount "$STORAGE_CACHE"
+			read -ra c0 <<<"$(storage_cpu)"
 			out=$("$@" "$STORAGE_TMP/mnt") || die "$* failed"
+			read -ra c1 <<<"$(storage_cpu)"
 			storage_umount
 		else
+			read -ra c0 <<<"$(storage_cpu)"
 			out=$("$@") || die "$* failed"
+			read -ra c1 <<<"$(storage_cpu)"
 		fi
-		echo "$out rss=$STORAGE_RSS" >>"$STORAGE_TMP/way.txt"
+		echo "$out rss=$STORAGE_RSS cpu_s3=$((c1[0] - c0[0])) cpu_proxy=$((c1[1] - c0[1])) cpu_link=$((c1[2] - c0[2])) cpu_mount=$STORAGE_MOUNT_CPU" >>"$STORAGE_TMP/way.txt"
 	done
 	cat "$STORAGE_TMP/way.txt" >>"$STORAGE_TMP/results.txt"
 	awk -v what="$what" -v cap="$STORAGE_BW" '
@@ -435,11 +457,16 @@ storage_way() {
 			link = link " " v["fetched"] / 1e6 / v["seconds"]; amp = amp " " v["fetched"] / v["bytes"]
 			req = req " " v["requests"] / v["images"]
 			rss = rss " " v["rss"] / 1024; n = n " " v["images"]
+			k = 1000 / v["images"]
+			c_s3 = c_s3 " " v["cpu_s3"] * k; c_px = c_px " " v["cpu_proxy"] * k; c_ln = c_ln " " v["cpu_link"] * k
+			c_mt = c_mt " " v["cpu_mount"] * k; c_rd = c_rd " " v["cpu_reader"] * k
+			c_all = c_all " " (v["cpu_s3"] + v["cpu_proxy"] + v["cpu_link"] + v["cpu_mount"] + v["cpu_reader"]) / 10 / v["seconds"]
 		}
 		END {
 			m = median(mb); r = median(rss)
 			printf "%-40s %7.0f %7.1f %6.1f%% %7.1f %8.3f %7.3f %7s %6.0f\n", what, median(img), m, 100 * m / cap, median(link), median(amp), median(req), (r > 0 ? sprintf("%.0f", r) : "-"), median(n)
-		}' "$STORAGE_TMP/way.txt"
+			printf "%-40s %7.0f %7.0f %7.0f %7.0f %7.0f %7.0f%%\n", what, median(c_s3), median(c_px), median(c_ln), median(c_mt), median(c_rd), median(c_all) >>cpufile
+		}' cpufile="$STORAGE_TMP/cpu.txt" "$STORAGE_TMP/way.txt"
 }
 
 bench_storage() {
@@ -543,6 +570,15 @@ bench_storage() {
 	storage_way "mount, QuasiRandomSampler order" bin/storagebench mount -order quasi-random "${r[@]}"
 	storage_way "mount, random order, not announced" bin/storagebench mount -order random "${r[@]}"
 	storage_way "mount, RandomSampler order (announced)" bin/storagebench mount -order random-announced "${r[@]}"
+	echo
+	echo "CPU per 1,000 images, ms (user + system, from /proc/PID/stat), by process, and all of them together"
+	echo "as a share of one core ($(nproc) cores): where the time of an epoch goes on this machine."
+	printf '%-40s %7s %7s %7s %7s %7s %8s\n' "what" "S3" "proxy" "link" "mount" "reader" "of core"
+	cat "$STORAGE_TMP/cpu.txt"
+	if [[ ${FEED:-1} == 0 ]]; then
+		storage_cleanup
+		return 0
+	fi
 
 	local pipe=(--resolution 160 --crop random-resized --flip 0.5 --dtype uint8 --workers 2 --batch-size 256)
 	echo

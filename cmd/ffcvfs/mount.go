@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -56,6 +57,9 @@ The mount runs its Go code on one core (GOMAXPROCS=1 unless GOMAXPROCS is
 set): a FUSE request costs the least CPU that way, and the cores are left to
 the programs reading the mount.
 
+FFCVFS_CPUPROFILE=FILE writes a CPU profile of the mount to FILE (for go
+tool pprof) when it ends.
+
 S3 credentials, region and endpoint come from the usual AWS environment
 variables and files (AWS_ACCESS_KEY_ID, AWS_PROFILE, AWS_REGION,
 AWS_ENDPOINT_URL, ~/.aws/config) unless given below.
@@ -93,6 +97,18 @@ func runMount(c *cli.Context) error {
 		// every request the netpoller hands over (fs.Server): twice the
 		// thread switches per request, for no gain.
 		runtime.GOMAXPROCS(1)
+	}
+	if p := os.Getenv("FFCVFS_CPUPROFILE"); p != "" {
+		// A CPU profile of the whole mount, for go tool pprof.
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+		if err != nil {
+			return cli.Exit(fmt.Sprintf("FFCVFS_CPUPROFILE: %v", err), 1)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return cli.Exit(fmt.Sprintf("FFCVFS_CPUPROFILE: %v", err), 1)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	budget, err := bytesize.Parse(c.String("cache-size"))
 	if err != nil {

@@ -36,11 +36,15 @@ func sourceFlags() []cli.Flag {
 
 // sourceOptions turns the flags of sourceFlags into Options.
 func sourceOptions(c *cli.Context) storage.Options {
-	return storage.Options{
+	o := storage.Options{
 		Logger:   slog.Default(),
 		Endpoint: c.String("s3-endpoint"), Region: c.String("s3-region"), PathStyle: c.Bool("s3-path-style"),
 		AttemptTimeout: c.Duration("attempt-timeout"), ReadDeadline: c.Duration("read-deadline"),
 	}
+	if r := c.Int("readers"); r > 0 {
+		o.Concurrent = r + 16 // the prefetches, and demand reads
+	}
+	return o
 }
 
 func runQuiet(name string, args ...string) error {

@@ -86,8 +86,8 @@ func newTransport(opts *Options) *http.Transport {
 // so that parallel parts travel on separate TCP connections.
 func tuneTransport(opts *Options) func(*http.Transport) {
 	return func(tr *http.Transport) {
-		tr.MaxIdleConns = max(100, opts.Parallel*16)
-		tr.MaxIdleConnsPerHost = max(16, opts.Parallel*4)
+		tr.MaxIdleConns = max(100, opts.Parallel*16, opts.Concurrent)
+		tr.MaxIdleConnsPerHost = max(16, opts.Parallel*4, opts.Concurrent)
 		tr.MaxConnsPerHost = 0
 		tr.IdleConnTimeout = 90 * time.Second
 		tr.TLSHandshakeTimeout = min(opts.AttemptTimeout, 10*time.Second)

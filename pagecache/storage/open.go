@@ -17,6 +17,7 @@ import (
 const (
 	DefaultPartSize       = 4 << 20
 	DefaultParallel       = 4
+	DefaultConcurrent     = 80
 	DefaultAttemptTimeout = 30 * time.Second
 	DefaultReadDeadline   = 2 * time.Minute
 	DefaultMaxRetries     = 8
@@ -75,6 +76,11 @@ type Options struct {
 	PartSize int64
 	// Parallel is the most requests one ReadAt has in flight (default 4).
 	Parallel int
+	// Concurrent is about how many ReadAt calls the caller makes at once
+	// (default 80: a cache's default prefetches and some demand reads).
+	// As many connections are kept open between requests: one dialled per
+	// request would cost every hop on the way a connection setup.
+	Concurrent int
 	// AttemptTimeout is how long one request may go without receiving
 	// anything (response headers or body bytes) before it is cancelled and
 	// retried (default 30 s).
@@ -103,6 +109,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Parallel == 0 {
 		o.Parallel = DefaultParallel
+	}
+	if o.Concurrent == 0 {
+		o.Concurrent = DefaultConcurrent
 	}
 	if o.AttemptTimeout == 0 {
 		o.AttemptTimeout = DefaultAttemptTimeout

@@ -381,8 +381,11 @@ func (r *netReader) fetchPart(ctx context.Context, dst []byte, off int64) error 
 }
 
 // readFull reads exactly len(dst) bytes of a response body, calling
-// progress as they arrive. A body that ends early is an error worth
-// retrying.
+// progress as they arrive, then reads on to the body's end (the body
+// should end there): a connection goes back to the pool only when its
+// body was read to io.EOF, and the SDK's wrappers of the body may not
+// report io.EOF with the last byte. A body that ends early is an error
+// worth retrying.
 func readFull(body io.Reader, dst []byte, progress func()) error {
 	n, err := io.ReadFull(progressReader{body, progress}, dst)
 	switch {
@@ -391,6 +394,7 @@ func readFull(body io.Reader, dst []byte, progress func()) error {
 	case err != nil:
 		return fmt.Errorf("response body, after %d of %d bytes: %w", n, len(dst), err)
 	}
+	io.CopyN(io.Discard, body, 4<<10)
 	return nil
 }
 

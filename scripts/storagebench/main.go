@@ -30,6 +30,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -293,8 +294,11 @@ type result struct {
 }
 
 func (r result) print() {
-	fmt.Printf("images=%d bytes=%d dataset_images=%d dataset_bytes=%d fetched=%d requests=%d seconds=%.3f\n",
-		r.images, r.bytes, r.datasetImages, r.datasetBytes, r.fetched, r.requests, r.seconds)
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	fmt.Printf("images=%d bytes=%d dataset_images=%d dataset_bytes=%d fetched=%d requests=%d seconds=%.3f cpu_reader=%d\n",
+		r.images, r.bytes, r.datasetImages, r.datasetBytes, r.fetched, r.requests, r.seconds, cpu.Milliseconds())
 }
 
 func get(args []string) error {
