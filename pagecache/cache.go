@@ -426,6 +426,30 @@ func (c *Cache) acquire(ctx context.Context, dp int32, sample int) (*Page, error
 		c.mu.Lock()
 		return nil
 	}
+	// awaitLoad waits for a load under way; an error for the caller
+	// leaves the lock unlocked. A cancelled load is another reader's
+	// business: the caller looks again.
+	awaitLoad := func(op *loadOp) error {
+		if err := wait(op.done); err != nil {
+			return err
+		}
+		if op.err != nil && !op.cancelled {
+			c.mu.Unlock()
+			return op.err
+		}
+		return nil
+	}
+	hit := func(prefetched *bool) {
+		if waited {
+			c.stats.WaitTime += time.Since(start)
+		} else {
+			c.stats.Hits++
+		}
+		if *prefetched {
+			*prefetched = false
+			c.stats.PrefetchHits++
+		}
+	}
 	for {
 		if c.closed {
 			c.mu.Unlock()
@@ -434,50 +458,24 @@ func (c *Cache) acquire(ctx context.Context, dp int32, sample int) (*Page, error
 		if si := c.pageSlot[dp]; si >= 0 {
 			s := &c.slots[si]
 			if !s.ready {
-				op := c.loads[dp]
-				if err := wait(op.done); err != nil {
+				if err := awaitLoad(c.loads[dp]); err != nil {
 					return nil, err
-				}
-				if op.err != nil && !op.cancelled {
-					c.mu.Unlock()
-					return nil, op.err
 				}
 				continue
 			}
-			if waited {
-				c.stats.WaitTime += time.Since(start)
-			} else {
-				c.stats.Hits++
-			}
-			if s.prefetched {
-				s.prefetched = false
-				c.stats.PrefetchHits++
-			}
+			hit(&s.prefetched)
 			return c.pin(si, sample), nil
 		}
 		if sample >= 0 {
 			if e := c.rng.m[int32(sample)]; e != nil {
 				if !e.ready {
-					op := e.op
-					if err := wait(op.done); err != nil {
+					if err := awaitLoad(e.op); err != nil {
 						return nil, err
-					}
-					if op.err != nil && !op.cancelled {
-						c.mu.Unlock()
-						return nil, op.err
 					}
 					continue
 				}
-				if waited {
-					c.stats.WaitTime += time.Since(start)
-				} else {
-					c.stats.Hits++
-				}
+				hit(&e.prefetched)
 				c.stats.RangeHits++
-				if e.prefetched {
-					e.prefetched = false
-					c.stats.PrefetchHits++
-				}
 				e.pins++
 				c.recordRead(sample)
 				c.mu.Unlock()
