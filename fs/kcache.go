@@ -215,6 +215,13 @@ func (k *kernelCopies) run() {
 			return
 		}
 		batch = batch[:0]
+		dropSample := func(s int32) {
+			if h, ok := k.samples[s]; ok {
+				delete(k.samples, s)
+				k.bytes -= h.size
+				batch = append(batch, invalidation{h.inode, 0, 0})
+			}
+		}
 		cut := time.Now().Add(-invalidateDelay)
 		n := 0
 		for _, e := range k.evicted {
@@ -223,19 +230,11 @@ func (k *kernelCopies) run() {
 			}
 			n++
 			if e.sample >= 0 {
-				if h, ok := k.samples[e.sample]; ok {
-					delete(k.samples, e.sample)
-					k.bytes -= h.size
-					batch = append(batch, invalidation{h.inode, 0, 0})
-				}
+				dropSample(e.sample)
 				continue
 			}
 			for _, s := range k.f.PageSamples(e.page) {
-				if h, ok := k.samples[int32(s)]; ok {
-					delete(k.samples, int32(s))
-					k.bytes -= h.size
-					batch = append(batch, invalidation{h.inode, 0, 0})
-				}
+				dropSample(int32(s))
 			}
 			if k.pages[e.page] {
 				delete(k.pages, e.page)

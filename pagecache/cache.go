@@ -482,7 +482,7 @@ func (c *Cache) acquire(ctx context.Context, dp int32, sample int) (*Page, error
 				return &e.pg, nil
 			}
 			if c.pol.RangeRead(sample) {
-				_, n := c.extent(sample)
+				lo, n := c.extent(sample)
 				if !c.makeRoom(mappedSize(uint32(n)), -1) {
 					if c.changed == nil {
 						c.changed = make(chan struct{})
@@ -500,7 +500,6 @@ func (c *Cache) acquire(ctx context.Context, dp int32, sample int) (*Page, error
 					return nil, err
 				}
 				e.pins = 1
-				lo, _ := c.extent(sample)
 				c.mu.Unlock()
 				c.loadRanges(ctx, []*rangeEntry{e}, lo, lo+int64(n), op)
 				c.mu.Lock()

@@ -158,10 +158,10 @@ func (r *rangeSet) unfile(e *rangeEntry) {
 
 // mapping returns n bytes (rounded up to OS pages) of memory of their own.
 func mapping(n int) ([]byte, error) {
-	size := (n + syscall.Getpagesize() - 1) &^ (syscall.Getpagesize() - 1)
-	return syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON|syscall.MAP_POPULATE)
+	return syscall.Mmap(-1, 0, int(mappedSize(uint32(n))), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON|syscall.MAP_POPULATE)
 }
 
+// mappedSize is what a mapping of n bytes takes: whole OS pages.
 func mappedSize(n uint32) int64 {
 	ps := int64(syscall.Getpagesize())
 	return (int64(n) + ps - 1) &^ (ps - 1)
@@ -189,11 +189,18 @@ func (c *Cache) rekeyAll() {
 	}
 }
 
+// unmapRange forgets range e, filed nowhere, and returns its memory.
+func (c *Cache) unmapRange(e *rangeEntry) {
+	delete(c.rng.m, e.s)
+	c.rng.used -= int64(len(e.buf))
+	if err := syscall.Munmap(e.buf); err != nil {
+		panic(fmt.Sprintf("pagecache: unmapping a range: %v", err))
+	}
+}
+
 // evictRange drops ready, unpinned range e.
 func (c *Cache) evictRange(e *rangeEntry) {
 	c.rng.unfile(e)
-	delete(c.rng.m, e.s)
-	c.rng.used -= int64(len(e.buf))
 	if e.plan != nil {
 		c.pol.RangeGone(e.plan, e.pos)
 	}
@@ -201,9 +208,7 @@ func (c *Cache) evictRange(e *rangeEntry) {
 	if c.onEvict != nil {
 		c.onEvict(int64(c.samplePage[e.s])+c.firstPage, int(e.s))
 	}
-	if err := syscall.Munmap(e.buf); err != nil {
-		panic(fmt.Sprintf("pagecache: unmapping a range: %v", err))
-	}
+	c.unmapRange(e)
 }
 
 // lendSlot lends the free slot on top to ranges, if there is one.
@@ -363,12 +368,8 @@ func (c *Cache) loadRanges(ctx context.Context, es []*rangeEntry, lo, hi int64, 
 			c.stats.ReadErrors++
 		}
 		for _, e := range es {
-			delete(c.rng.m, e.s)
-			c.rng.used -= int64(len(e.buf))
 			e.pins = 0
-			if err := syscall.Munmap(e.buf); err != nil {
-				panic(fmt.Sprintf("pagecache: unmapping a range: %v", err))
-			}
+			c.unmapRange(e)
 		}
 		c.opts.Logger.Debug("range read failed", "err", op.err)
 	} else {
@@ -407,10 +408,9 @@ func (c *Cache) prefetchRange() bool {
 			if len(group) == 1 {
 				return false
 			}
-			group = group[:0]
-			group = append(group, s)
-			lo, _ = c.extent(s)
-			hi = lo + int64(c.extLen[s])
+			var n int
+			lo, n = c.extent(s)
+			group, hi = []int{s}, lo+int64(n)
 			if !c.makeRoom(mappedSize(c.extLen[s]), d) {
 				return false
 			}
@@ -422,9 +422,7 @@ func (c *Cache) prefetchRange() bool {
 			if err != nil {
 				c.opts.Logger.Warn("range prefetch failed", "err", err)
 				for _, e := range es {
-					delete(c.rng.m, e.s)
-					c.rng.used -= int64(len(e.buf))
-					syscall.Munmap(e.buf)
+					c.unmapRange(e)
 				}
 				return false
 			}
@@ -504,8 +502,12 @@ const maxEpochsKept = 16
 func (c *Cache) checkRanges() {
 	var used int64
 	ahead, idle := 0, 0
+	ready := 0
 	for s, e := range c.rng.m {
 		used += int64(len(e.buf))
+		if e.ready {
+			ready++
+		}
 		if e.s != s || e.pins < 0 || e.ready == (e.op != nil) || e.ready != e.filed {
 			panic(fmt.Sprintf("pagecache: range of sample %d: %+v", s, e))
 		}
@@ -525,12 +527,6 @@ func (c *Cache) checkRanges() {
 	for i := 1; i < len(c.rng.ahead); i++ {
 		if c.rng.less(i, (i-1)/2) {
 			panic("pagecache: range heap out of order")
-		}
-	}
-	ready := 0
-	for _, e := range c.rng.m {
-		if e.ready {
-			ready++
 		}
 	}
 	if used != c.rng.used || used > int64(len(c.rng.lent))*c.pageSize || ahead != len(c.rng.ahead) || ahead+idle != ready {

@@ -171,14 +171,7 @@ func TestRangesBudgetHeldUnderConcurrency(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > base && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > base {
-		buf := make([]byte, 1<<16)
-		t.Errorf("%d goroutines left after Close, %d before:\n%s", n, base, buf[:runtime.Stack(buf, true)])
-	}
+	checkNoGoroutinesLeft(t, base)
 }
 
 // A failed range read reaches its reader and every waiter; the next read
