@@ -41,15 +41,17 @@
 #                                 toxiproxy (+LATENCY_MS, default 10, per response) and a
 #                                 cap of BANDWIDTH_MBS (default 100 MB/s) shared by all
 #                                 connections. One epoch of every image, bytes only, 4
-#                                 readers: one GET per image object in random order
-#                                 (baseline), then through ffcvfs mount of the beton
-#                                 (2 MiB pages) with a cache of 10 % of it (rounded up
-#                                 to whole pages): in QuasiRandomSampler's order, in a random
-#                                 order not announced, in RandomSampler's (announced)
-#                                 order. Images/s, MB/s, share of the cap, bytes fetched
-#                                 per byte read, GET requests per image, the mount's peak
-#                                 RSS, and the CPU each process spent. Then ffcvfeed
-#                                 bench through such a mount vs on the local beton.
+#                                 readers dealt batches as DataLoader's workers are: one
+#                                 GET per image object in random order (baseline), then
+#                                 through ffcvfs mount of the beton (2 MiB pages) with a
+#                                 cache of 10 % of it (rounded up to whole pages): in
+#                                 QuasiRandomSampler's order, in a random order not
+#                                 announced, in RandomSampler's (announced) order; the
+#                                 ways take turns, run by run. Images/s, MB/s, share of
+#                                 the cap, bytes fetched per byte read, GET requests per
+#                                 image, the mount's peak RSS, the CPU each process spent
+#                                 and the TCP connections opened. Then ffcvfeed bench
+#                                 through such a mount vs on the local beton.
 #
 # Environment: RUNS (default 3) runs per figure; BENCH_DIR (default a temp dir;
 # for feed and storage, ${FFCVFS_CACHE:-~/.cache/ffcvfs}/bench, so the data is
@@ -422,33 +424,39 @@ storage_umount() {
 	STORAGE_MOUNT_PID=
 }
 
-# storage_way WHAT CMD...: run CMD (storagebench get, or storagebench mount
-# without its MNT, then run against a fresh mount) RUNS times and print a
-# row of medians: images/s, MB/s of images, share of the cap, MB/s on the
-# link, bytes fetched per byte of images read, the mount's peak RSS, and
-# images read. The result lines go to $STORAGE_TMP/results.txt too.
-storage_way() {
-	local what=$1 i out
+# storage_run K CMD...: run CMD (storagebench get, or storagebench mount
+# without its MNT, then run against a fresh mount) once and append its
+# result line to $STORAGE_TMP/way-K.txt.
+storage_run() {
+	local k=$1 out c0 c1 n0 n1
 	shift
-	[[ -z ${WAYS:-} || $what =~ $WAYS ]] || return 0
-	: >"$STORAGE_TMP/way.txt"
-	local c0 c1
-	for ((i = 0; i < RUNS; i++)); do
-		STORAGE_RSS=0 STORAGE_MOUNT_CPU=0
-		if [[ $2 == mount ]]; then
-			storage_mount "$STORAGE_CACHE"
-			read -ra c0 <<<"$(storage_cpu)"
-			out=$("$@" "$STORAGE_TMP/mnt") || die "$* failed"
-			read -ra c1 <<<"$(storage_cpu)"
-			storage_umount
-		else
-			read -ra c0 <<<"$(storage_cpu)"
-			out=$("$@") || die "$* failed"
-			read -ra c1 <<<"$(storage_cpu)"
-		fi
-		echo "$out rss=$STORAGE_RSS cpu_s3=$((c1[0] - c0[0])) cpu_proxy=$((c1[1] - c0[1])) cpu_link=$((c1[2] - c0[2])) cpu_mount=$STORAGE_MOUNT_CPU" >>"$STORAGE_TMP/way.txt"
-	done
-	cat "$STORAGE_TMP/way.txt" >>"$STORAGE_TMP/results.txt"
+	STORAGE_RSS=0 STORAGE_MOUNT_CPU=0
+	# The link logs a line per connection it accepts.
+	n0=$(grep -c '^connection ' "$STORAGE_TMP/link.log")
+	if [[ $2 == mount ]]; then
+		storage_mount "$STORAGE_CACHE"
+		read -ra c0 <<<"$(storage_cpu)"
+		out=$("$@" "$STORAGE_TMP/mnt") || die "$* failed"
+		read -ra c1 <<<"$(storage_cpu)"
+		storage_umount
+	else
+		read -ra c0 <<<"$(storage_cpu)"
+		out=$("$@") || die "$* failed"
+		read -ra c1 <<<"$(storage_cpu)"
+	fi
+	n1=$(grep -c '^connection ' "$STORAGE_TMP/link.log")
+	echo "$out rss=$STORAGE_RSS cpu_s3=$((c1[0] - c0[0])) cpu_proxy=$((c1[1] - c0[1])) cpu_link=$((c1[2] - c0[2])) cpu_mount=$STORAGE_MOUNT_CPU conns=$((n1 - n0))" >>"$STORAGE_TMP/way-$k.txt"
+}
+
+# storage_row WHAT K: print the row of way K's medians (images/s, MB/s of
+# images, share of the cap, MB/s on the link, bytes fetched per byte of
+# images read, requests per image, the mount's peak RSS, images read), and
+# its CPU row to $STORAGE_TMP/cpu.txt; the result lines go to
+# $STORAGE_TMP/results.txt too.
+storage_row() {
+	local what=$1 k=$2
+	[[ -s $STORAGE_TMP/way-$k.txt ]] || return 0
+	cat "$STORAGE_TMP/way-$k.txt" >>"$STORAGE_TMP/results.txt"
 	awk -v what="$what" -v cap="$STORAGE_BW" '
 		function median(s,   a, k, i, j, t) { k = split(s, a, " "); for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }; return (k % 2) ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2 }
 		{
@@ -460,13 +468,15 @@ storage_way() {
 			k = 1000 / v["images"]
 			c_s3 = c_s3 " " v["cpu_s3"] * k; c_px = c_px " " v["cpu_proxy"] * k; c_ln = c_ln " " v["cpu_link"] * k
 			c_mt = c_mt " " v["cpu_mount"] * k; c_rd = c_rd " " v["cpu_reader"] * k
+			conns = conns " " v["conns"]
 			c_all = c_all " " (v["cpu_s3"] + v["cpu_proxy"] + v["cpu_link"] + v["cpu_mount"] + v["cpu_reader"]) / 10 / v["seconds"]
 		}
 		END {
 			m = median(mb); r = median(rss)
 			printf "%-40s %7.0f %7.1f %6.1f%% %7.1f %8.3f %7.3f %7s %6.0f\n", what, median(img), m, 100 * m / cap, median(link), median(amp), median(req), (r > 0 ? sprintf("%.0f", r) : "-"), median(n)
-			printf "%-40s %7.0f %7.0f %7.0f %7.0f %7.0f %7.0f%%\n", what, median(c_s3), median(c_px), median(c_ln), median(c_mt), median(c_rd), median(c_all) >>cpufile
-		}' cpufile="$STORAGE_TMP/cpu.txt" "$STORAGE_TMP/way.txt"
+			printf "%-40s %7.0f %7.0f %7.0f %7.0f %7.0f %7.0f%% %6.0f\n", what, median(c_s3), median(c_px), median(c_ln), median(c_mt), median(c_rd), median(c_all), median(conns) >>cpufile
+			printf "%-40s", what >>runsfile; k = split(img, a, " "); for (i = 1; i <= k; i++) printf " %7.0f", a[i] >>runsfile; printf "\n" >>runsfile
+		}' cpufile="$STORAGE_TMP/cpu.txt" runsfile="$STORAGE_TMP/runs.txt" "$STORAGE_TMP/way-$k.txt"
 }
 
 bench_storage() {
@@ -534,8 +544,15 @@ bench_storage() {
 	export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true \
 		AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null
 
+	# Keep-alive, as S3 does: without it versitygw answers every request
+	# with "Connection: close", and each GET would pay for three new TCP
+	# connections (to the link, the proxy and the server). A 64 KiB read
+	# buffer: by default versitygw allocates 1 MiB for every ranged GET
+	# (not for a GET of a whole object), which on these shared cores costs
+	# more CPU than the request itself; S3 answers ranges as fast as objects.
 	ROOT_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID ROOT_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY \
-		versitygw --port "127.0.0.1:$vgw" --region us-east-1 --quiet posix "$STORAGE_TMP/s3" >"$STORAGE_TMP/versitygw.log" 2>&1 &
+		versitygw --port "127.0.0.1:$vgw" --keep-alive --region us-east-1 --quiet \
+		posix --io-buffer-size $((64 << 10)) "$STORAGE_TMP/s3" >"$STORAGE_TMP/versitygw.log" 2>&1 &
 	STORAGE_PIDS+=($!)
 	wait_port "$vgw" versitygw "$!"
 	toxiproxy-server -host 127.0.0.1 -port "$api" >"$STORAGE_TMP/toxiproxy.log" 2>&1 &
@@ -558,23 +575,48 @@ bench_storage() {
 	echo
 	echo "training from S3: $n real-photo JPEGs, a $((size >> 20)) MiB beton of 2 MiB pages, on versitygw on loopback behind"
 	echo "toxiproxy (+$latency ms per response) and a $STORAGE_BW MB/s link shared by all connections; $(nproc) cores, median of"
-	echo "$RUNS runs. One epoch of every image, bytes only, 4 readers. Mounts: fresh for every run, --cache-size $STORAGE_CACHE"
-	echo "--readers $STORAGE_READERS --order-batch-size $STORAGE_BATCH, read as DataLoader(num_workers=4, batch_size=$STORAGE_BATCH) would."
+	echo "$RUNS runs, the ways taking turns. One epoch of every image, bytes only, 4 readers dealt batches as"
+	echo "DataLoader's workers are, for the bucket as for the mount. Mounts: fresh for every run, --cache-size $STORAGE_CACHE"
+	echo "--readers $STORAGE_READERS --order-batch-size $STORAGE_BATCH; batches of $STORAGE_BATCH. versitygw keeps connections alive, as S3 does."
 	echo "A run stops after $secs s; its figures are then over the images it read (last column). MB/s: 10^6 bytes"
 	echo "of images per second; link: MB/s fetched from S3; fetch/rd: bytes fetched per byte of images read;"
 	echo "GET/img: requests to S3 per image read (S3 bills each); RSS: the mount's peak."
 	printf '%-40s %7s %7s %7s %7s %8s %7s %7s %6s\n' "what" "img/s" "MB/s" "of cap" "link" "fetch/rd" "GET/img" "RSS MiB" "images"
-	storage_way "GET per image object, random (baseline)" \
-		bin/storagebench get -endpoint "http://127.0.0.1:$STORAGE_LINK" -bucket bench -prefix images -j 4 -max-seconds "$secs"
+	# The ways take turns, run by run, so that the machine's noise falls on
+	# all of them alike.
 	local r=(-j 4 -batch "$STORAGE_BATCH" -max-seconds "$secs")
-	storage_way "mount, QuasiRandomSampler order" bin/storagebench mount -order quasi-random "${r[@]}"
-	storage_way "mount, random order, not announced" bin/storagebench mount -order random "${r[@]}"
-	storage_way "mount, RandomSampler order (announced)" bin/storagebench mount -order random-announced "${r[@]}"
+	local ways=(
+		"GET per image object, random (baseline)"
+		"mount, QuasiRandomSampler order"
+		"mount, random order, not announced"
+		"mount, RandomSampler order (announced)"
+	)
+	local cmds=(
+		"bin/storagebench get -endpoint http://127.0.0.1:$STORAGE_LINK -bucket bench -prefix images"
+		"bin/storagebench mount -order quasi-random"
+		"bin/storagebench mount -order random"
+		"bin/storagebench mount -order random-announced"
+	)
+	local i k
+	for ((i = 0; i < RUNS; i++)); do
+		for k in "${!ways[@]}"; do
+			[[ -z ${WAYS:-} || ${ways[k]} =~ $WAYS ]] || continue
+			# shellcheck disable=SC2086 # the commands are words without spaces
+			storage_run "$k" ${cmds[k]} "${r[@]}"
+		done
+	done
+	for k in "${!ways[@]}"; do
+		storage_row "${ways[k]}" "$k"
+	done
 	echo
 	echo "CPU per 1,000 images, ms (user + system, from /proc/PID/stat), by process, and all of them together"
-	echo "as a share of one core ($(nproc) cores): where the time of an epoch goes on this machine."
-	printf '%-40s %7s %7s %7s %7s %7s %8s\n' "what" "S3" "proxy" "link" "mount" "reader" "of core"
+	echo "as a share of one core ($(nproc) cores): where the time of an epoch goes on this machine; conns: TCP"
+	echo "connections the reader or the mount opened to S3 in the run."
+	printf '%-40s %7s %7s %7s %7s %7s %8s %6s\n' "what" "S3" "proxy" "link" "mount" "reader" "of core" "conns"
 	cat "$STORAGE_TMP/cpu.txt"
+	echo
+	echo "Images/s of each run, in the order they ran (the ways take turns):"
+	cat "$STORAGE_TMP/runs.txt"
 	if [[ ${FEED:-1} == 0 ]]; then
 		storage_cleanup
 		return 0

@@ -7,7 +7,7 @@
 //	storagebench ports N
 //	storagebench put   -endpoint URL -bucket B -beton FILE -key K -folder DIR -prefix P
 //	storagebench link  -listen ADDR -to ADDR -rate MBS
-//	storagebench get   -endpoint URL -bucket B -prefix P [-j 4] [-seed S] [-max-seconds T]
+//	storagebench get   -endpoint URL -bucket B -prefix P [-j 4] [-batch 64] [-seed S] [-max-seconds T]
 //	storagebench mount -order quasi-random|random|random-announced [-j 4] [-batch 64] [-seed S] [-max-seconds T] MNT
 //
 // S3 credentials and region come from the usual AWS environment variables.
@@ -46,8 +46,9 @@ const usage = `usage:
   storagebench link  -listen ADDR -to ADDR -rate MBS
       forwards TCP connections from ADDR to ADDR, all of them together sending
       at most MBS megabytes (10^6 bytes) per second towards the client
-  storagebench get   -endpoint URL -bucket B -prefix P [-j 4] [-seed S] [-max-seconds T]
-      GETs every object under P once, in random order, with J parallel readers
+  storagebench get   -endpoint URL -bucket B -prefix P [-j 4] [-batch 64] [-seed S] [-max-seconds T]
+      GETs every object under P once, in random order, in batches dealt to J
+      workers as torch's DataLoader does (as mount reads)
   storagebench mount -order KIND [-j 4] [-batch 64] [-seed S] [-epoch E] [-max-seconds T] MNT
       reads every image of an ffcvfs mount once, in batches dealt to J workers as
       torch's DataLoader does; KIND is quasi-random or random-announced (the order
@@ -222,11 +223,14 @@ func link(args []string) error {
 		return err
 	}
 	b := &bucket{rate: *rate * 1e6, depth: 2 * time.Millisecond}
-	for {
+	// One line per connection accepted, so that a bench can count the
+	// connections each way of reading opens.
+	for n := 1; ; n++ {
 		c, err := ln.Accept()
 		if err != nil {
 			return err
 		}
+		fmt.Printf("connection %d from %s\n", n, c.RemoteAddr())
 		go forward(c, *to, b)
 	}
 }
@@ -307,10 +311,12 @@ func get(args []string) error {
 	bkt := fl.String("bucket", "", "bucket")
 	prefix := fl.String("prefix", "", "key prefix of the images")
 	jobs := fl.Int("j", 4, "parallel readers")
+	batch := fl.Int("batch", 64, "images per batch")
+	prefetch := fl.Int("prefetch", 2, "batches each reader may be ahead (DataLoader's prefetch_factor)")
 	seed := fl.Uint64("seed", 0, "seed of the random order")
 	maxSeconds := fl.Float64("max-seconds", 0, "stop after this many seconds (0: read everything)")
 	fl.Parse(args)
-	if *endpoint == "" || *bkt == "" || *prefix == "" || *jobs < 1 {
+	if *endpoint == "" || *bkt == "" || *prefix == "" || *jobs < 1 || *batch < 1 || *prefetch < 1 {
 		fl.Usage()
 		os.Exit(2)
 	}
@@ -343,44 +349,34 @@ func get(args []string) error {
 	rng := rand.New(rand.NewPCG(*seed, 1))
 	rng.Shuffle(len(objs), func(i, j int) { objs[i], objs[j] = objs[j], objs[i] })
 
-	var next, images, nbytes atomic.Int64
-	var wg sync.WaitGroup
-	var firstErr error
-	var once sync.Once
 	start := time.Now()
 	deadline := deadlineOf(start, *maxSeconds)
-	for range *jobs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			buf := bytes.NewBuffer(make([]byte, 0, 1<<20))
-			for time.Now().Before(deadline) {
-				i := int(next.Add(1) - 1)
-				if i >= len(objs) {
-					return
-				}
-				out, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: bkt, Key: &objs[i].key})
-				if err == nil {
-					buf.Reset()
-					_, err = buf.ReadFrom(out.Body)
-					out.Body.Close()
-				}
-				if err != nil {
-					once.Do(func() { firstErr = fmt.Errorf("get s3://%s/%s: %w", *bkt, objs[i].key, err) })
-					next.Store(int64(len(objs)))
-					return
-				}
-				images.Add(1)
-				nbytes.Add(int64(buf.Len()))
-			}
-		}()
+	order := make([]int, len(objs))
+	for i := range order {
+		order[i] = i
 	}
-	wg.Wait()
+	bufs := make([]*bytes.Buffer, *jobs)
+	for i := range bufs {
+		bufs[i] = bytes.NewBuffer(make([]byte, 0, 1<<20))
+	}
+	images, nbytes, err := readBatches(order, *jobs, *batch, *prefetch, deadline, func(w, i int) (int64, error) {
+		out, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: bkt, Key: &objs[i].key})
+		if err != nil {
+			return 0, fmt.Errorf("get s3://%s/%s: %w", *bkt, objs[i].key, err)
+		}
+		defer out.Body.Close()
+		bufs[w].Reset()
+		n, err := bufs[w].ReadFrom(out.Body)
+		if err != nil {
+			return n, fmt.Errorf("get s3://%s/%s: %w", *bkt, objs[i].key, err)
+		}
+		return n, nil
+	})
 	r.seconds = time.Since(start).Seconds()
-	if firstErr != nil {
-		return firstErr
+	if err != nil {
+		return err
 	}
-	r.images, r.bytes, r.fetched, r.requests = images.Load(), nbytes.Load(), nbytes.Load(), images.Load()
+	r.images, r.bytes, r.fetched, r.requests = images, nbytes, nbytes, images
 	r.print()
 	return nil
 }
@@ -477,7 +473,13 @@ func mount(args []string) error {
 		return fmt.Errorf("-order %q: want quasi-random, random-announced or random", *kind)
 	}
 	deadline := deadlineOf(start, *maxSeconds)
-	images, nbytes, err := readBatches(files, order, *jobs, *batch, *prefetch, deadline)
+	bufs := make([][]byte, *jobs)
+	for i := range bufs {
+		bufs[i] = make([]byte, 1<<20)
+	}
+	images, nbytes, err := readBatches(order, *jobs, *batch, *prefetch, deadline, func(w, i int) (int64, error) {
+		return readFile(files[i], bufs[w])
+	})
 	r.seconds = time.Since(start).Seconds()
 	if err != nil {
 		return err
@@ -491,13 +493,13 @@ func mount(args []string) error {
 	return nil
 }
 
-// readBatches reads files in order the way torch's DataLoader with `jobs`
-// workers does: the order is cut into batches, batch b goes to worker
-// b mod jobs, each worker reads the samples of its batch one after the
-// other, and a worker starts a batch only while it is fewer than
-// jobs×prefetch batches ahead of the consumer, which takes batches in
-// order as soon as they are done.
-func readBatches(files []string, order []int, jobs, batch, prefetch int, deadline time.Time) (images, nbytes int64, err error) {
+// readBatches reads the samples of order the way torch's DataLoader with
+// `jobs` workers does: the order is cut into batches, batch b goes to
+// worker b mod jobs, each worker reads the samples of its batch one after
+// the other with read(worker, sample), and a worker starts a batch only
+// while it is fewer than jobs×prefetch batches ahead of the consumer,
+// which takes batches in order as soon as they are done.
+func readBatches(order []int, jobs, batch, prefetch int, deadline time.Time, read func(w, i int) (int64, error)) (images, nbytes int64, err error) {
 	nb := (len(order) + batch - 1) / batch
 	var (
 		mu       sync.Mutex
@@ -514,7 +516,6 @@ func readBatches(files []string, order []int, jobs, batch, prefetch int, deadlin
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			buf := make([]byte, 1<<20)
 			for b := w; b < nb && !stop.Load(); b += jobs {
 				mu.Lock()
 				for b >= consumed+jobs*prefetch && !stop.Load() {
@@ -526,7 +527,7 @@ func readBatches(files []string, order []int, jobs, batch, prefetch int, deadlin
 						stop.Store(true)
 						break
 					}
-					n, err := readFile(files[i], buf)
+					n, err := read(w, i)
 					if err != nil {
 						mu.Lock()
 						if firstErr == nil {
