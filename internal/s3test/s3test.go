@@ -226,8 +226,12 @@ func (s *Server) Output() string {
 func (s *Server) start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// Keep-alive, as S3 does (versitygw closes every connection after one
+	// response by default), so that connections are reused as they would
+	// be with S3.
 	cmd := exec.Command(s.bin,
 		"--port", s.addr,
+		"--keep-alive",
 		"--access", s.accessKey,
 		"--secret", s.secretKey,
 		"--region", Region,
