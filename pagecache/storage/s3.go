@@ -2,8 +2,10 @@ package storage
 
 import (
 	"context"
+	"encoding/xml"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -25,6 +28,16 @@ import (
 // so a replaced object gives ErrChanged, never bytes of two versions. The
 // SDK's own retries are off: the retry policy of Options applies. It
 // is safe for concurrent use.
+//
+// The SDK loads the configuration and credentials, resolves the object's
+// URL (endpoint, addressing style) and sends HeadObject; the ranged GETs
+// themselves are plain HTTP requests signed with the SDK's SigV4 signer.
+// The SDK's GetObject runs some forty middleware steps per call, about
+// half the client's CPU time per request on small ranges (measured: 110 µs
+// of 240 µs for 27 KB ranges), and a mount that reads one range per
+// image sends thousands per second. Where a URL cannot be learnt that way
+// (S3 Express directory buckets sign with session keys), GetObject is
+// used.
 type S3Source struct {
 	// Immutable after OpenS3.
 	r      *netReader
@@ -32,7 +45,17 @@ type S3Source struct {
 	bucket string
 	key    string
 	etag   string
+
+	// The direct GET path; url is "" where GetObject is used.
+	url    string
+	hc     aws.HTTPClient
+	creds  aws.CredentialsProvider // nil: anonymous
+	signer *v4.Signer
+	region string
 }
+
+// emptySHA256 is the SHA-256 of an empty payload, in hex.
+const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 var _ Source = (*S3Source)(nil)
 
@@ -92,11 +115,39 @@ func OpenS3(ctx context.Context, bucket, key string, opts Options) (*S3Source, e
 		s.Close()
 		return nil, err
 	}
+	if !strings.HasSuffix(bucket, "--x-s3") {
+		s.direct(ctx)
+	}
 	if s.etag == "" {
 		opts.Logger.Warn("S3 sends no ETag for the object: a replacement during reads can only be detected by its size",
 			"source", name)
 	}
 	return s, nil
+}
+
+// direct sets up plain signed GETs: the object's URL is that of a
+// presigned GetObject without its query. Where presigning fails, reads
+// keep to GetObject.
+func (s *S3Source) direct(ctx context.Context) {
+	pre, err := s3.NewPresignClient(s.client).PresignGetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &s.key})
+	if err != nil {
+		return
+	}
+	u, err := url.Parse(pre.URL)
+	if err != nil {
+		return
+	}
+	u.RawQuery = ""
+	o := s.client.Options()
+	s.url = u.String()
+	s.hc = o.HTTPClient
+	s.creds = o.Credentials
+	if _, anon := s.creds.(aws.AnonymousCredentials); anon {
+		s.creds = nil
+	}
+	// S3 signs the path as sent, escaped once.
+	s.signer = v4.NewSigner(func(o *v4.SignerOptions) { o.DisableURIPathEscaping = true })
+	s.region = o.Region
 }
 
 // isLocalEndpoint reports whether an endpoint URL names an IP address or
@@ -173,6 +224,9 @@ func (s *S3Source) classify(err error) error {
 
 // fetch is one attempt at dst = bytes [off, off+len(dst)).
 func (s *S3Source) fetch(ctx context.Context, dst []byte, off int64, progress func()) error {
+	if s.url != "" {
+		return s.fetchDirect(ctx, dst, off, progress)
+	}
 	end := off + int64(len(dst)) - 1
 	in := &s3.GetObjectInput{
 		Bucket: &s.bucket,
@@ -209,6 +263,78 @@ func (s *S3Source) fetch(ctx context.Context, dst []byte, off int64, progress fu
 		return permanent(fmt.Errorf("S3 sent Content-Length %d for a range of %d bytes", n, len(dst)))
 	}
 	return readFull(out.Body, dst, progress)
+}
+
+// fetchDirect is fetch as a plain signed GET.
+func (s *S3Source) fetchDirect(ctx context.Context, dst []byte, off int64, progress func()) error {
+	end := off + int64(len(dst)) - 1
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url, nil)
+	if err != nil {
+		return permanent(fmt.Errorf("cannot build request: %v", stripURLError(err)))
+	}
+	req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", off, end))
+	if s.etag != "" {
+		req.Header.Set("If-Match", s.etag)
+	}
+	if s.creds != nil {
+		creds, err := s.creds.Retrieve(ctx)
+		if err != nil {
+			return permanent(fmt.Errorf("AWS credentials: %w", err))
+		}
+		req.Header.Set("X-Amz-Content-Sha256", emptySHA256)
+		if err := s.signer.SignHTTP(ctx, creds, req, emptySHA256, "s3", s.region, time.Now()); err != nil {
+			return permanent(fmt.Errorf("signing the request: %w", err))
+		}
+	}
+	resp, err := s.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("GET: %w", stripURLError(err))
+	}
+	defer resp.Body.Close()
+	progress()
+	switch resp.StatusCode {
+	case http.StatusPartialContent:
+	case http.StatusPreconditionFailed:
+		return s.changed(ctx, "S3 answered 412 Precondition Failed")
+	case http.StatusRequestedRangeNotSatisfiable:
+		return s.changed(ctx, "the range is past the object's end now")
+	case http.StatusOK:
+		return permanent(errors.New("S3 ignored the Range header (status 200)"))
+	default:
+		return s3StatusError(resp)
+	}
+	if et := resp.Header.Get("ETag"); s.etag != "" && et != "" && et != s.etag {
+		return fmt.Errorf("%w: a response carries another ETag; opened with ETag %s, S3 now has %s", ErrChanged, s.etag, et)
+	}
+	cr := resp.Header.Get("Content-Range")
+	if want := fmt.Sprintf("bytes %d-%d/%d", off, end, s.r.size); cr != want {
+		if _, _, total, ok := parseContentRange(cr); ok && total != s.r.size {
+			return fmt.Errorf("%w: its size is now %d, not %d", ErrChanged, total, s.r.size)
+		}
+		return permanent(fmt.Errorf("S3 answered Range: bytes=%d-%d with Content-Range %q", off, end, cr))
+	}
+	if resp.ContentLength != int64(len(dst)) {
+		return permanent(fmt.Errorf("S3 sent Content-Length %d for a range of %d bytes", resp.ContentLength, len(dst)))
+	}
+	return readFull(resp.Body, dst, progress)
+}
+
+// s3StatusError is the error of an unexpected status, with the S3 error
+// code and message of the response's XML body where it has them.
+func s3StatusError(resp *http.Response) error {
+	se := newStatusError(resp)
+	var body struct {
+		Code    string `xml:"Code"`
+		Message string `xml:"Message"`
+	}
+	if xml.NewDecoder(io.LimitReader(resp.Body, 16<<10)).Decode(&body) != nil || body.Code == "" {
+		return se
+	}
+	msg := body.Code
+	if body.Message != "" {
+		msg += ": " + body.Message
+	}
+	return fmt.Errorf("%w: %s", se, msg)
 }
 
 // changed is ErrChanged naming both ETags, the current one learnt with a

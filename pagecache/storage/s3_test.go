@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/ffcvfs/ffcvfs/internal/s3test"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
@@ -106,6 +107,48 @@ func TestS3SourceRandomRanges(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestS3SourceDirectGET: ranges come as plain signed GETs, byte-exact for
+// keys that need escaping, and the same as the SDK's GetObject gives.
+func TestS3SourceDirectGET(t *testing.T) {
+	f := newS3Fixture(t, 1000)
+	for _, key := range []string{"a b/c+d=e&f.beton", "ünï/cödé~(1)*!.beton", "x/%41%2F;,$@.beton"} {
+		t.Run(key, func(t *testing.T) {
+			data := randomBytes(300<<10, uint64(len(key)))
+			f.srv.PutObject(t, testBucket, key, data)
+			src := f.open(t, "s3://"+testBucket+"/"+key).(*S3Source)
+			if src.url == "" {
+				t.Fatal("reads go through GetObject, not direct GETs")
+			}
+			checkReadAt(t, src, data, make([]byte, len(data)), 0)
+			checkReadAt(t, src, data, make([]byte, 1234), 5678)
+			src.url = "" // GetObject
+			checkReadAt(t, src, data, make([]byte, 1234), 5678)
+		})
+	}
+}
+
+// TestS3SourceDirectGETDenied: a refused GET is not retried and says S3's
+// error code, without the secret key.
+func TestS3SourceDirectGETDenied(t *testing.T) {
+	f := newS3Fixture(t, 1000)
+	src := f.open(t, testURL).(*S3Source)
+	src.creds = credentials.NewStaticCredentialsProvider(f.srv.AccessKey(), "not-"+f.srv.SecretKey(), "")
+	n, err := src.ReadAt(context.Background(), make([]byte, 100), 0)
+	if n != 0 || err == nil {
+		t.Fatalf("ReadAt = %d, %v; want an error", n, err)
+	}
+	t.Logf("error: %v", err)
+	for _, s := range []string{testURL, "HTTP 403", "SignatureDoesNotMatch"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q does not say %q", err, s)
+		}
+	}
+	if strings.Contains(f.logs.String(), "retrying") {
+		t.Errorf("a refused request was retried:\n%s", f.logs)
+	}
+	f.checkNoSecret(t, err)
 }
 
 // TestS3SourceConfiguration: the endpoint and credentials may come from

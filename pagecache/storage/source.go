@@ -4,6 +4,12 @@
 // retried with backoff, watched for stalls, and bounded by a deadline; the
 // object is pinned by ETag at open, so a changed object is an error, never
 // mixed bytes. Names never carry credentials.
+//
+// The retry policy is written here rather than taken from the AWS SDK
+// because it must be one policy for S3 and plain HTTP, with a stall
+// watchdog per attempt and a deadline per read. S3's ranged GETs are plain
+// HTTP requests signed by the SDK (see S3Source): the SDK's per-call
+// machinery costs more CPU than the request on small ranges.
 package storage
 
 import (
