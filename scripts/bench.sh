@@ -613,10 +613,10 @@ bench_storage() {
 	echo "as a share of one core ($(nproc) cores): where the time of an epoch goes on this machine; conns: TCP"
 	echo "connections the reader or the mount opened to S3 in the run."
 	printf '%-40s %7s %7s %7s %7s %7s %8s %6s\n' "what" "S3" "proxy" "link" "mount" "reader" "of core" "conns"
-	cat "$STORAGE_TMP/cpu.txt"
+	cat "$STORAGE_TMP/cpu.txt" 2>/dev/null || true
 	echo
 	echo "Images/s of each run, in the order they ran (the ways take turns):"
-	cat "$STORAGE_TMP/runs.txt"
+	cat "$STORAGE_TMP/runs.txt" 2>/dev/null || true
 	if [[ ${FEED:-1} == 0 ]]; then
 		storage_cleanup
 		return 0
@@ -634,8 +634,8 @@ bench_storage() {
 	# both alike.
 	local i out r b f data_bytes data_images bases=() rates=() fetched=() rss=()
 	bin/ffcvfeed bench --data "$beton" "${pipe[@]}" >/dev/null || die "ffcvfeed bench failed" # warm the page cache
-	data_bytes=$(sed -n '1s/.* dataset_bytes=\([0-9]*\) .*/\1/p' "$STORAGE_TMP/results.txt")
-	data_images=$(sed -n '1s/.* dataset_images=\([0-9]*\) .*/\1/p' "$STORAGE_TMP/results.txt")
+	# The images the mount serves: those of the folder the beton was made of.
+	read -r data_images data_bytes < <(find "$dir/imagefolder" -type f -printf '%s\n' | awk '{ n++; b += $1 } END { print n, b }')
 	for ((i = 0; i < RUNS; i++)); do
 		out=$(bin/ffcvfeed bench --data "$beton" "${pipe[@]}") || die "ffcvfeed bench failed"
 		bases+=("$(images_per_s <<<"$out")")
