@@ -142,7 +142,7 @@ func (s *S3Source) direct(ctx context.Context) {
 	s.url = u.String()
 	s.hc = o.HTTPClient
 	s.creds = o.Credentials
-	if _, anon := s.creds.(aws.AnonymousCredentials); anon {
+	if s.creds != nil && aws.IsCredentialsProvider(s.creds, (*aws.AnonymousCredentials)(nil)) {
 		s.creds = nil
 	}
 	// S3 signs the path as sent, escaped once.
@@ -279,7 +279,9 @@ func (s *S3Source) fetchDirect(ctx context.Context, dst []byte, off int64, progr
 	if s.creds != nil {
 		creds, err := s.creds.Retrieve(ctx)
 		if err != nil {
-			return permanent(fmt.Errorf("AWS credentials: %w", err))
+			// They served HeadObject at open: a refresh that failed, which
+			// another attempt may not.
+			return fmt.Errorf("AWS credentials: %w", err)
 		}
 		req.Header.Set("X-Amz-Content-Sha256", emptySHA256)
 		if err := s.signer.SignHTTP(ctx, creds, req, emptySHA256, "s3", s.region, time.Now()); err != nil {
