@@ -432,7 +432,7 @@ storage_run() {
 	shift
 	STORAGE_RSS=0 STORAGE_MOUNT_CPU=0
 	# The link logs a line per connection it accepts.
-	n0=$(grep -c '^connection ' "$STORAGE_TMP/link.log")
+	n0=$(grep -c '^connection ' "$STORAGE_TMP/link.log" || true)
 	if [[ $2 == mount ]]; then
 		storage_mount "$STORAGE_CACHE"
 		read -ra c0 <<<"$(storage_cpu)"
@@ -444,7 +444,7 @@ storage_run() {
 		out=$("$@") || die "$* failed"
 		read -ra c1 <<<"$(storage_cpu)"
 	fi
-	n1=$(grep -c '^connection ' "$STORAGE_TMP/link.log")
+	n1=$(grep -c '^connection ' "$STORAGE_TMP/link.log" || true)
 	echo "$out rss=$STORAGE_RSS cpu_s3=$((c1[0] - c0[0])) cpu_proxy=$((c1[1] - c0[1])) cpu_link=$((c1[2] - c0[2])) cpu_mount=$STORAGE_MOUNT_CPU conns=$((n1 - n0))" >>"$STORAGE_TMP/way-$k.txt"
 }
 
