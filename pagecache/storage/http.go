@@ -251,12 +251,9 @@ func (s *HTTPSource) fetch(ctx context.Context, dst []byte, off int64, progress 
 	if err := s.checkValidators(resp.Header); err != nil {
 		return err
 	}
-	cr := resp.Header.Get("Content-Range")
-	if want := fmt.Sprintf("bytes %d-%d/%d", off, end, s.r.size); cr != want {
-		if _, _, total, ok := parseContentRange(cr); ok && total != s.r.size {
-			return s.changed(resp.Header, fmt.Sprintf("its size is now %d, not %d", total, s.r.size))
-		}
-		return permanent(fmt.Errorf("the server answered Range: bytes=%d-%d with Content-Range %q", off, end, cr))
+	changed := func(why string) error { return s.changed(resp.Header, why) }
+	if err := s.r.checkContentRange(resp.Header.Get("Content-Range"), off, end, "the server", changed); err != nil {
+		return err
 	}
 	if resp.ContentLength >= 0 && resp.ContentLength != int64(len(dst)) {
 		return permanent(fmt.Errorf("Content-Length %d for a range of %d bytes", resp.ContentLength, len(dst)))

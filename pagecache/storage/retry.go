@@ -386,6 +386,20 @@ func (r *netReader) fetchPart(ctx context.Context, dst []byte, off int64) error 
 // body was read to io.EOF, and the SDK's wrappers of the body may not
 // report io.EOF with the last byte. A body that ends early is an error
 // worth retrying.
+// checkContentRange checks the Content-Range of an answer to Range:
+// bytes=off-end. Another total size means the object changed, told by
+// changed("its size is now …"); anything else is a permanent error naming
+// who answered.
+func (r *netReader) checkContentRange(cr string, off, end int64, who string, changed func(why string) error) error {
+	if cr == fmt.Sprintf("bytes %d-%d/%d", off, end, r.size) {
+		return nil
+	}
+	if _, _, total, ok := parseContentRange(cr); ok && total != r.size {
+		return changed(fmt.Sprintf("its size is now %d, not %d", total, r.size))
+	}
+	return permanent(fmt.Errorf("%s answered Range: bytes=%d-%d with Content-Range %q", who, off, end, cr))
+}
+
 func readFull(body io.Reader, dst []byte, progress func()) error {
 	n, err := io.ReadFull(progressReader{body, progress}, dst)
 	switch {

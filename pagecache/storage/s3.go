@@ -252,12 +252,8 @@ func (s *S3Source) fetch(ctx context.Context, dst []byte, off int64, progress fu
 	if et := aws.ToString(out.ETag); s.etag != "" && et != "" && et != s.etag {
 		return fmt.Errorf("%w: a response carries another ETag; opened with ETag %s, S3 now has %s", ErrChanged, s.etag, et)
 	}
-	cr := aws.ToString(out.ContentRange)
-	if want := fmt.Sprintf("bytes %d-%d/%d", off, end, s.r.size); cr != want {
-		if _, _, total, ok := parseContentRange(cr); ok && total != s.r.size {
-			return fmt.Errorf("%w: its size is now %d, not %d", ErrChanged, total, s.r.size)
-		}
-		return permanent(fmt.Errorf("S3 answered Range: bytes=%d-%d with Content-Range %q", off, end, cr))
+	if err := s.r.checkContentRange(aws.ToString(out.ContentRange), off, end, "S3", changedSize); err != nil {
+		return err
 	}
 	if n := aws.ToInt64(out.ContentLength); n != int64(len(dst)) {
 		return permanent(fmt.Errorf("S3 sent Content-Length %d for a range of %d bytes", n, len(dst)))
@@ -308,18 +304,17 @@ func (s *S3Source) fetchDirect(ctx context.Context, dst []byte, off int64, progr
 	if et := resp.Header.Get("ETag"); s.etag != "" && et != "" && et != s.etag {
 		return fmt.Errorf("%w: a response carries another ETag; opened with ETag %s, S3 now has %s", ErrChanged, s.etag, et)
 	}
-	cr := resp.Header.Get("Content-Range")
-	if want := fmt.Sprintf("bytes %d-%d/%d", off, end, s.r.size); cr != want {
-		if _, _, total, ok := parseContentRange(cr); ok && total != s.r.size {
-			return fmt.Errorf("%w: its size is now %d, not %d", ErrChanged, total, s.r.size)
-		}
-		return permanent(fmt.Errorf("S3 answered Range: bytes=%d-%d with Content-Range %q", off, end, cr))
+	if err := s.r.checkContentRange(resp.Header.Get("Content-Range"), off, end, "S3", changedSize); err != nil {
+		return err
 	}
 	if resp.ContentLength != int64(len(dst)) {
 		return permanent(fmt.Errorf("S3 sent Content-Length %d for a range of %d bytes", resp.ContentLength, len(dst)))
 	}
 	return readFull(resp.Body, dst, progress)
 }
+
+// changedSize is ErrChanged for an object whose size is another now.
+func changedSize(why string) error { return fmt.Errorf("%w: %s", ErrChanged, why) }
 
 // s3StatusError is the error of an unexpected status, with the S3 error
 // code and message of the response's XML body where it has them.
