@@ -166,26 +166,16 @@ func startMount(t *testing.T, env []string, src string, args ...string) *mountPr
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	p := &mountProc{mnt: mnt, stderr: &testenv.OutputBuffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(ffcvfs, append(append([]string{"mount"}, args...), src, mnt)...)
-	p.cmd.Stdout = p.stderr
-	p.cmd.Stderr = p.stderr
+	cmd := exec.Command(ffcvfs, append(append([]string{"mount"}, args...), src, mnt)...)
 	if env != nil {
 		for _, kv := range os.Environ() {
 			if !strings.HasPrefix(kv, "AWS_") {
-				p.cmd.Env = append(p.cmd.Env, kv)
+				cmd.Env = append(cmd.Env, kv)
 			}
 		}
-		p.cmd.Env = append(p.cmd.Env, env...)
+		cmd.Env = append(cmd.Env, env...)
 	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		_ = p.cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() { p.stop(t) })
+	p := launchMount(t, cmd, mnt)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		if _, err := os.Stat(filepath.Join(mnt, ".ffcvfs", "stats.json")); err == nil {
@@ -200,6 +190,23 @@ func startMount(t *testing.T, env []string, src string, args ...string) *mountPr
 			t.Fatalf("ffcvfs mount %s: %s/.ffcvfs/stats.json not there after 20 s:\n%s", src, mnt, p.stderr)
 		}
 	}
+}
+
+// launchMount starts cmd, an `ffcvfs mount` at mnt, with its output
+// captured; t.Cleanup stops it (see stop).
+func launchMount(t *testing.T, cmd *exec.Cmd, mnt string) *mountProc {
+	t.Helper()
+	p := &mountProc{mnt: mnt, cmd: cmd, stderr: &testenv.OutputBuffer{}, exited: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.stderr, p.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() { p.stop(t) })
+	return p
 }
 
 // terminate sends SIGTERM and waits up to 10 s for the process to exit. It
@@ -259,6 +266,13 @@ func checkUnmounted(t *testing.T, dir string) {
 // /proc/self/mountinfo.
 func isMountpoint(t *testing.T, dir string) bool {
 	t.Helper()
+	return mountinfo(t, dir) != nil
+}
+
+// mountinfo returns the fields of dir's line in /proc/self/mountinfo, or
+// nil when dir is not a mountpoint.
+func mountinfo(t *testing.T, dir string) []string {
+	t.Helper()
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -270,10 +284,10 @@ func isMountpoint(t *testing.T, dir string) bool {
 	unescape := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
 	for _, line := range strings.Split(string(b), "\n") {
 		if f := strings.Fields(line); len(f) > 4 && unescape.Replace(f[4]) == abs {
-			return true
+			return f
 		}
 	}
-	return false
+	return nil
 }
 
 // forceUnmount detaches a mount lazily.

@@ -71,48 +71,30 @@ func TestMountUnprivileged(t *testing.T) {
 		return cmd
 	}
 
-	stderr := &testenv.OutputBuffer{}
-	mount := asUser(bin, "mount", beton, mnt)
-	mount.Stdout, mount.Stderr = stderr, stderr
-	if err := mount.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		_ = mount.Wait()
-		close(exited)
-	}()
-	defer func() {
-		select {
-		case <-exited:
-		default:
-			_ = mount.Process.Kill()
-			<-exited
-			forceUnmount(mnt)
-		}
-	}()
+	p := launchMount(t, asUser(bin, "mount", beton, mnt), mnt)
 	// Root cannot look into another user's mount (no allow_other): wait for
 	// it in the mount table, then read it as its user.
 	deadline := time.Now().Add(20 * time.Second)
 	for !isMountpoint(t, mnt) {
 		select {
-		case <-exited:
-			t.Fatalf("ffcvfs mount exited before mounting (%s):\n%s", mount.ProcessState, stderr)
+		case <-p.exited:
+			t.Fatalf("ffcvfs mount exited before mounting (%s):\n%s", p.cmd.ProcessState, p.stderr)
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s is not mounted after 20 s:\n%s", mnt, stderr)
+			t.Fatalf("%s is not mounted after 20 s:\n%s", mnt, p.stderr)
 		}
 	}
 	if cred != nil {
-		if opts := mountOptions(t, mnt); !strings.Contains(opts, "user_id=65534") {
-			t.Errorf("mount options %q: not nobody's mount", opts)
+		f := mountinfo(t, mnt)
+		if len(f) == 0 || !strings.Contains(f[len(f)-1], "user_id=65534") {
+			t.Errorf("mountinfo %q: not nobody's mount", f)
 		}
 	}
 
 	out, err := asUser("sh", "-c", `cd "$1" && find . -name '*.jpg' -type f -exec sha256sum {} +`, "sh", mnt).Output()
 	if err != nil {
-		t.Fatalf("reading the mount as its user: %v\n%s", err, stderr)
+		t.Fatalf("reading the mount as its user: %v\n%s", err, p.stderr)
 	}
 	var got []string
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
@@ -135,33 +117,9 @@ func TestMountUnprivileged(t *testing.T) {
 		t.Errorf("announcing as the mount's user: %v: %s", err, out)
 	}
 
-	_ = mount.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-exited:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("ffcvfs mount still running 10 s after SIGTERM:\n%s", stderr)
-	}
-	if !mount.ProcessState.Success() {
-		t.Errorf("ffcvfs mount: %s after SIGTERM:\n%s", mount.ProcessState, stderr)
-	}
-	checkUnmounted(t, mnt)
-}
-
-// mountOptions returns the super-block options of the mount at dir, from
-// /proc/self/mountinfo.
-func mountOptions(t *testing.T, dir string) string {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
-			return f[len(f)-1]
-		}
-	}
-	t.Fatalf("%s is not in /proc/self/mountinfo", dir)
-	return ""
+	// SIGTERM unmounts (with fusermount3 -u) and ends the process with
+	// status 0.
+	p.stop(t)
 }
 
 // copyFile copies src to dst with the given mode.
