@@ -53,6 +53,16 @@ type Options struct {
 	// PagesOnly serves every miss with its whole page, never with a range
 	// of it (see ranges.go).
 	PagesOnly bool
+	// DiskDir turns on a disk tier in that folder, of DiskBudget bytes
+	// (see tiers.go and package tier). Two slots of the budget become
+	// fill buffers.
+	DiskDir    string
+	DiskBudget int64
+	// CompressRAM keeps most of the budget as a tier of compressed pages:
+	// a sixteenth of the slots (at least two) stay slots, the rest hold
+	// pages compressed, when they compress (raw pixels, arrays; not
+	// JPEG).
+	CompressRAM bool
 	// Debug checks the invariants of the cache and of its policy on every
 	// unlock, panicking on a violation. For tests.
 	Debug bool
@@ -81,6 +91,8 @@ func (o *Options) Validate(pageSize int64) error {
 		return fmt.Errorf("window must be at least 0, got %d", o.Window)
 	case o.Budget < pageSize:
 		return fmt.Errorf("cache budget of %d bytes is less than one page (%d bytes)", o.Budget, pageSize)
+	case o.DiskDir != "" && o.DiskBudget < pageSize:
+		return fmt.Errorf("disk cache budget of %d bytes is less than one page (%d bytes)", o.DiskBudget, pageSize)
 	}
 	return nil
 }
@@ -91,6 +103,8 @@ func (o *Options) Validate(pageSize int64) error {
 type Cache struct {
 	// Immutable after New.
 	src       storage.Source
+	rd        storage.Source // what loads read: src, or tiers
+	tiers     *tiered        // nil without tiers
 	f         *beton.File
 	opts      Options
 	pageSize  int64
@@ -184,10 +198,27 @@ func New(src storage.Source, f *beton.File, opts Options) (*Cache, error) {
 	if err := opts.Validate(ps); err != nil {
 		return nil, err
 	}
-	n := int(min(opts.Budget/ps, int64(max(1, f.NumPages()))))
-	mem, err := newArena(n, ps)
+	n, nFills, nMem, err := tierBudget(int(opts.Budget/ps), opts)
+	if err != nil {
+		return nil, err
+	}
+	n = min(n, max(1, f.NumPages()))
+	mem, err := newArena(n+nFills, ps)
 	if err != nil {
 		return nil, fmt.Errorf("page cache for %s: %w", src.Name(), err)
+	}
+	rd := src
+	var tiers *tiered
+	if nFills > 0 {
+		var fills [][]byte
+		for i := range nFills {
+			fills = append(fills, mem[int64(n+i)*ps:int64(n+i+1)*ps:int64(n+i+1)*ps])
+		}
+		if tiers, err = newTiered(src, f, opts, int64(nMem)*ps, fills); err != nil {
+			freeArena(mem)
+			return nil, err
+		}
+		rd = tiers
 	}
 	samplePage := make([]int32, f.NumSamples())
 	for s := range samplePage {
@@ -198,7 +229,7 @@ func New(src storage.Source, f *beton.File, opts Options) (*Cache, error) {
 	}
 	c := &Cache{
 		arena: mem,
-		src:   src, f: f, opts: opts, pageSize: ps, firstPage: f.FirstPage(),
+		src:   src, rd: rd, tiers: tiers, f: f, opts: opts, pageSize: ps, firstPage: f.FirstPage(),
 		slots:    make([]slot, n),
 		free:     make([]int32, n),
 		jobs:     make(chan prefetchJob, opts.Readers),
@@ -235,7 +266,14 @@ func New(src storage.Source, f *beton.File, opts Options) (*Cache, error) {
 		c.mu.check = c.check
 	}
 	c.stats.Slots = n
-	c.stats.BudgetBytes = int64(n) * ps
+	c.stats.BudgetBytes = int64(n+nFills+nMem) * ps
+	if tiers != nil {
+		tiers.setRank(func(dp int32) int {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return c.pol.Distance(dp)
+		})
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
 	for range opts.Readers {
@@ -301,6 +339,10 @@ func (c *Cache) Close() error {
 	c.mu.Unlock()
 	c.stop()
 	c.wg.Wait()
+	if c.tiers != nil {
+		// Stores what the tiers took: their fill buffers are arena memory.
+		c.tiers.close()
+	}
 	if pinned > 0 {
 		// Pinned pages may still be read, and demand loads still write
 		// into their slots: the slot memory stays mapped.
@@ -619,7 +661,7 @@ func (c *Cache) load(ctx context.Context, si, dp int32, op *loadOp) {
 	s := &c.slots[si]
 	p := int64(dp) + c.firstPage
 	off := c.f.PageOffset(p)
-	n, err := c.src.ReadAt(ctx, s.buf, off)
+	n, err := c.rd.ReadAt(ctx, s.buf, off)
 	if err == nil && n != len(s.buf) {
 		err = fmt.Errorf("short read of %d bytes", n)
 	}

@@ -349,7 +349,7 @@ func (c *Cache) loadRanges(ctx context.Context, es []*rangeEntry, lo, hi int64, 
 	} else {
 		buf = make([]byte, hi-lo)
 	}
-	n, err := c.src.ReadAt(ctx, buf, lo)
+	n, err := c.rd.ReadAt(ctx, buf, lo)
 	if err == nil && n != len(buf) {
 		err = fmt.Errorf("short read of %d bytes", n)
 	}

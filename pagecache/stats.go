@@ -53,6 +53,10 @@ type Stats struct {
 	UnplannedReads string `json:"unplanned_reads"`
 
 	Plans []PlanStats `json:"plans"`
+
+	// Tiers are the compressed RAM and disk tiers' counters; nil without
+	// tiers.
+	Tiers *TierStats `json:"tiers,omitempty"`
 }
 
 // PlanStats is one plan's progress.
@@ -60,9 +64,15 @@ type PlanStats = policy.PlanStats
 
 // Stats returns a snapshot of the counters.
 func (c *Cache) Stats() Stats {
+	var ts *TierStats
+	if c.tiers != nil {
+		// Outside the cache's lock: a tier takes it to rank pages.
+		ts = c.tiers.stats()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := c.stats
+	st.Tiers = ts
 	for i := range c.slots {
 		s := &c.slots[i]
 		switch {

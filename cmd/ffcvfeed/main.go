@@ -20,6 +20,7 @@ import (
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/cudafeed"
 	"github.com/ffcvfs/ffcvfs/internal/bytesize"
+	"github.com/ffcvfs/ffcvfs/internal/cacheflags"
 	"github.com/ffcvfs/ffcvfs/pagecache"
 	"github.com/ffcvfs/ffcvfs/pagecache/storage"
 	"github.com/ffcvfs/ffcvfs/pipeline"
@@ -58,7 +59,7 @@ Examples:
 }
 
 func pipelineFlags() []cli.Flag {
-	return []cli.Flag{
+	return append([]cli.Flag{
 		&cli.StringFlag{Name: "data", Required: true, Usage: "the beton: a path, s3://bucket/key, http(s):// URL, or an ffcvfs mountpoint", Category: "data"},
 		&cli.StringFlag{Name: "cache-size", Value: "512MiB", Usage: "RAM for pages of the beton", Category: "data"},
 		&cli.StringFlag{Name: "image-field", Usage: "RGB image field (default: the first)", Category: "data"},
@@ -83,7 +84,7 @@ func pipelineFlags() []cli.Flag {
 		&cli.IntFlag{Name: "world-size", Value: 1, Usage: "number of ranks", Category: "batches"},
 		&cli.IntFlag{Name: "workers", Value: runtime.NumCPU(), Usage: "decoding goroutines", Category: "batches"},
 		&cli.StringFlag{Name: "on-error", Value: "skip", Usage: "skip (replace an undecodable sample by another of its batch) or fail", Category: "batches"},
-	}
+	}, cacheflags.Flags("data")...)
 }
 
 func pair(s, name string) ([2]float64, error) {
@@ -192,7 +193,12 @@ func openData(c *cli.Context) (*pagecache.Cache, storage.Source, func([]uint32) 
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	cache, err := pagecache.New(src, f, pagecache.Options{Budget: budget})
+	copts := pagecache.Options{Budget: budget}
+	if err := cacheflags.Apply(c, &copts, f.Size()); err != nil {
+		src.Close()
+		return nil, nil, nil, cli.Exit(err.Error(), 2)
+	}
+	cache, err := pagecache.New(src, f, copts)
 	if err != nil {
 		src.Close()
 		return nil, nil, nil, fmt.Errorf("%s: %w", src.Name(), err)

@@ -16,6 +16,7 @@ import (
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/fs"
 	"github.com/ffcvfs/ffcvfs/internal/bytesize"
+	"github.com/ffcvfs/ffcvfs/internal/cacheflags"
 	"github.com/ffcvfs/ffcvfs/pagecache"
 	"github.com/ffcvfs/ffcvfs/pagecache/storage"
 	"github.com/urfave/cli/v2"
@@ -48,6 +49,11 @@ random order): pages and such ranges share --cache-size. Along an announced
 order, random included, up to --readers requests prefetch what the order
 reads next, as far ahead as --cache-size allows. stats.json counts the
 requests (per epoch too), pages and ranges.
+
+--disk-cache DIR keeps the pages read from storage on a local disk as well,
+within --disk-cache-size: later epochs, and later mounts of the same object,
+read them from there. --compress-ram stores most of --cache-size compressed,
+which holds about twice the pages of raw pixels (not of JPEG).
 
 Failed storage requests are retried until --read-deadline. A read that
 still fails returns EIO to its reader alone, is counted in stats.json
@@ -82,7 +88,7 @@ Examples:
 			&cli.BoolFlag{Name: "allow-other", Usage: "let other users read the mount (needs user_allow_other in /etc/fuse.conf)", Category: "mount"},
 			&cli.BoolFlag{Name: "debug-fuse", Usage: "log every FUSE request", Category: "mount"},
 			&cli.StringFlag{Name: "fuse-compat", Usage: "do without kernel features, as on an older kernel; comma-separated: opens (answer OPEN, read files with direct I/O, instead of zero-message opens), flush (answer FLUSH at every close), small-reads (READs of 128 KiB, not 1 MiB)", Category: "mount", Hidden: true},
-		}, sourceFlags()...),
+		}, append(cacheflags.Flags("cache"), sourceFlags()...)...),
 		Action: runMount,
 	}
 }
@@ -142,7 +148,11 @@ func runMount(c *cli.Context) error {
 			return usageError("--inflight: want a positive size such as 8MiB, got %q", v)
 		}
 	}
-	cache, err := pagecache.New(source, f, pagecache.Options{Budget: budget, Readers: c.Int("readers"), InflightBytes: inflight, PagesOnly: c.Bool("pages-only")})
+	copts := pagecache.Options{Budget: budget, Readers: c.Int("readers"), InflightBytes: inflight, PagesOnly: c.Bool("pages-only")}
+	if err := cacheflags.Apply(c, &copts, f.Size()); err != nil {
+		return usageError("%v", err)
+	}
+	cache, err := pagecache.New(source, f, copts)
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("%s: %v", source.Name(), err), 1)
 	}

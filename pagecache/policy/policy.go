@@ -460,6 +460,10 @@ func (p *Policy) Plans() []PlanStats {
 	return out
 }
 
+// Distance returns the distance, in positions of its plan, to data page
+// dp's next use in any plan, or Never.
+func (p *Policy) Distance(dp int32) int { return p.dist(dp) }
+
 // dist returns the distance to data page dp's next use in any plan.
 func (p *Policy) dist(dp int32) int {
 	d := Never

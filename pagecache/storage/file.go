@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -34,7 +35,9 @@ type FileSource struct {
 	name   string
 	size   int64
 	mode   fileMode
-	log    *slog.Logger
+	// identity is the path with size and modification time at open.
+	identity string
+	log      *slog.Logger
 
 	// directRefused is set when the filesystem refused an O_DIRECT read;
 	// reads go the modeDrop way from then on.
@@ -107,6 +110,8 @@ func OpenFile(path string, opts Options) (*FileSource, error) {
 		return nil, fmt.Errorf("opening the beton %s: %w", path, err)
 	}
 	s := &FileSource{f: f, rc: rc, name: path, size: st.Size(), log: opts.Logger}
+	abs, _ := filepath.Abs(path)
+	s.identity = fmt.Sprintf("file://%s size=%d mtime=%d", abs, st.Size(), st.ModTime().UnixNano())
 	switch {
 	case opts.KernelCache:
 		s.mode = modeKernel
@@ -236,6 +241,10 @@ func (s *FileSource) Size() int64 { return s.size }
 
 // Name returns the path.
 func (s *FileSource) Name() string { return s.name }
+
+// Identity returns the file's absolute path with its size and
+// modification time at open.
+func (s *FileSource) Identity() string { return s.identity }
 
 // Mode returns how the source reads: "fadvise" (the default), "direct"
 // (O_DIRECT) or "kernel-cache"; "fadvise" too when O_DIRECT was asked for

@@ -333,6 +333,19 @@ func (s *HTTPSource) Size() int64 { return s.r.size }
 // Name returns the URL without userinfo and with any query elided.
 func (s *HTTPSource) Name() string { return s.r.name }
 
+// Identity returns the URL (without credentials or query) with the ETag,
+// or the Last-Modified date, learnt at open; "" if the server sent
+// neither.
+func (s *HTTPSource) Identity() string {
+	switch {
+	case s.etag != "":
+		return fmt.Sprintf("%s etag=%s size=%d", s.r.name, s.etag, s.r.size)
+	case s.lastMod != "":
+		return fmt.Sprintf("%s last-modified=%s size=%d", s.r.name, s.lastMod, s.r.size)
+	}
+	return ""
+}
+
 // ETag returns the ETag learnt at open, or "".
 func (s *HTTPSource) ETag() string { return s.etag }
 

@@ -358,6 +358,15 @@ func (s *S3Source) Size() int64 { return s.r.size }
 // Name returns "s3://bucket/key".
 func (s *S3Source) Name() string { return s.r.name }
 
+// Identity returns the object's s3:// URL with its ETag and size, as
+// learnt at open; "" without an ETag.
+func (s *S3Source) Identity() string {
+	if s.etag == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s etag=%s size=%d", s.r.name, s.etag, s.r.size)
+}
+
 // ETag returns the object's ETag, as learnt at open.
 func (s *S3Source) ETag() string { return s.etag }
 

@@ -30,6 +30,14 @@ type Source interface {
 	Close() error
 }
 
+// Identifier is a Source that can say which version of its object it
+// reads: a string that changes whenever the bytes may have (URL with
+// ETag, path with size and modification time). Caches that outlive the
+// process key their entries by it.
+type Identifier interface {
+	Identity() string
+}
+
 // ReaderAt returns src as an io.ReaderAt whose reads use ctx, for code
 // that takes one (beton.Open).
 func ReaderAt(ctx context.Context, src Source) io.ReaderAt { return readerAt{ctx, src} }

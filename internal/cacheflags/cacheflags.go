@@ -1,0 +1,66 @@
+// Package cacheflags holds the command-line flags of the page cache's
+// tiers, shared by ffcvfs mount and ffcvfeed, and turns them into
+// pagecache.Options.
+package cacheflags
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ffcvfs/ffcvfs/internal/bytesize"
+	"github.com/ffcvfs/ffcvfs/pagecache"
+)
+
+// Flags are --disk-cache, --disk-cache-size and --compress-ram.
+func Flags(category string) []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "disk-cache", Usage: "keep pages read from storage in `DIR` on a local disk too, so that later epochs and later mounts of the same object read them from there (checksummed; keyed by the object's ETag or size and modification time); 'ffcvfs cache ls DIR' lists what it holds", Category: category},
+		&cli.StringFlag{Name: "disk-cache-size", Usage: "the most bytes --disk-cache takes (default: the beton's size, or 90% of the disk's free space if that is less)", Category: category},
+		&cli.BoolFlag{Name: "compress-ram", Usage: "keep most of --cache-size as compressed pages, so that it holds more of a beton whose pages compress (raw pixels: about twice as many; JPEG pages do not compress and gain nothing); costs decoding on every read", Category: category},
+	}
+}
+
+// Apply sets o's tier options from the flags, for a beton of size bytes.
+func Apply(c *cli.Context, o *pagecache.Options, size int64) error {
+	o.CompressRAM = c.Bool("compress-ram")
+	o.DiskDir = c.String("disk-cache")
+	v := c.String("disk-cache-size")
+	if o.DiskDir == "" {
+		if v != "" {
+			return fmt.Errorf("--disk-cache-size needs --disk-cache DIR")
+		}
+		return nil
+	}
+	if v != "" {
+		n, err := bytesize.Parse(v)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("--disk-cache-size: want a positive size such as 50GiB, got %q", v)
+		}
+		o.DiskBudget = n
+		return nil
+	}
+	o.DiskBudget = size
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(existing(o.DiskDir), &st); err == nil {
+		if free := int64(st.Bavail) * st.Bsize * 9 / 10; free < size {
+			o.DiskBudget = free
+			slog.Warn("--disk-cache: the disk has room for part of the beton only", "dir", o.DiskDir, "disk_cache_size", bytesize.Format(free), "beton", bytesize.Format(size))
+		}
+	}
+	return nil
+}
+
+// existing returns dir or its nearest parent that exists, whose
+// filesystem dir will be on.
+func existing(dir string) string {
+	for dir = filepath.Clean(dir); ; dir = filepath.Dir(dir) {
+		if _, err := os.Stat(dir); err == nil || dir == filepath.Dir(dir) {
+			return dir
+		}
+	}
+}

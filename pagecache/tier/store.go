@@ -1,0 +1,472 @@
+package tier
+
+// Lock order: Store.mu is never held while the rank function runs (it
+// takes the page cache's lock), nor during I/O.
+
+import (
+	"container/list"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+)
+
+// Never is the rank of a page no announced order reads again.
+const Never = math.MaxInt
+
+// candidates is how many of the least recently used entries an eviction
+// ranks: the one read farthest in the future goes (no further use first).
+const candidates = 16
+
+// queueLen is how many pages may wait to be stored; a page offered while
+// they wait is not stored (it is stored when it is read again).
+const queueLen = 4
+
+// Geometry is the shape of the pages a Store holds.
+type Geometry struct {
+	PageSize int64
+	NumPages int
+	// Layout cuts data page dp into chunks (see Chunk), covering the
+	// page.
+	Layout func(dp int32) []Chunk
+}
+
+// Options configures a Store.
+type Options struct {
+	// Budget is the most bytes the Store's entries take (on disk, in
+	// 4 KiB blocks; in memory, in OS pages).
+	Budget int64
+	// Compress stores pages compressed when that saves at least 20 % of
+	// their bytes.
+	Compress bool
+	Logger   *slog.Logger
+}
+
+// Stats are a Store's counters.
+type Stats struct {
+	Kind  string `json:"kind"` // "ram" or "disk"
+	Dir   string `json:"dir,omitempty"`
+	State string `json:"state"` // "on", "shared" (reads only), or "off: why"
+
+	BudgetBytes int64 `json:"budget_bytes"`
+	Bytes       int64 `json:"bytes"`     // what the entries take
+	RawBytes    int64 `json:"raw_bytes"` // the pages they hold
+	Entries     int   `json:"entries"`
+	// CompressionRatio is RawBytes over their stored bytes.
+	CompressionRatio float64 `json:"compression_ratio"`
+
+	Hits     uint64 `json:"hits"`
+	HitBytes uint64 `json:"hit_bytes"`
+	Misses   uint64 `json:"misses"`
+	// DecodeTime is the time hits spent reading and decoding entries.
+	DecodeTime time.Duration `json:"decode_ns"`
+
+	Stored    uint64 `json:"stored"`    // pages written
+	Skipped   uint64 `json:"skipped"`   // pages offered while the queue was full
+	Refused   uint64 `json:"refused"`   // pages not worth a place (needed later than all others)
+	Evictions uint64 `json:"evictions"` // entries removed for room
+	// ChecksumFailures counts entries found corrupt (dropped, and read
+	// from storage instead).
+	ChecksumFailures uint64 `json:"checksum_failures"`
+	Errors           uint64 `json:"errors"` // I/O errors of the tier
+}
+
+// backend keeps the entries' bytes: in memory or in files.
+type backend interface {
+	// read fills p with bytes of page dp's entry from off on.
+	read(e *entry, p []byte, off int64) error
+	// write stores the entry's bytes.
+	write(e *entry, data []byte) error
+	// remove deletes the entry's bytes; no reader holds it.
+	remove(e *entry)
+	// lookup finds an entry the Store does not know of (written by
+	// another process), or returns nil.
+	lookup(dp int32) *entry
+	close()
+}
+
+// entry is one stored page.
+//
+// INVARIANT: in Store.entries under its page and in the LRU list (elem)
+// while live; size is counted in Store.used.
+type entry struct {
+	dp   int32
+	n    int64  // its bytes
+	size int64  // bytes taken: n in whole 4 KiB blocks
+	ix   *index // the decoded index, once read; nil for shared entries
+	mem  []byte // the memory backend's mapping
+	refs int32  // readers of mem
+	dead bool   // removed; its mapping goes with the last reader
+	elem *list.Element
+}
+
+// Store is one tier: page entries within a byte budget, written by a
+// goroutine of its own, read by any goroutine. It is safe for concurrent
+// use.
+type Store struct {
+	// Immutable after construction.
+	kind   string
+	dir    string
+	geom   Geometry
+	opts   Options
+	id     uint64
+	be     backend
+	shared bool // another process owns the folder: reads only
+	queue  chan putJob
+	done   chan struct{}
+
+	mu sync.Mutex
+	// Guarded by mu.
+	entries map[int32]*entry
+	pending map[int32]bool
+	lru     list.List // *entry, most recently used first
+	used    int64
+	raw     int64
+	stored  int64 // the entries' bytes before rounding
+	rank    func(dp int32) int
+	off     string // why the tier stopped storing; "" while it stores
+	closed  bool
+	st      Stats
+}
+
+type putJob struct {
+	dp   int32
+	page []byte
+	done func()
+}
+
+func newStore(kind, dir string, geom Geometry, opts Options, id uint64, be backend, shared bool) *Store {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &Store{
+		kind: kind, dir: dir, geom: geom, opts: opts, id: id, be: be, shared: shared,
+		queue: make(chan putJob, queueLen), done: make(chan struct{}),
+		entries: map[int32]*entry{}, pending: map[int32]bool{},
+	}
+	go s.writer()
+	return s
+}
+
+// SetRank gives the Store the distance to each page's next use (Never: no
+// order reads it again): evictions take the page needed last, and a page
+// needed later than every candidate is not stored. Without it, the least
+// recently used page goes.
+func (s *Store) SetRank(rank func(dp int32) int) {
+	s.mu.Lock()
+	s.rank = rank
+	s.mu.Unlock()
+}
+
+// Has reports whether the Store holds page dp (as far as it knows).
+func (s *Store) Has(dp int32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.entries[dp] != nil
+}
+
+// Wants reports whether the Store would take page dp now.
+func (s *Store) Wants(dp int32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.shared && s.off == "" && !s.closed && s.entries[dp] == nil && !s.pending[dp]
+}
+
+// Read copies bytes [lo, lo+len(p)) of data page dp to p from the Store,
+// and reports whether it could: false for a page it does not hold, or
+// whose entry turned out corrupt or unreadable (then dropped, logged and
+// counted). Bytes that did not check out are never left in p as if read.
+func (s *Store) Read(dp int32, lo int64, p []byte) bool {
+	start := time.Now()
+	s.mu.Lock()
+	e := s.entries[dp]
+	if e == nil && s.shared && !s.closed {
+		s.mu.Unlock()
+		e = s.be.lookup(dp)
+		s.mu.Lock()
+	}
+	if e == nil || s.closed {
+		s.st.Misses++
+		s.mu.Unlock()
+		return false
+	}
+	if e.elem != nil {
+		s.lru.MoveToFront(e.elem)
+	}
+	e.refs++
+	ix := e.ix
+	s.mu.Unlock()
+	var err error
+	if ix == nil {
+		ix, err = s.readIndex(e)
+	}
+	if err == nil {
+		err = s.readSpan(e, ix, p, lo)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.release(e)
+	if err != nil {
+		s.st.Misses++
+		if errors.Is(err, ErrCorrupt) {
+			s.st.ChecksumFailures++
+		} else {
+			s.st.Errors++
+		}
+		s.opts.Logger.Warn(fmt.Sprintf("%s cache: page %d: %v; read from storage instead", s.kind, dp, err))
+		if cur := s.entries[dp]; cur == e {
+			s.drop(e)
+		}
+		return false
+	}
+	if e.ix == nil && !s.shared {
+		e.ix = ix
+	}
+	s.st.Hits++
+	s.st.HitBytes += uint64(len(p))
+	s.st.DecodeTime += time.Since(start)
+	return true
+}
+
+// readIndex reads and checks an entry's header and index.
+func (s *Store) readIndex(e *entry) (*index, error) {
+	b := getScratch(4096)
+	defer scratchPool.Put(b)
+	*b = (*b)[:min(int64(len(*b)), e.n)]
+	if err := s.be.read(e, *b, 0); err != nil {
+		return nil, err
+	}
+	hl := headerLen(*b)
+	if hl == 0 {
+		return nil, fmt.Errorf("%w: no entry header", ErrCorrupt)
+	}
+	if hl > len(*b) {
+		*b = append((*b)[:0], make([]byte, hl)...)
+		if err := s.be.read(e, *b, 0); err != nil {
+			return nil, err
+		}
+	}
+	return parseIndex(*b, uint32(e.dp), uint32(s.geom.PageSize), s.id, e.n)
+}
+
+// readSpan reads and decodes the chunks that hold [lo, lo+len(p)).
+func (s *Store) readSpan(e *entry, ix *index, p []byte, lo int64) error {
+	if lo < 0 || lo+int64(len(p)) > int64(ix.pageSize) {
+		return fmt.Errorf("bytes %d to %d are not in the page", lo, lo+int64(len(p)))
+	}
+	first, last := ix.span(lo, lo+int64(len(p)))
+	if first < 0 {
+		return nil
+	}
+	from := int64(ix.chunks[first].storedOff)
+	to := int64(ix.chunks[last].storedOff) + int64(ix.chunks[last].storedLen)
+	if e.mem != nil {
+		return ix.decodeSpan(p, lo, first, last, e.mem[from:to])
+	}
+	b := getScratch(int(to - from))
+	defer scratchPool.Put(b)
+	if err := s.be.read(e, *b, from); err != nil {
+		return err
+	}
+	return ix.decodeSpan(p, lo, first, last, *b)
+}
+
+// release ends a read of e.
+func (s *Store) release(e *entry) {
+	e.refs--
+	if e.dead && e.refs == 0 {
+		s.be.remove(e)
+	}
+}
+
+// drop removes a live entry.
+func (s *Store) drop(e *entry) {
+	delete(s.entries, e.dp)
+	if e.elem != nil {
+		s.lru.Remove(e.elem)
+		e.elem = nil
+	}
+	s.used -= e.size
+	s.raw -= s.geom.PageSize
+	s.stored -= e.n
+	e.dead = true
+	if e.refs == 0 {
+		s.be.remove(e)
+	}
+}
+
+// Put offers page dp for storing, and reports whether the Store took it:
+// then it calls done once it no longer needs page (after encoding it),
+// from its own goroutine. Put never waits: a page offered while the
+// queue is full is not taken.
+func (s *Store) Put(dp int32, page []byte, done func()) bool {
+	s.mu.Lock()
+	if s.shared || s.off != "" || s.closed || s.entries[dp] != nil || s.pending[dp] {
+		s.mu.Unlock()
+		return false
+	}
+	defer s.mu.Unlock()
+	select {
+	case s.queue <- putJob{dp: dp, page: page, done: done}:
+		s.pending[dp] = true
+		return true
+	default:
+		s.st.Skipped++
+		return false
+	}
+}
+
+func (s *Store) writer() {
+	defer close(s.done)
+	var buf []byte
+	for j := range s.queue {
+		var err error
+		buf, err = encodeEntry(buf[:0], j.page, uint32(j.dp), s.id, s.geom.Layout(j.dp), s.opts.Compress)
+		j.done()
+		if err == nil {
+			s.store(j.dp, buf)
+		} else {
+			s.opts.Logger.Error(fmt.Sprintf("%s cache: page %d: %v", s.kind, j.dp, err))
+		}
+		s.mu.Lock()
+		delete(s.pending, j.dp)
+		s.mu.Unlock()
+		if cap(buf) > 2*int(s.geom.PageSize)+64<<10 {
+			buf = nil
+		}
+	}
+}
+
+// blocks rounds n up to what it takes: 4 KiB blocks on disk and pages in
+// memory alike.
+func blocks(n int64) int64 { return (n + 4095) &^ 4095 }
+
+// store makes room for and writes an encoded entry.
+func (s *Store) store(dp int32, data []byte) {
+	need := blocks(int64(len(data)))
+	if !s.makeRoom(dp, need) {
+		return
+	}
+	e := &entry{dp: dp, n: int64(len(data)), size: need}
+	err := s.be.write(e, data)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.st.Errors++
+		s.used -= need // reserved by makeRoom
+		s.stopStoring(err)
+		return
+	}
+	s.stored += e.n
+	s.raw += s.geom.PageSize
+	e.elem = s.lru.PushFront(e)
+	s.entries[dp] = e
+	s.st.Stored++
+}
+
+// stopStoring turns the tier to reads only, once, with one warning.
+func (s *Store) stopStoring(err error) {
+	if s.off != "" {
+		return
+	}
+	s.off = err.Error()
+	s.opts.Logger.Warn(fmt.Sprintf("%s cache: stopped storing pages: %v; reads go on from the pages it has and from storage", s.kind, err))
+}
+
+// makeRoom evicts entries until need more bytes fit, and reserves them;
+// false if page dp should not be stored (bigger than the budget, or needed
+// later than every candidate for eviction).
+func (s *Store) makeRoom(dp int32, need int64) bool {
+	if need > s.opts.Budget {
+		s.mu.Lock()
+		s.st.Refused++
+		s.mu.Unlock()
+		return false
+	}
+	for {
+		s.mu.Lock()
+		if s.used+need <= s.opts.Budget {
+			s.used += need
+			s.mu.Unlock()
+			return true
+		}
+		var cand []*entry
+		for el := s.lru.Back(); el != nil && len(cand) < candidates; el = el.Prev() {
+			if e := el.Value.(*entry); e.refs == 0 {
+				cand = append(cand, e)
+			}
+		}
+		rank := s.rank
+		s.mu.Unlock()
+		if len(cand) == 0 {
+			return false
+		}
+		victim, far := cand[0], Never
+		if rank != nil {
+			far = -1
+			for _, e := range cand {
+				if d := rank(e.dp); d > far {
+					victim, far = e, d
+				}
+			}
+			if far != Never && rank(dp) >= far {
+				s.mu.Lock()
+				s.st.Refused++
+				s.mu.Unlock()
+				return false
+			}
+		}
+		s.mu.Lock()
+		if s.entries[victim.dp] == victim && victim.refs == 0 {
+			s.drop(victim)
+			s.st.Evictions++
+		}
+		s.mu.Unlock()
+	}
+}
+
+// Stats returns the Store's counters.
+func (s *Store) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.st
+	st.Kind, st.Dir, st.BudgetBytes = s.kind, s.dir, s.opts.Budget
+	st.Bytes, st.RawBytes, st.Entries = s.used, s.raw, len(s.entries)
+	if s.stored > 0 {
+		st.CompressionRatio = float64(s.raw) / float64(s.stored)
+	}
+	switch {
+	case s.off != "":
+		st.State = "off: " + s.off
+	case s.shared:
+		st.State = "shared"
+	default:
+		st.State = "on"
+	}
+	return st
+}
+
+// Close stops taking pages, stores those it took, and releases the tier's
+// resources (a disk tier's files stay, for the next mount).
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	close(s.queue)
+	<-s.done
+	s.mu.Lock()
+	if s.kind == "ram" {
+		for _, e := range s.entries {
+			s.drop(e)
+		}
+	}
+	s.mu.Unlock()
+	s.be.close()
+	return nil
+}

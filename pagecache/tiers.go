@@ -1,0 +1,356 @@
+package pagecache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/pagecache/storage"
+	"github.com/ffcvfs/ffcvfs/pagecache/tier"
+)
+
+// # Tiers
+//
+// Below the slots, a read may be served by a compressed RAM tier
+// (Options.CompressRAM) and then a disk tier (Options.DiskDir), before
+// storage (package tier). The cache reads through tiered, a Source that
+// asks the tiers first and offers what storage returns to them.
+//
+// A tier stores whole pages. A page read whole from storage is copied
+// into a fill buffer and offered; a range of a page the tiers want is
+// read as the whole page into a fill buffer (one request, shared by
+// the readers of that page meanwhile), so that a random order, which the
+// slots serve by ranges, fills the tiers all the same: each page comes
+// from storage once. Fill buffers are slots of the budget; when none is
+// free, a read goes to storage as it would without tiers, and nothing
+// waits for a tier.
+
+// fillBuffers is how many slots become fill buffers with a disk tier;
+// a compressed RAM tier alone takes one.
+const fillBuffers = 2
+
+// tiered is the cache's read path when it has tiers.
+type tiered struct {
+	storage.Source
+	// Immutable after newTiered.
+	stores    []*tier.Store
+	pageSize  int64
+	firstPage int64
+	numPages  int64
+	free      chan []byte // fill buffers not in use
+
+	mu     sync.Mutex
+	fills  map[int32]*fill // guarded by mu
+	stored atomic.Uint64   // bytes read from storage
+	filled atomic.Uint64   // pages read whole for the tiers
+}
+
+// fill is a page on its way from storage to the tiers.
+type fill struct {
+	done chan struct{}
+	buf  []byte
+	err  error
+	refs int // guarded by tiered.mu: its reader, waiters, tiers storing it
+}
+
+// TierStats are the tiers' counters.
+type TierStats struct {
+	// StorageBytes is what was read from storage (each tier's hits are
+	// what it saved).
+	StorageBytes uint64 `json:"storage_bytes"`
+	// PageFills counts pages read whole from storage for the tiers, to
+	// serve a range.
+	PageFills uint64       `json:"page_fills"`
+	Tiers     []tier.Stats `json:"tiers"`
+}
+
+// layouts cuts each data page of f into chunks for the tiers: one per
+// allocation and one per gap, raw RGB images marked with their width.
+func layouts(f *beton.File) func(dp int32) []tier.Chunk {
+	width := map[uint64]uint16{}
+	for fi, fd := range f.Fields() {
+		if fd.Type != beton.TypeRGBImage {
+			continue
+		}
+		for i := range f.NumSamples() {
+			if im, err := f.Image(i, fi); err == nil && im.Mode == beton.ModeRaw && im.Width > 0 {
+				width[im.Ptr] = uint16(im.Width)
+			}
+		}
+	}
+	type alloc struct {
+		off, n uint64
+		w      uint16
+	}
+	per := make([][]alloc, f.NumPages())
+	for _, a := range f.Allocs() {
+		p := f.PageOf(a.Ptr) - f.FirstPage()
+		if a.Size == 0 || p < 0 || p >= int64(len(per)) {
+			continue
+		}
+		per[p] = append(per[p], alloc{a.Ptr - uint64(f.PageOffset(p+f.FirstPage())), a.Size, width[a.Ptr]})
+	}
+	ps := uint64(f.PageSize())
+	return func(dp int32) []tier.Chunk {
+		as := slices.Clone(per[dp])
+		slices.SortFunc(as, func(a, b alloc) int { return int(a.off) - int(b.off) })
+		var out []tier.Chunk
+		at := uint64(0)
+		add := func(n uint64, w uint16) {
+			for n > 0 {
+				k := min(n, 1<<31)
+				out = append(out, tier.Chunk{Len: uint32(k), Width: w})
+				n -= k
+			}
+		}
+		for _, a := range as {
+			if a.off < at || a.off+a.n > ps {
+				continue // overlapping or past the page: part of a gap
+			}
+			add(a.off-at, 0)
+			add(a.n, a.w)
+			at = a.off + a.n
+		}
+		add(ps-at, 0)
+		return out
+	}
+}
+
+// newTiered opens the tiers the options ask for. Fill buffers come from
+// fills.
+func newTiered(src storage.Source, f *beton.File, opts Options, memBudget int64, fills [][]byte) (*tiered, error) {
+	t := &tiered{
+		Source: src, pageSize: f.PageSize(), firstPage: f.FirstPage(), numPages: int64(f.NumPages()),
+		free: make(chan []byte, len(fills)), fills: map[int32]*fill{},
+	}
+	for _, b := range fills {
+		t.free <- b
+	}
+	geom := tier.Geometry{PageSize: f.PageSize(), NumPages: f.NumPages(), Layout: layouts(f)}
+	if memBudget > 0 {
+		t.stores = append(t.stores, tier.NewMem(geom, tier.Options{Budget: memBudget, Compress: true, Logger: opts.Logger}))
+	}
+	if opts.DiskDir != "" {
+		id := ""
+		if i, ok := src.(storage.Identifier); ok {
+			id = i.Identity()
+		}
+		d, err := tier.OpenDisk(opts.DiskDir, tier.Source{Name: src.Name(), Identity: id}, geom, tier.Options{Budget: opts.DiskBudget, Compress: true, Logger: opts.Logger})
+		if err != nil {
+			t.close()
+			return nil, err
+		}
+		t.stores = append(t.stores, d)
+	}
+	return t, nil
+}
+
+// locate returns the data page and the offset in it of bytes [off,
+// off+n), if they lie in one data page.
+func (t *tiered) locate(off int64, n int) (int32, int64, bool) {
+	p := off / t.pageSize
+	dp := p - t.firstPage
+	if dp < 0 || dp >= t.numPages || off+int64(n) > (p+1)*t.pageSize {
+		return 0, 0, false
+	}
+	return int32(dp), off - p*t.pageSize, true
+}
+
+func (t *tiered) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	dp, lo, ok := t.locate(off, len(p))
+	if !ok {
+		return t.fromStorage(ctx, p, off)
+	}
+	for _, s := range t.stores {
+		if s.Read(dp, lo, p) {
+			return len(p), nil
+		}
+	}
+	if int64(len(p)) == t.pageSize {
+		n, err := t.fromStorage(ctx, p, off)
+		if err == nil {
+			t.offerCopy(dp, p)
+		}
+		return n, err
+	}
+	if t.fillRead(ctx, dp, lo, p) {
+		return len(p), nil
+	}
+	return t.fromStorage(ctx, p, off)
+}
+
+func (t *tiered) fromStorage(ctx context.Context, p []byte, off int64) (int, error) {
+	n, err := t.Source.ReadAt(ctx, p, off)
+	t.stored.Add(uint64(n))
+	return n, err
+}
+
+// wanted reports whether a tier would store page dp.
+func (t *tiered) wanted(dp int32) bool {
+	for _, s := range t.stores {
+		if s.Wants(dp) {
+			return true
+		}
+	}
+	return false
+}
+
+// fillRead serves bytes [lo, lo+len(p)) of page dp from a fill of the
+// whole page (its own, or one under way), and reports whether it did: no
+// fill buffer free, a page no tier wants, or a failed fill leave the read
+// to the caller.
+func (t *tiered) fillRead(ctx context.Context, dp int32, lo int64, p []byte) bool {
+	t.mu.Lock()
+	f := t.fills[dp]
+	if f == nil {
+		if !t.wanted(dp) {
+			t.mu.Unlock()
+			return false
+		}
+		select {
+		case buf := <-t.free:
+			f = &fill{done: make(chan struct{}), buf: buf, refs: 1}
+			t.fills[dp] = f
+		default:
+			t.mu.Unlock()
+			return false
+		}
+		t.mu.Unlock()
+		_, f.err = t.fromStorage(ctx, f.buf, (int64(dp)+t.firstPage)*t.pageSize)
+		if f.err == nil {
+			t.filled.Add(1)
+			copy(p, f.buf[lo:])
+		}
+		t.mu.Lock()
+		delete(t.fills, dp)
+		close(f.done)
+		if f.err == nil {
+			t.offer(dp, f)
+		}
+		t.unref(f)
+		t.mu.Unlock()
+		return f.err == nil
+	}
+	f.refs++
+	t.mu.Unlock()
+	ok := false
+	select {
+	case <-f.done:
+		if f.err == nil {
+			copy(p, f.buf[lo:])
+			ok = true
+		}
+	case <-ctx.Done():
+	}
+	t.mu.Lock()
+	t.unref(f)
+	t.mu.Unlock()
+	return ok
+}
+
+// offer hands a filled page to every tier that takes it. Called with mu
+// held.
+func (t *tiered) offer(dp int32, f *fill) {
+	for _, s := range t.stores {
+		f.refs++
+		if !s.Put(dp, f.buf, func() {
+			t.mu.Lock()
+			t.unref(f)
+			t.mu.Unlock()
+		}) {
+			f.refs--
+		}
+	}
+}
+
+// unref drops a reference to a fill; the last returns its buffer. Called
+// with mu held.
+func (t *tiered) unref(f *fill) {
+	f.refs--
+	if f.refs == 0 {
+		t.free <- f.buf
+	}
+}
+
+// offerCopy offers a page read whole into a slot: it is copied into a
+// fill buffer if one is free, since the slot may be reused before a tier
+// has stored it.
+func (t *tiered) offerCopy(dp int32, page []byte) {
+	if !t.wanted(dp) {
+		return
+	}
+	var buf []byte
+	select {
+	case buf = <-t.free:
+	default:
+		return
+	}
+	copy(buf, page)
+	f := &fill{done: make(chan struct{}), buf: buf, refs: 1}
+	close(f.done)
+	t.mu.Lock()
+	t.offer(dp, f)
+	t.unref(f)
+	t.mu.Unlock()
+}
+
+// setRank lets the tiers evict by the cache's announced orders.
+func (t *tiered) setRank(rank func(dp int32) int) {
+	for _, s := range t.stores {
+		s.SetRank(rank)
+	}
+}
+
+func (t *tiered) stats() *TierStats {
+	st := &TierStats{StorageBytes: t.stored.Load(), PageFills: t.filled.Load()}
+	for _, s := range t.stores {
+		st.Tiers = append(st.Tiers, s.Stats())
+	}
+	return st
+}
+
+// close stores what the tiers took and closes them. The fill buffers are
+// free afterwards.
+func (t *tiered) close() error {
+	var errs []error
+	for _, s := range t.stores {
+		errs = append(errs, s.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// tierBudget splits n slots between pages, fill buffers and a compressed
+// RAM tier: with CompressRAM, a sixteenth of the slots (at least 2) stay
+// slots and the rest hold compressed pages.
+func tierBudget(n int, opts Options) (slots, fills, memSlots int, err error) {
+	if opts.DiskDir == "" && !opts.CompressRAM {
+		return n, 0, 0, nil
+	}
+	fills = fillBuffers
+	if opts.DiskDir == "" {
+		fills = 1
+	}
+	if n < 1+fills {
+		return 0, 0, 0, fmt.Errorf("a cache of %d pages is too small for a %s tier: it needs at least %d", n, tierName(opts), 1+fills)
+	}
+	slots = n - fills
+	if opts.CompressRAM {
+		if slots < 4 {
+			return 0, 0, 0, fmt.Errorf("a cache of %d pages is too small to compress: it needs at least %d", n, 4+fills)
+		}
+		keep := max(2, slots/16)
+		memSlots, slots = slots-keep, keep
+	}
+	return slots, fills, memSlots, nil
+}
+
+func tierName(opts Options) string {
+	if opts.CompressRAM {
+		return "compressed RAM"
+	}
+	return "disk"
+}

@@ -1,0 +1,203 @@
+package pagecache
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/beton/imagefolder"
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
+	"github.com/ffcvfs/ffcvfs/pagecache/storage"
+	"github.com/ffcvfs/ffcvfs/pagecache/tier"
+)
+
+// rawPhotos writes the fixture photos as a raw-pixel beton of 2 MiB pages,
+// no side longer than res, and returns its path and bytes.
+func rawPhotos(t *testing.T, res int) (string, []byte) {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "raw.beton")
+	_, err := imagefolder.Convert(context.Background(), testenv.Fixture(t, "imagefolder-small"), out,
+		imagefolder.ConvertOptions{Image: imagefolder.Options{Mode: "raw", MaxResolution: res}, PageSize: beton.MinPageSize, Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, data
+}
+
+func openTiered(t *testing.T, path string, opts Options) (*Cache, *beton.File) {
+	t.Helper()
+	src, f, err := storage.OpenBeton(context.Background(), path, storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	opts.Debug = true
+	c, err := New(src, f, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, f
+}
+
+// readAllSamples reads every sample, in a random order, from workers
+// goroutines, and checks its bytes against data.
+func readAllSamples(t *testing.T, c *Cache, f *beton.File, data []byte, seed uint64, workers int) {
+	t.Helper()
+	order := rand.New(rand.NewPCG(seed, 2)).Perm(f.NumSamples())
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(order) {
+					return
+				}
+				s := order[i]
+				im, err := f.Image(s, 0)
+				if err != nil {
+					errs <- err
+					return
+				}
+				got := make([]byte, im.Size)
+				if _, err := c.ReadAt(context.Background(), got, int64(im.Ptr)); err != nil {
+					errs <- err
+					return
+				}
+				if !bytes.Equal(got, data[im.Ptr:im.Ptr+im.Size]) {
+					errs <- &os.PathError{Op: "read", Path: "sample " + strconv.Itoa(s), Err: os.ErrInvalid}
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// The tiers hold their budgets while readers race (race detector), serve
+// right bytes, and the disk tier serves a second cache of the same file
+// with no read from storage.
+func TestTiersBudgetAndWarmStart(t *testing.T) {
+	path, data := rawPhotos(t, 128)
+	dir := filepath.Join(t.TempDir(), "disk")
+	ps := int64(beton.MinPageSize)
+	opts := Options{Budget: 7 * ps, DiskDir: dir, DiskBudget: 5 * ps, CompressRAM: true}
+	c, f := openTiered(t, path, opts)
+	stop := make(chan struct{})
+	var over atomic.Value
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			for _, ts := range c.Stats().Tiers.Tiers {
+				if ts.Bytes > ts.BudgetBytes {
+					over.Store(ts)
+				}
+			}
+		}
+	}()
+	for epoch := range 3 {
+		readAllSamples(t, c, f, data, uint64(epoch), 4)
+	}
+	close(stop)
+	if v := over.Load(); v != nil {
+		t.Errorf("a tier over its budget: %+v", v)
+	}
+	st := c.Stats()
+	if st.BudgetBytes != opts.Budget {
+		t.Errorf("RAM budget %d, want %d", st.BudgetBytes, opts.Budget)
+	}
+	ram, disk := st.Tiers.Tiers[0], st.Tiers.Tiers[1]
+	if ram.Kind != "ram" || disk.Kind != "disk" || ram.Hits == 0 || disk.Entries == 0 || ram.CompressionRatio < 1.5 {
+		t.Errorf("tiers %+v", st.Tiers)
+	}
+	c.Close()
+	// A new cache over the same file starts from the disk tier.
+	c2, _ := openTiered(t, path, Options{Budget: 4 * ps, DiskDir: dir, DiskBudget: 64 * ps})
+	defer c2.Close()
+	readAllSamples(t, c2, f, data, 9, 2)
+	st2 := c2.Stats().Tiers
+	if st2.Tiers[0].Hits == 0 || st2.StorageBytes >= uint64(len(data)) {
+		t.Errorf("second cache: %d disk hits, %d bytes from storage of %d", st2.Tiers[0].Hits, st2.StorageBytes, len(data))
+	}
+}
+
+// With CompressRAM, the tier holds at least 1.8 times the pages of raw
+// photos that its bytes would hold raw.
+func TestCompressRAMHoldsMorePages(t *testing.T) {
+	path, data := rawPhotos(t, 256)
+	ps := int64(beton.MinPageSize)
+	c, f := openTiered(t, path, Options{Budget: 6 * ps, CompressRAM: true})
+	defer c.Close()
+	// Pages offered while the tier is busy are not stored: read until it
+	// is full.
+	var st Stats
+	var ram tier.Stats
+	for epoch := range 10 {
+		readAllSamples(t, c, f, data, uint64(epoch), 1)
+		time.Sleep(50 * time.Millisecond)
+		st = c.Stats()
+		ram = st.Tiers.Tiers[0]
+		if ram.Evictions > 0 && ram.Bytes+3*ps/2 > ram.BudgetBytes {
+			break
+		}
+	}
+	t.Logf("%d pages in a tier of %d pages' bytes; compression ratio %.2f; %d slots", ram.Entries, ram.BudgetBytes/ps, ram.CompressionRatio, st.Slots)
+	if ram.Entries == f.NumPages() || float64(ram.Entries) < 1.8*float64(ram.BudgetBytes/ps) {
+		t.Errorf("%d pages of %d in a tier of %d pages' bytes, want at least 1.8 times as many, and not all", ram.Entries, f.NumPages(), ram.BudgetBytes/ps)
+	}
+}
+
+// A flipped byte in a disk entry is caught: the page is read from storage
+// again, the bytes are right, the failure is counted.
+func TestDiskTierCorruptEntry(t *testing.T) {
+	path, data := rawPhotos(t, 128)
+	dir := filepath.Join(t.TempDir(), "disk")
+	ps := int64(beton.MinPageSize)
+	c, f := openTiered(t, path, Options{Budget: 4 * ps, DiskDir: dir, DiskBudget: 64 * ps})
+	readAllSamples(t, c, f, data, 1, 2)
+	c.Close()
+	entries, _ := filepath.Glob(filepath.Join(dir, "*", "p*"))
+	if len(entries) == 0 {
+		t.Fatal("no entries")
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[len(b)/2] ^= 0x40
+		if err := os.WriteFile(e, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c2, _ := openTiered(t, path, Options{Budget: 4 * ps, DiskDir: dir, DiskBudget: 64 * ps})
+	defer c2.Close()
+	readAllSamples(t, c2, f, data, 2, 2)
+	st := c2.Stats().Tiers
+	if st.Tiers[0].ChecksumFailures == 0 || st.StorageBytes == 0 {
+		t.Errorf("after corrupting every entry: %+v", st)
+	}
+}
