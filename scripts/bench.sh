@@ -52,6 +52,14 @@
 #                                 image, the mount's peak RSS, the CPU each process spent
 #                                 and the TCP connections opened. Then ffcvfeed bench
 #                                 through such a mount vs on the local beton.
+#   scripts/bench.sh disk [N]     the disk tier: storage's set-up, a RAM cache of 10 %,
+#                                 --disk-cache big enough for the beton. Per ORDER
+#                                 (default "random quasi-random"; random is not
+#                                 announced): three epochs of one mount of S3 with a
+#                                 fresh disk cache, then the first epoch of a fresh
+#                                 mount of the same object, beside the same mount of the
+#                                 beton as a local file (epochs 2 and 3). Images/s,
+#                                 bytes fetched from S3 per byte read, ratio to local.
 #
 # Environment: RUNS (default 3) runs per figure; BENCH_DIR (default a temp dir;
 # for feed and storage, ${FFCVFS_CACHE:-~/.cache/ffcvfs}/bench, so the data is
@@ -479,11 +487,14 @@ storage_row() {
 		}' cpufile="$STORAGE_TMP/cpu.txt" runsfile="$STORAGE_TMP/runs.txt" "$STORAGE_TMP/way-$k.txt"
 }
 
-bench_storage() {
-	local n=${1:-5000}
+# storage_setup N: the S3 set-up of bench_storage and bench_disk: the bench
+# data of N images, versitygw behind toxiproxy and the capped link, the
+# beton and the images uploaded. Sets STORAGE_* and the variables below.
+storage_setup() {
+	n=${1:-5000}
 	[[ $n =~ ^[0-9]+$ ]] || die "N must be a whole number, got '$n'"
-	local dir=${BENCH_DIR:-${FFCVFS_CACHE:-$HOME/.cache/ffcvfs}/bench}/feed-$n
-	local latency=${LATENCY_MS:-10} secs=${MAX_SECONDS:-30}
+	dir=${BENCH_DIR:-${FFCVFS_CACHE:-$HOME/.cache/ffcvfs}/bench}/feed-$n
+	latency=${LATENCY_MS:-10} secs=${MAX_SECONDS:-30}
 	STORAGE_BW=${BANDWIDTH_MBS:-100}
 	STORAGE_BATCH=${BATCH:-64}
 	# Requests in flight: the mount's default. Its default cap on bytes in
@@ -509,7 +520,7 @@ bench_storage() {
 	go build -o bin/storagebench ./scripts/storagebench || die "go build ./scripts/storagebench failed"
 	# 2 MiB pages, the smallest: 10 % of a small beton still holds several
 	# (of the 8 MiB pages of bench.beton, it would hold one).
-	local beton=$dir/bench-2MiB.beton page=$((2 << 20)) size
+	beton=$dir/bench-2MiB.beton page=$((2 << 20))
 	if [[ ! -s $beton || $dir/bench.beton -nt $beton ]]; then
 		bin/ffcvfs write --page-size 2MiB "$dir/imagefolder" "$beton" >&2 || die "ffcvfs write failed"
 	fi
@@ -524,7 +535,7 @@ bench_storage() {
 	STORAGE_CACHE=${CACHE:-$((((size / 10 + page - 1) / page * page) >> 20))MiB}
 	# ffcvfeed's own cache reads up to 16 pages at once through the mount,
 	# each a series of FUSE reads: the mount's cache holds them all.
-	local feed_cache=${FEED_CACHE:-$(((size / 10 > 32 * page ? size / 10 : 32 * page) >> 20))MiB}
+	feed_cache=${FEED_CACHE:-$(((size / 10 > 32 * page ? size / 10 : 32 * page) >> 20))MiB}
 
 	STORAGE_TMP=$(mktemp -d)
 	trap storage_cleanup EXIT
@@ -572,6 +583,11 @@ bench_storage() {
 	bin/storagebench put -endpoint "http://127.0.0.1:$vgw" -bucket bench -beton "$beton" -key "$STORAGE_KEY" \
 		-folder "$dir/imagefolder" -prefix images || die "uploading to versitygw failed"
 
+}
+
+bench_storage() {
+	local n dir latency secs beton page size feed_cache
+	storage_setup "$@"
 	echo
 	echo "training from S3: $n real-photo JPEGs, a $((size >> 20)) MiB beton of 2 MiB pages, on versitygw on loopback behind"
 	echo "toxiproxy (+$latency ms per response) and a $STORAGE_BW MB/s link shared by all connections; $(nproc) cores, median of"
@@ -653,6 +669,82 @@ bench_storage() {
 	printf '%-40s %7.0f %8.3f %10.3f %7.1f%% %7.0f\n' "ffcvfeed bench through the S3 mount" "$r" "$(echo "$r / $b" | bc -l)" \
 		"$(echo "$f / $data_bytes" | bc -l)" "$(echo "100 * $f / 1000000 / $STORAGE_BW / ($data_images / $r)" | bc -l)" \
 		"$(echo "$(printf '%s\n' "${rss[@]}" | median) / 1024" | bc -l)"
+	storage_cleanup
+	trap - EXIT INT TERM
+}
+
+# disk_mount SRC ARGS...: mount SRC at $STORAGE_TMP/mnt as storage_mount
+# does, with more flags; sets STORAGE_MOUNT_PID.
+disk_mount() {
+	local src=$1
+	shift
+	bin/ffcvfs mount --s3-endpoint "http://127.0.0.1:$STORAGE_LINK" --s3-path-style --cache-size "$STORAGE_CACHE" \
+		--readers "$STORAGE_READERS" --order-batch-size "$STORAGE_BATCH" "$@" \
+		"$src" "$STORAGE_TMP/mnt" 2>>"$STORAGE_TMP/mount.log" &
+	STORAGE_MOUNT_PID=$!
+	local i
+	for ((i = 0; i < 300; i++)); do
+		[[ -e $STORAGE_TMP/mnt/.ffcvfs/stats.json ]] && return 0
+		kill -0 "$STORAGE_MOUNT_PID" 2>/dev/null || die "ffcvfs mount exited: $(tail -n 5 "$STORAGE_TMP/mount.log")"
+		sleep 0.1
+	done
+	die "ffcvfs mount $src is not ready after 30 s: $(tail -n 5 "$STORAGE_TMP/mount.log")"
+}
+
+bench_disk() {
+	local n dir latency secs beton page size feed_cache
+	storage_setup "$@"
+	local disk=$STORAGE_TMP/disk order i k out
+	local r=(-j 4 -batch "$STORAGE_BATCH" -max-seconds "${MAX_SECONDS:-120}")
+	echo
+	echo "the disk tier: $n real-photo JPEGs, a $((size >> 20)) MiB beton of 2 MiB pages, on versitygw behind toxiproxy"
+	echo "(+$latency ms per response) and a $STORAGE_BW MB/s link; --cache-size $STORAGE_CACHE (10 %), --disk-cache of"
+	echo "$((size >> 20)) MiB on $(df --output=source "$STORAGE_TMP" | tail -n 1); 4 readers, batches of $STORAGE_BATCH, bytes only; median of $RUNS runs, taking turns."
+	echo "fetch/rd: bytes fetched from S3 per byte of images read; ratio: to the local file's epochs 2 and 3."
+	printf '%-52s %7s %8s %7s\n' "what" "img/s" "fetch/rd" "ratio"
+	for order in ${ORDER:-random quasi-random}; do
+		: >"$STORAGE_TMP/disk-$order.txt"
+		for ((i = 0; i < RUNS; i++)); do
+			disk_mount "$beton"
+			for k in 1 2 3; do
+				out=$(bin/storagebench mount -order "$order" "${r[@]}" "$STORAGE_TMP/mnt") || die "storagebench failed"
+				echo "way=local$k $out" >>"$STORAGE_TMP/disk-$order.txt"
+			done
+			storage_umount
+			rm -rf "$disk"
+			disk_mount "s3://bench/$STORAGE_KEY" --disk-cache "$disk" --disk-cache-size "$size"
+			for k in 1 2 3; do
+				out=$(bin/storagebench mount -order "$order" "${r[@]}" "$STORAGE_TMP/mnt") || die "storagebench failed"
+				echo "way=s3$k $out" >>"$STORAGE_TMP/disk-$order.txt"
+			done
+			storage_umount
+			disk_mount "s3://bench/$STORAGE_KEY" --disk-cache "$disk" --disk-cache-size "$size"
+			out=$(bin/storagebench mount -order "$order" "${r[@]}" "$STORAGE_TMP/mnt") || die "storagebench failed"
+			echo "way=fresh $out" >>"$STORAGE_TMP/disk-$order.txt"
+			storage_umount
+		done
+		awk -v order="$order" '
+			function median(s,   a, k, i, j, t) { k = split(s, a, " "); for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }; return (k % 2) ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2 }
+			{
+				for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+				img[v["way"]] = img[v["way"]] " " v["images"] / v["seconds"]
+				amp[v["way"]] = amp[v["way"]] " " v["fetched"] / v["bytes"]
+			}
+			END {
+				base = (median(img["local2"]) + median(img["local3"])) / 2
+				split("local1 local2 local3 s31 s32 s33 fresh", ways, " ")
+				name["local1"] = "local file, epoch 1"; name["local2"] = "local file, epoch 2"; name["local3"] = "local file, epoch 3"
+				name["s31"] = "S3 + disk cache, epoch 1"; name["s32"] = "S3 + disk cache, epoch 2"; name["s33"] = "S3 + disk cache, epoch 3"
+				name["fresh"] = "S3 + disk cache, fresh mount, epoch 1"
+				for (i = 1; i <= 7; i++) {
+					w = ways[i]
+					printf "%-52s %7.0f %8.4f %7.2f\n", order ": " name[w], median(img[w]), (w ~ /^local/ ? 0 : median(amp[w])), median(img[w]) / base
+				}
+			}' "$STORAGE_TMP/disk-$order.txt"
+		cat "$STORAGE_TMP/disk-$order.txt" >>"$STORAGE_TMP/results.txt"
+	done
+	echo
+	echo "Disk tier after the last run: $(bin/ffcvfs cache ls "$disk" | tail -n 1)"
 	storage_cleanup
 	trap - EXIT INT TERM
 }
@@ -745,6 +837,11 @@ storage)
 	shift
 	bench_storage "$@"
 	;;
+disk)
+	ensure_go
+	shift
+	bench_disk "$@"
+	;;
 feed)
 	ensure_go
 	shift
@@ -772,7 +869,7 @@ write)
 	bench_write "$@"
 	;;
 *)
-	echo "usage: scripts/bench.sh write [N] | cache | mount [N] | legacy [N] | scan [N] | feed [N] | storage [N]" >&2
+	echo "usage: scripts/bench.sh write [N] | cache | mount [N] | legacy [N] | scan [N] | feed [N] | storage [N] | disk [N]" >&2
 	exit 2
 	;;
 esac

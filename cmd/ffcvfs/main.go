@@ -34,7 +34,7 @@ Examples:
 			slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
 			return nil
 		},
-		Commands:        []*cli.Command{writeCommand(), infoCommand(), verifyCommand(), mountCommand(), umountCommand()},
+		Commands:        []*cli.Command{writeCommand(), infoCommand(), verifyCommand(), mountCommand(), umountCommand(), cacheCommand()},
 		HideHelpCommand: true,
 		ExitErrHandler: func(c *cli.Context, err error) {
 			if err == nil {

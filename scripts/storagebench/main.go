@@ -388,8 +388,9 @@ func deadlineOf(start time.Time, seconds float64) time.Time {
 	return start.Add(time.Duration(seconds * float64(time.Second)))
 }
 
-// fetchedSoFar returns the bytes the mount's cache has read from storage,
-// and in how many requests.
+// fetchedSoFar returns the bytes the mount's cache has read from storage
+// (with tiers, past them), and in how many requests (of the cache: with
+// tiers, some are served by them).
 func fetchedSoFar(mnt string) (bytes, requests int64, err error) {
 	b, err := os.ReadFile(filepath.Join(mnt, ".ffcvfs", "stats.json"))
 	if err != nil {
@@ -399,10 +400,16 @@ func fetchedSoFar(mnt string) (bytes, requests int64, err error) {
 		Cache struct {
 			BytesRead int64 `json:"bytes_read"`
 			Requests  int64 `json:"requests"`
+			Tiers     *struct {
+				StorageBytes int64 `json:"storage_bytes"`
+			} `json:"tiers"`
 		} `json:"cache"`
 	}
 	if err := json.Unmarshal(b, &st); err != nil {
 		return 0, 0, fmt.Errorf("%s/.ffcvfs/stats.json: %w", mnt, err)
+	}
+	if st.Cache.Tiers != nil {
+		return st.Cache.Tiers.StorageBytes, st.Cache.Requests, nil
 	}
 	return st.Cache.BytesRead, st.Cache.Requests, nil
 }
