@@ -249,14 +249,10 @@ func medUnfilter(b []byte, row int) {
 }
 
 // med is the median edge detector's prediction from the left (a), upper
-// (b) and upper-left (c) neighbours.
+// (b) and upper-left (c) neighbours: the median of a, b and a+b−c, without
+// branches (the compiler makes min and max conditional moves), since the
+// pixels make them unpredictable.
 func med(a, b, c byte) byte {
-	lo, hi := min(a, b), max(a, b)
-	switch {
-	case c >= hi:
-		return lo
-	case c <= lo:
-		return hi
-	}
-	return a + b - c
+	x, y := int(a), int(b)
+	return byte(max(min(x, y), min(max(x, y), x+y-int(c))))
 }

@@ -219,6 +219,32 @@ func (ix *index) span(lo, hi int64) (first, last int) {
 	return first, last
 }
 
+// rawSpan reports whether chunks first to last are stored raw and hold
+// exactly bytes [lo, hi) of the page.
+func (ix *index) rawSpan(lo, hi int64, first, last int) bool {
+	if int64(ix.chunks[first].rawOff) != lo || int64(ix.chunks[last].rawOff)+int64(ix.chunks[last].rawLen) != hi {
+		return false
+	}
+	for i := first; i <= last; i++ {
+		if ix.chunks[i].codec != codecRaw || ix.chunks[i].storedLen != ix.chunks[i].rawLen {
+			return false
+		}
+	}
+	return true
+}
+
+// checkSpan checks the checksums of raw chunks first to last, read into p.
+func (ix *index) checkSpan(p []byte, first, last int) error {
+	base := ix.chunks[first].rawOff
+	for i := first; i <= last; i++ {
+		c := &ix.chunks[i]
+		if crc32.Checksum(p[c.rawOff-base:c.rawOff-base+c.rawLen], castagnoli) != c.crc {
+			return fmt.Errorf("%w: chunk %d (page bytes %d to %d): checksum mismatch", ErrCorrupt, i, c.rawOff, c.rawOff+c.rawLen)
+		}
+	}
+	return nil
+}
+
 // decodeSpan decodes chunks first to last, whose stored bytes are stored
 // (from the first's storedOff on), and copies bytes [lo, lo+len(p)) of the
 // page to p. A chunk that does not decode or whose checksum fails is

@@ -265,6 +265,14 @@ func (s *Store) readSpan(e *entry, ix *index, p []byte, lo int64) error {
 	if e.mem != nil {
 		return ix.decodeSpan(p, lo, first, last, e.mem[from:to])
 	}
+	if ix.rawSpan(lo, lo+int64(len(p)), first, last) {
+		// Stored as they are, and exactly the bytes asked for (a page,
+		// or a sample's allocations): read into p, then check.
+		if err := s.be.read(e, p, from); err != nil {
+			return err
+		}
+		return ix.checkSpan(p, first, last)
+	}
 	b := getScratch(int(to - from))
 	defer scratchPool.Put(b)
 	if err := s.be.read(e, *b, from); err != nil {
