@@ -395,10 +395,17 @@ wait_port() {
 
 # storage_mount CACHE: mount s3://bench/$STORAGE_KEY, through the capped
 # link, at $STORAGE_TMP/mnt with a cache of CACHE; sets STORAGE_MOUNT_PID.
-storage_mount() {
-	bin/ffcvfs mount --s3-endpoint "http://127.0.0.1:$STORAGE_LINK" --s3-path-style --cache-size "$1" \
-		--readers "$STORAGE_READERS" --order-batch-size "$STORAGE_BATCH" \
-		"s3://bench/$STORAGE_KEY" "$STORAGE_TMP/mnt" 2>>"$STORAGE_TMP/mount.log" &
+storage_mount() { mount_at "s3://bench/$STORAGE_KEY" "$1"; }
+
+# mount_at SRC CACHE ARGS...: mount SRC (S3 through the capped link, or a
+# file) at $STORAGE_TMP/mnt with a cache of CACHE and more flags ARGS;
+# sets STORAGE_MOUNT_PID.
+mount_at() {
+	local src=$1 cache=$2
+	shift 2
+	bin/ffcvfs mount --s3-endpoint "http://127.0.0.1:$STORAGE_LINK" --s3-path-style --cache-size "$cache" \
+		--readers "$STORAGE_READERS" --order-batch-size "$STORAGE_BATCH" "$@" \
+		"$src" "$STORAGE_TMP/mnt" 2>>"$STORAGE_TMP/mount.log" &
 	STORAGE_MOUNT_PID=$!
 	local i
 	for ((i = 0; i < 300; i++)); do
@@ -406,7 +413,7 @@ storage_mount() {
 		kill -0 "$STORAGE_MOUNT_PID" 2>/dev/null || die "ffcvfs mount exited: $(tail -n 5 "$STORAGE_TMP/mount.log")"
 		sleep 0.1
 	done
-	die "ffcvfs mount s3://bench/$STORAGE_KEY is not ready after 30 s: $(tail -n 5 "$STORAGE_TMP/mount.log")"
+	die "ffcvfs mount $src is not ready after 30 s: $(tail -n 5 "$STORAGE_TMP/mount.log")"
 }
 
 # cpu_ms PID: the CPU time (user and system) process PID has used, in ms.
@@ -673,24 +680,6 @@ bench_storage() {
 	trap - EXIT INT TERM
 }
 
-# disk_mount SRC ARGS...: mount SRC at $STORAGE_TMP/mnt as storage_mount
-# does, with more flags; sets STORAGE_MOUNT_PID.
-disk_mount() {
-	local src=$1
-	shift
-	bin/ffcvfs mount --s3-endpoint "http://127.0.0.1:$STORAGE_LINK" --s3-path-style --cache-size "$STORAGE_CACHE" \
-		--readers "$STORAGE_READERS" --order-batch-size "$STORAGE_BATCH" "$@" \
-		"$src" "$STORAGE_TMP/mnt" 2>>"$STORAGE_TMP/mount.log" &
-	STORAGE_MOUNT_PID=$!
-	local i
-	for ((i = 0; i < 300; i++)); do
-		[[ -e $STORAGE_TMP/mnt/.ffcvfs/stats.json ]] && return 0
-		kill -0 "$STORAGE_MOUNT_PID" 2>/dev/null || die "ffcvfs mount exited: $(tail -n 5 "$STORAGE_TMP/mount.log")"
-		sleep 0.1
-	done
-	die "ffcvfs mount $src is not ready after 30 s: $(tail -n 5 "$STORAGE_TMP/mount.log")"
-}
-
 bench_disk() {
 	local n dir latency secs beton page size feed_cache
 	storage_setup "$@"
@@ -705,20 +694,20 @@ bench_disk() {
 	for order in ${ORDER:-random quasi-random}; do
 		: >"$STORAGE_TMP/disk-$order.txt"
 		for ((i = 0; i < RUNS; i++)); do
-			disk_mount "$beton"
+			mount_at "$beton" "$STORAGE_CACHE"
 			for k in 1 2 3; do
 				out=$(bin/storagebench mount -order "$order" "${r[@]}" "$STORAGE_TMP/mnt") || die "storagebench failed"
 				echo "way=local$k $out" >>"$STORAGE_TMP/disk-$order.txt"
 			done
 			storage_umount
 			rm -rf "$disk"
-			disk_mount "s3://bench/$STORAGE_KEY" --disk-cache "$disk" --disk-cache-size "$size"
+			mount_at "s3://bench/$STORAGE_KEY" "$STORAGE_CACHE" --disk-cache "$disk" --disk-cache-size "$size"
 			for k in 1 2 3; do
 				out=$(bin/storagebench mount -order "$order" "${r[@]}" "$STORAGE_TMP/mnt") || die "storagebench failed"
 				echo "way=s3$k $out" >>"$STORAGE_TMP/disk-$order.txt"
 			done
 			storage_umount
-			disk_mount "s3://bench/$STORAGE_KEY" --disk-cache "$disk" --disk-cache-size "$size"
+			mount_at "s3://bench/$STORAGE_KEY" "$STORAGE_CACHE" --disk-cache "$disk" --disk-cache-size "$size"
 			out=$(bin/storagebench mount -order "$order" "${r[@]}" "$STORAGE_TMP/mnt") || die "storagebench failed"
 			echo "way=fresh $out" >>"$STORAGE_TMP/disk-$order.txt"
 			storage_umount
