@@ -468,6 +468,13 @@ func (c *Cache) acquire(ctx context.Context, dp int32, sample int) (*Page, error
 		c.mu.Lock()
 		return nil
 	}
+	// waitChange waits for the next change of the cache's state.
+	waitChange := func() error {
+		if c.changed == nil {
+			c.changed = make(chan struct{})
+		}
+		return wait(c.changed)
+	}
 	// awaitLoad waits for a load under way; an error for the caller
 	// leaves the lock unlocked. A cancelled load is another reader's
 	// business: the caller looks again.
@@ -526,10 +533,7 @@ func (c *Cache) acquire(ctx context.Context, dp int32, sample int) (*Page, error
 			if c.pol.RangeRead(sample) {
 				lo, n := c.extent(sample)
 				if !c.makeRoom(mappedSize(uint32(n)), -1) {
-					if c.changed == nil {
-						c.changed = make(chan struct{})
-					}
-					if err := wait(c.changed); err != nil {
+					if err := waitChange(); err != nil {
 						return nil, err
 					}
 					continue
@@ -560,10 +564,7 @@ func (c *Cache) acquire(ctx context.Context, dp int32, sample int) (*Page, error
 		si := c.victim()
 		if si < 0 {
 			// Every slot is pinned or loading: wait for a change.
-			if c.changed == nil {
-				c.changed = make(chan struct{})
-			}
-			if err := wait(c.changed); err != nil {
+			if err := waitChange(); err != nil {
 				return nil, err
 			}
 			continue

@@ -1,6 +1,7 @@
 package pagecache
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -94,10 +95,12 @@ func layouts(f *beton.File) func(dp int32) []tier.Chunk {
 		}
 		per[p] = append(per[p], alloc{a.Ptr - uint64(f.PageOffset(p+f.FirstPage())), a.Size, width[a.Ptr]})
 	}
+	for _, as := range per {
+		slices.SortFunc(as, func(a, b alloc) int { return cmp.Compare(a.off, b.off) })
+	}
 	ps := uint64(f.PageSize())
 	return func(dp int32) []tier.Chunk {
-		as := slices.Clone(per[dp])
-		slices.SortFunc(as, func(a, b alloc) int { return int(a.off) - int(b.off) })
+		as := per[dp]
 		var out []tier.Chunk
 		at := uint64(0)
 		add := func(n uint64, w uint16) {

@@ -160,13 +160,6 @@ func (s *Store) SetRank(rank func(dp int32) int) {
 	s.mu.Unlock()
 }
 
-// Has reports whether the Store holds page dp (as far as it knows).
-func (s *Store) Has(dp int32) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.entries[dp] != nil
-}
-
 // Wants reports whether the Store would take page dp now.
 func (s *Store) Wants(dp int32) bool {
 	s.mu.Lock()
