@@ -9,10 +9,12 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/s3 v1.114.8
 	github.com/aws/smithy-go v1.28.8
 	github.com/hanwen/go-fuse/v2 v2.12.1
+	github.com/klauspost/compress v1.19.2
 	github.com/pixiv/go-libjpeg v0.0.0-20190822045933-3da21a74767d
+	github.com/prometheus/client_golang v1.23.2
 	github.com/urfave/cli/v2 v2.27.5
 	golang.org/x/image v0.30.0
-	golang.org/x/sys v0.28.0
+	golang.org/x/sys v0.35.0
 	golang.org/x/term v0.25.0
 	gorgonia.org/cu v0.9.6
 )
@@ -31,10 +33,17 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/sso v1.39.3 // indirect
 	github.com/aws/aws-sdk-go-v2/service/ssooidc v1.44.3 // indirect
 	github.com/aws/aws-sdk-go-v2/service/sts v1.51.8 // indirect
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/cpuguy83/go-md2man/v2 v2.0.5 // indirect
 	github.com/google/uuid v1.1.1 // indirect
-	github.com/klauspost/compress v1.19.2 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
+	github.com/prometheus/client_model v0.6.2 // indirect
+	github.com/prometheus/common v0.66.1 // indirect
+	github.com/prometheus/procfs v0.16.1 // indirect
 	github.com/russross/blackfriday/v2 v2.1.0 // indirect
 	github.com/xrash/smetrics v0.0.0-20240521201337-686a1a2994c1 // indirect
+	go.yaml.in/yaml/v2 v2.4.2 // indirect
+	google.golang.org/protobuf v1.36.8 // indirect
 )

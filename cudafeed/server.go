@@ -44,6 +44,10 @@ type Options struct {
 	// hello carries a "cuda" object and each batch message an "event".
 	// Nil: the host ring only, and the messages of the CPU protocol.
 	Device DeviceSlots
+	// StartEpoch and StartBatch are where the stream starts, announced in
+	// the hello: a stream resumed mid-epoch (ffcvfeed serve --start-epoch,
+	// --start-batch) starts at batch StartBatch of epoch StartEpoch.
+	StartEpoch, StartBatch int
 }
 
 // Validate checks the options.
@@ -56,6 +60,12 @@ func (o Options) Validate() error {
 	}
 	if o.Epochs < 0 {
 		return fmt.Errorf("cudafeed: Options.Epochs is %d, want ≥ 0", o.Epochs)
+	}
+	if o.StartEpoch < 0 || o.Epochs > 0 && o.StartEpoch >= o.Epochs {
+		return fmt.Errorf("cudafeed: Options.StartEpoch is %d, want 0 to Epochs-1 (%d)", o.StartEpoch, o.Epochs-1)
+	}
+	if o.StartBatch < 0 || o.StartBatch >= o.BatchesPerEpoch {
+		return fmt.Errorf("cudafeed: Options.StartBatch is %d, want 0 to BatchesPerEpoch-1 (%d)", o.StartBatch, o.BatchesPerEpoch-1)
 	}
 	return nil
 }
@@ -100,6 +110,43 @@ type Server struct {
 	endSent  bool // the end message reached a consumer's socket
 	active   *consumerConn
 	closed   bool
+	// Counters for Stats.
+	published, connections, refused uint64
+}
+
+// Stats are a Server's state and counters.
+type Stats struct {
+	// Slots by state: free, being filled by the producer, published and
+	// waiting to be sent, delivered to the consumer and not yet released.
+	SlotsFree, SlotsFilling, SlotsQueued, SlotsDelivered int
+	// Connected is 1 while a consumer is connected, else 0.
+	Connected int
+	// Published counts the batches published; Connections the consumers
+	// served, Refused those turned away (a consumer was connected).
+	Published, Connections, Refused uint64
+}
+
+// Stats returns the server's state and counters.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := Stats{Published: s.published, Connections: s.connections, Refused: s.refused}
+	for _, sl := range s.slots {
+		switch sl.state {
+		case slotFree:
+			st.SlotsFree++
+		case slotFilling:
+			st.SlotsFilling++
+		case slotQueued:
+			st.SlotsQueued++
+		case slotDelivered:
+			st.SlotsDelivered++
+		}
+	}
+	if s.active != nil {
+		st.Connected = 1
+	}
+	return st
 }
 
 type consumerConn struct {
@@ -160,13 +207,16 @@ type helloMsg struct {
 	Fields          []FieldInfo `json:"fields"`
 	BatchesPerEpoch int         `json:"batches_per_epoch"`
 	Epochs          int         `json:"epochs"`
+	StartEpoch      int         `json:"start_epoch"`
+	StartBatch      int         `json:"start_batch"`
 	CUDA            *DeviceInfo `json:"cuda,omitempty"` // Options.Device set only
 }
 
 func (s *Server) helloMessage() ([]byte, error) {
 	m := helloMsg{Hello: 1, Shm: s.ring.Path(), Slots: s.ring.Slots(),
 		SlotBytes: s.ring.SlotBytes(), Fields: s.ring.Fields(),
-		BatchesPerEpoch: s.opts.BatchesPerEpoch, Epochs: s.opts.Epochs}
+		BatchesPerEpoch: s.opts.BatchesPerEpoch, Epochs: s.opts.Epochs,
+		StartEpoch: s.opts.StartEpoch, StartBatch: s.opts.StartBatch}
 	if s.dev != nil {
 		info := s.dev.Info()
 		m.CUDA = &info
@@ -262,6 +312,7 @@ func (s *Server) Publish(slot, epoch, batch, size int) error {
 	s.slots[slot] = slotInfo{state: slotQueued, epoch: epoch, batch: batch, size: size}
 	s.queue[(s.qHead+s.qLen)%len(s.queue)] = slot
 	s.qLen++
+	s.published++
 	if s.opts.Epochs > 0 && epoch == s.opts.Epochs-1 && batch == s.opts.BatchesPerEpoch-1 {
 		s.finished = true
 	}
@@ -366,6 +417,7 @@ func (s *Server) serveConn(conn *net.UnixConn) {
 	c := &consumerConn{conn: conn, closed: make(chan struct{})}
 	s.mu.Lock()
 	if s.closed || s.active != nil {
+		s.refused++
 		s.mu.Unlock()
 		s.log.Warn("cudafeed: refusing a second consumer", "socket", s.opts.SocketPath)
 		_, _ = conn.Write([]byte(`{"error":"another consumer is connected"}` + "\n"))
@@ -373,6 +425,7 @@ func (s *Server) serveConn(conn *net.UnixConn) {
 		return
 	}
 	s.active = c
+	s.connections++
 	s.mu.Unlock()
 	s.log.Info("cudafeed: consumer connected", "socket", s.opts.SocketPath)
 

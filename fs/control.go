@@ -173,6 +173,10 @@ func (n *snapshotNode) Read(ctx context.Context, f gofs.FileHandle, dest []byte,
 type Stats struct {
 	Cache pagecache.Stats `json:"cache"`
 	Reads struct {
+		// Images counts the sample files read from their start: each
+		// read of a file through the mount once. Reads the kernel serves
+		// from its page cache (--kernel-cache) never reach the mount.
+		Images     uint64 `json:"images"`
 		JPG        uint64 `json:"jpg"`
 		JPGBytes   uint64 `json:"jpg_bytes"`
 		PPM        uint64 `json:"ppm"`
@@ -222,6 +226,7 @@ type Stats struct {
 func (v *View) Stats() Stats {
 	var s Stats
 	s.Cache = v.cache.Stats()
+	s.Reads.Images = v.reads.images.Load()
 	s.Reads.JPG, s.Reads.JPGBytes = v.reads.jpg.Load(), v.reads.jpgBytes.Load()
 	s.Reads.PPM, s.Reads.PPMBytes = v.reads.ppm.Load(), v.reads.ppmBytes.Load()
 	s.Reads.Beton, s.Reads.BetonBytes = v.reads.beton.Load(), v.reads.betonBytes.Load()
@@ -446,7 +451,11 @@ func (n *ordersNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.A
 	return 0
 }
 
-var rankRE = regexp.MustCompile(`^([0-9]+)-of-([0-9]+)$`)
+var (
+	rankRE = regexp.MustCompile(`^([0-9]+)-of-([0-9]+)$`)
+	// fromRE is an EPOCH file resumed at a position: EPOCH.from-POS.
+	fromRE = regexp.MustCompile(`^([0-9]+)\.from-([0-9]+)$`)
+)
 
 func (n *ordersNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	v := n.v
@@ -468,10 +477,20 @@ func (n *ordersNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut
 		if child.world < 1 || child.rank >= child.world {
 			return nil, syscall.ENOENT
 		}
-	case n.depth >= 2 && numErr == nil:
-		// An EPOCH file: made, and announced, at every lookup.
+	case n.depth >= 2 && (numErr == nil || fromRE.MatchString(name)):
+		// An EPOCH file, or EPOCH.from-POS: made, and announced, at every
+		// lookup.
+		from := uint64(0)
+		if m := fromRE.FindStringSubmatch(name); m != nil {
+			var err1, err2 error
+			num, err1 = strconv.ParseUint(m[1], 10, 64)
+			from, err2 = strconv.ParseUint(m[2], 10, 32)
+			if err1 != nil || err2 != nil {
+				return nil, syscall.ENOENT
+			}
+		}
 		o := order.Options{Kind: n.kind, Seed: n.seed, Epoch: num, Rank: n.rank, WorldSize: max(1, n.world), BatchSize: v.opts.OrderBatchSize}
-		return v.snapshot(ctx, &n.Inode, out, func(ctx context.Context) ([]byte, error) { return v.orderText(ctx, o) })
+		return v.snapshot(ctx, &n.Inode, out, func(ctx context.Context) ([]byte, error) { return v.orderText(ctx, o, int(from)) })
 	default:
 		return nil, syscall.ENOENT
 	}
@@ -483,11 +502,24 @@ func (n *ordersNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut
 // orderText generates an order, announces it (replacing the plan of the
 // same kind, seed and rank from an earlier epoch) on behalf of the process
 // that looked it up, and returns it as ImageFolder indices, one per line.
-func (v *View) orderText(ctx context.Context, o order.Options) ([]byte, error) {
-	ids, err := order.Generate(v.f, o)
+// With from > 0 (a resumed epoch), the first from lines are left out, and
+// only the rest is announced.
+func (v *View) orderText(ctx context.Context, o order.Options, from int) ([]byte, error) {
+	all, err := order.Generate(v.f, o)
 	if err != nil {
 		return nil, fmt.Errorf("order: %v: %w", err, errBadInput)
 	}
+	// The samples no class folder serves are no lines of the file.
+	ids := all[:0:0]
+	for _, s := range all {
+		if v.ifOf[s] >= 0 {
+			ids = append(ids, s)
+		}
+	}
+	if from > len(ids) {
+		return nil, fmt.Errorf("order %s/%d epoch %d: cannot resume at position %d: the epoch has %d samples: %w", o.Kind, o.Seed, o.Epoch, from, len(ids), errBadInput)
+	}
+	ids = ids[from:]
 	v.kcopies.dropAll() // the plan must see every read (kernelCopies)
 	id := fmt.Sprintf("order:%s/%d/%d-of-%d", o.Kind, o.Seed, o.Rank, o.WorldSize)
 	if err := v.cache.Announce(id, ids); err != nil {
@@ -499,11 +531,7 @@ func (v *View) orderText(ctx context.Context, o order.Options) ([]byte, error) {
 	var b bytes.Buffer
 	b.Grow(len(ids) * 8)
 	for _, s := range ids {
-		i := v.ifOf[s]
-		if i < 0 {
-			continue // a sample no class folder serves
-		}
-		b.WriteString(strconv.Itoa(int(i)))
+		b.WriteString(strconv.Itoa(int(v.ifOf[s])))
 		b.WriteByte('\n')
 	}
 	return b.Bytes(), nil

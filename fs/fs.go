@@ -12,6 +12,7 @@ import (
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/pagecache"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Options configures the ImageFolder view.
@@ -45,7 +46,10 @@ type Options struct {
 	// offers them, to serve as on an older kernel or to measure what each
 	// buys. The files read the same either way.
 	Compat Compat
-	Logger *slog.Logger
+	// RequestTimes keeps a histogram of FUSE request times per opcode,
+	// exported by Collector (--metrics-addr).
+	RequestTimes bool
+	Logger       *slog.Logger
 }
 
 // Compat names kernel features the mount uses when the kernel offers them;
@@ -136,8 +140,12 @@ type View struct {
 	errs     errorLog
 	reads    readCounters
 	requests requestCounts
-	kcopies  *kernelCopies
-	leases   *planLeases
+	// latency has a histogram of request times per opcode with
+	// Options.RequestTimes; nil otherwise.
+	latency    *[numOps]prometheus.Observer
+	latencyVec *prometheus.HistogramVec
+	kcopies    *kernelCopies
+	leases     *planLeases
 	// noOpen is set once the kernel has offered zero-message opens, at
 	// INIT, before any other request.
 	noOpen atomic.Bool
@@ -151,6 +159,7 @@ type View struct {
 }
 
 type readCounters struct {
+	images                  atomic.Uint64 // sample files read from offset 0
 	jpg, ppm, beton, errors atomic.Uint64
 	jpgBytes, ppmBytes      atomic.Uint64
 	betonBytes              atomic.Uint64
@@ -165,6 +174,9 @@ func NewView(c *pagecache.Cache, opts Options) (*View, error) {
 	v := &View{cache: c, f: f, opts: opts, image: -1}
 	v.errs = errorLog{log: opts.Logger, seen: map[string]int{}}
 	v.announcing = map[uint32]*announcement{}
+	if opts.RequestTimes {
+		v.latencyVec, v.latency = newLatency()
+	}
 	for i, fd := range f.Fields() {
 		if opts.ImageField == "" && fd.Type == beton.TypeRGBImage || fd.Name == opts.ImageField && opts.ImageField != "" {
 			v.image = i

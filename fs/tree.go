@@ -233,6 +233,9 @@ func (n *sampleNode) Read(ctx context.Context, f gofs.FileHandle, dest []byte, o
 	if err != nil {
 		return nil, v.readError("read", err)
 	}
+	if off == 0 {
+		v.reads.images.Add(1)
+	}
 	pg, err := v.cache.AcquireSample(ctx, n.sample)
 	if err != nil {
 		return nil, v.readError("read of sample "+strconv.Itoa(n.sample), err)

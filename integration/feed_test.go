@@ -63,11 +63,7 @@ type feedBatch struct {
 }
 
 func TestFeedPythonLoader(t *testing.T) {
-	py := debianPython(t, "numpy")
-	pyDir, err := filepath.Abs("../python")
-	if err != nil {
-		t.Fatal(err)
-	}
+	py := installedPython(t, "numpy")
 	const (
 		samples = 50
 		bsz     = 8
@@ -128,7 +124,6 @@ func TestFeedPythonLoader(t *testing.T) {
 	}()
 
 	cmd := exec.CommandContext(ctx, py, "-c", feedConsumer, sock)
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+pyDir)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -196,16 +191,23 @@ func TestFeedPythonLoader(t *testing.T) {
 // python/test_ffcvfeed_cuda_client.py (the client's cuda mode: handles,
 // event waits and the release rule, against a stand-in for CuPy).
 func TestFeedPythonClientUnit(t *testing.T) {
-	py := debianPython(t, "numpy")
-	pyDir, err := filepath.Abs("../python")
-	if err != nil {
-		t.Fatal(err)
+	py := installedPython(t, "numpy")
+	// The tests run from a folder of their own, so that they import the
+	// installed client, not the one beside them.
+	dir := t.TempDir()
+	for _, f := range []string{"test_ffcvfeed_client.py", "test_ffcvfeed_cuda_client.py"} {
+		b, err := os.ReadFile(filepath.Join("..", "python", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, py, "-m", "unittest", "-v", "test_ffcvfeed_client", "test_ffcvfeed_cuda_client")
-	cmd.Dir = pyDir
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+pyDir)
+	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("python tests: %v\n%s", err, out)
 	}

@@ -171,11 +171,7 @@ func folderClassCounts(t *testing.T, root string) []int {
 // end of the stream.
 func consumeFeed(t *testing.T, p *feedProc, classCounts []int, bsz, res, epochs int) {
 	t.Helper()
-	py := debianPython(t, "numpy")
-	pyDir, err := filepath.Abs("../python")
-	if err != nil {
-		t.Fatal(err)
-	}
+	py := installedPython(t, "numpy")
 	samples := 0
 	for _, c := range classCounts {
 		samples += c
@@ -185,7 +181,6 @@ func consumeFeed(t *testing.T, p *feedProc, classCounts []int, bsz, res, epochs 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, py, "-c", feedServeConsumer, p.sock)
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+pyDir)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

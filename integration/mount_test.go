@@ -327,7 +327,6 @@ func readMountStats(t *testing.T, mnt string) mountStats {
 // or label is wrong, and stats.json after each epoch.
 const dataLoaderScript = `
 import json, os, sys
-sys.path.insert(0, sys.argv[2])
 from torch.utils.data import DataLoader
 from torchvision.datasets import ImageFolder
 from ffcvfs_sampler import QuasiRandomSampler
@@ -346,7 +345,7 @@ def stats(mnt):
         return json.load(f)
 
 if __name__ == "__main__":
-    mnt, mode = sys.argv[1], sys.argv[3]
+    mnt, mode = sys.argv[1], sys.argv[2]
     ds = Indexed(mnt, loader=nbytes)
     sizes = [os.path.getsize(p) for p, _ in ds.samples]
     if mode == "quasi":
@@ -374,12 +373,8 @@ if __name__ == "__main__":
 // runDataLoader runs dataLoaderScript on mnt.
 func runDataLoader(t *testing.T, mnt, mode string) []loaderEpoch {
 	t.Helper()
-	py := debianPython(t, "torch", "torchvision")
-	pydir, err := filepath.Abs("../python")
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, _ := run(t, 0, py, "-c", dataLoaderScript, mnt, pydir, mode)
+	py := installedPython(t, "torch", "torchvision")
+	stdout, _ := run(t, 0, py, "-c", dataLoaderScript, mnt, mode)
 	var out []loaderEpoch
 	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
 		t.Fatalf("%v: %.2000s", err, stdout)
@@ -780,18 +775,17 @@ print(len(m), h.hexdigest())
 // (announcing it) and is killed; its plan leaves the cache within seconds,
 // not when the mount restarts.
 func TestMountPlanOfKilledReader(t *testing.T) {
-	py := debianPython(t)
+	py := installedPython(t, "torch")
 	mnt := mountBeton(t, testenv.Fixture(t, "beton", "imagefolder-jpg.beton"))
 	cmd := exec.Command(py, "-c", `
 import sys, time
-sys.path.insert(0, sys.argv[2])
 from ffcvfs_sampler import QuasiRandomSampler
 s = QuasiRandomSampler(sys.argv[1], seed=3)
 s.set_epoch(0)
 it = iter(s)  # reads the order, which announces it
 print(next(it), flush=True)
 time.sleep(600)
-`, mnt, filepath.Join("..", "python"))
+`, mnt)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

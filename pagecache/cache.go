@@ -488,11 +488,14 @@ func (c *Cache) acquire(ctx context.Context, dp int32, sample int) (*Page, error
 		}
 		return nil
 	}
-	hit := func(prefetched *bool) {
+	hit := func(prefetched *bool, isRange bool) {
 		if waited {
 			c.stats.WaitTime += time.Since(start)
 		} else {
 			c.stats.Hits++
+			if isRange {
+				c.stats.RangeHits++
+			}
 		}
 		if *prefetched {
 			*prefetched = false
@@ -512,7 +515,7 @@ func (c *Cache) acquire(ctx context.Context, dp int32, sample int) (*Page, error
 				}
 				continue
 			}
-			hit(&s.prefetched)
+			hit(&s.prefetched, false)
 			return c.pin(si, sample), nil
 		}
 		if sample >= 0 {
@@ -523,8 +526,7 @@ func (c *Cache) acquire(ctx context.Context, dp int32, sample int) (*Page, error
 					}
 					continue
 				}
-				hit(&e.prefetched)
-				c.stats.RangeHits++
+				hit(&e.prefetched, true)
 				e.pins++
 				c.recordRead(sample)
 				c.mu.Unlock()
@@ -539,6 +541,7 @@ func (c *Cache) acquire(ctx context.Context, dp int32, sample int) (*Page, error
 					continue
 				}
 				c.stats.Misses++
+				c.stats.RangeMisses++
 				op := &loadOp{done: make(chan struct{})}
 				e, err := c.newRange(sample, op)
 				if err != nil {

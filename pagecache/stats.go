@@ -19,8 +19,10 @@ type Stats struct {
 	// PrefetchHits counts first uses of pages that prefetching loaded.
 	PrefetchHits uint64 `json:"prefetch_hits"`
 
-	// RangeHits counts the acquisitions served by a range.
-	RangeHits uint64 `json:"range_hits"`
+	// RangeHits and RangeMisses are the Hits and Misses of samples
+	// served by a range (the others are of pages).
+	RangeHits   uint64 `json:"range_hits"`
+	RangeMisses uint64 `json:"range_misses"`
 
 	PagesRead uint64 `json:"pages_read"` // pages read from the source
 	// RangesRead counts samples read from the source as ranges, in
@@ -42,7 +44,13 @@ type Stats struct {
 	BudgetBytes int64 `json:"budget_bytes"`
 	Resident    int   `json:"resident"` // slots holding a loaded page
 	Loading     int   `json:"loading"`
-	Pinned      int   `json:"pinned"` // pins held now
+	// InFlight is the requests for pages and ranges under way now (the
+	// page loads served by a tier included); Prefetching, those of them
+	// that prefetch along a plan, and PrefetchingBytes their bytes.
+	InFlight         int   `json:"in_flight"`
+	Prefetching      int   `json:"prefetching"`
+	PrefetchingBytes int64 `json:"prefetching_bytes"`
+	Pinned           int   `json:"pinned"` // pins held now
 	// Ranges now: how many, the bytes of their memory, and the slots
 	// whose bytes they use.
 	Ranges     int   `json:"ranges"`
@@ -83,10 +91,16 @@ func (c *Cache) Stats() Stats {
 		}
 		st.Pinned += int(s.pins)
 	}
+	ops := map[*loadOp]bool{}
 	for _, e := range c.rng.m {
 		st.Ranges++
 		st.Pinned += int(e.pins)
+		if !e.ready && e.op != nil {
+			ops[e.op] = true
+		}
 	}
+	st.InFlight = st.Loading + len(ops)
+	st.Prefetching, st.PrefetchingBytes = c.inflight, c.inflightBytes
 	st.RangeBytes = c.rng.used
 	st.LentSlots = len(c.rng.lent)
 	st.UnplannedReads = "pages"

@@ -47,6 +47,7 @@ type tiered struct {
 	mu     sync.Mutex
 	fills  map[int32]*fill // guarded by mu
 	stored atomic.Uint64   // bytes read from storage
+	reqs   atomic.Uint64   // requests to storage
 	filled atomic.Uint64   // pages read whole for the tiers
 }
 
@@ -62,7 +63,8 @@ type fill struct {
 type TierStats struct {
 	// StorageBytes is what was read from storage (each tier's hits are
 	// what it saved).
-	StorageBytes uint64 `json:"storage_bytes"`
+	StorageBytes    uint64 `json:"storage_bytes"`
+	StorageRequests uint64 `json:"storage_requests"`
 	// PageFills counts pages read whole from storage for the tiers, to
 	// serve a range.
 	PageFills uint64       `json:"page_fills"`
@@ -188,6 +190,7 @@ func (t *tiered) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 
 func (t *tiered) fromStorage(ctx context.Context, p []byte, off int64) (int, error) {
 	n, err := t.Source.ReadAt(ctx, p, off)
+	t.reqs.Add(1)
 	t.stored.Add(uint64(n))
 	return n, err
 }
@@ -309,7 +312,7 @@ func (t *tiered) setRank(rank func(dp int32) int) {
 }
 
 func (t *tiered) stats() *TierStats {
-	st := &TierStats{StorageBytes: t.stored.Load(), PageFills: t.filled.Load()}
+	st := &TierStats{StorageBytes: t.stored.Load(), StorageRequests: t.reqs.Load(), PageFills: t.filled.Load()}
 	for _, s := range t.stores {
 		st.Tiers = append(st.Tiers, s.Stats())
 	}

@@ -237,10 +237,24 @@ type job struct {
 // RunEpoch reads one epoch and publishes its batches to sink in order. It
 // returns the number of samples delivered.
 func (p *Pipeline) RunEpoch(ctx context.Context, epoch int, sink Sink) (int, error) {
-	ids, err := order.Generate(p.f, p.orderOf(epoch))
+	return p.RunEpochFrom(ctx, epoch, 0, sink)
+}
+
+// RunEpochFrom is RunEpoch from batch start on: it resumes an epoch
+// stopped after start batches, reading and announcing only the rest of
+// its order. The batches are those RunEpoch makes (the same samples, the
+// same augmentations, the same indices).
+func (p *Pipeline) RunEpochFrom(ctx context.Context, epoch, start int, sink Sink) (int, error) {
+	all, err := order.Generate(p.f, p.orderOf(epoch))
 	if err != nil {
 		return 0, err
 	}
+	B := p.opts.BatchSize
+	nb := (len(all) + B - 1) / B
+	if start < 0 || start >= nb {
+		return 0, fmt.Errorf("epoch %d has batches 0 to %d; cannot start at batch %d", epoch, nb-1, start)
+	}
+	ids := all[start*B:]
 	// The mount first: once its own cache has the plan, prefetches read
 	// through the mount at once, and reads the mount's plan does not yet
 	// know would not advance it.
@@ -254,8 +268,6 @@ func (p *Pipeline) RunEpoch(ctx context.Context, epoch int, sink Sink) (int, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	B := p.opts.BatchSize
-	nb := (len(ids) + B - 1) / B
 	jobs := make(chan job, 2*B)
 	done := make(chan *batch, nb)
 	var wg sync.WaitGroup
@@ -271,13 +283,13 @@ func (p *Pipeline) RunEpoch(ctx context.Context, epoch int, sink Sink) (int, err
 	feedErr := make(chan error, 1)
 	go func() {
 		defer close(jobs)
-		for bi := 0; bi < nb; bi++ {
+		for bi := start; bi < nb; bi++ {
 			slot, err := sink.Acquire(ctx)
 			if err != nil {
 				feedErr <- err
 				return
 			}
-			lo, hi := bi*B, min(len(ids), (bi+1)*B)
+			lo, hi := bi*B, min(len(all), (bi+1)*B)
 			images, labels := sink.Buffers(slot)
 			if len(images) != B*p.sampleBytes() || len(labels) != 8*B {
 				feedErr <- fmt.Errorf("slot %d holds %d image and %d label bytes; a batch needs %d and %d", slot, len(images), len(labels), B*p.sampleBytes(), 8*B)
@@ -287,7 +299,7 @@ func (p *Pipeline) RunEpoch(ctx context.Context, epoch int, sink Sink) (int, err
 			b.remaining.Store(int32(hi - lo))
 			for j := lo; j < hi; j++ {
 				select {
-				case jobs <- job{b: b, j: j - lo, s: ids[j]}:
+				case jobs <- job{b: b, j: j - lo, s: all[j]}:
 				case <-ctx.Done():
 					feedErr <- ctx.Err()
 					return
@@ -298,7 +310,7 @@ func (p *Pipeline) RunEpoch(ctx context.Context, epoch int, sink Sink) (int, err
 	}()
 	// Publish in batch order.
 	pending := map[int]*batch{}
-	next, delivered := 0, 0
+	next, delivered := start, 0
 	var runErr error
 	for next < nb && runErr == nil {
 		select {

@@ -6,8 +6,10 @@
 # It sets no shell options of its own; the sourcing script decides those.
 
 # Debian 12 packages the project needs: FUSE for mounts, libjpeg-turbo and a C
-# toolchain for the cgo JPEG code, and torchvision/NumPy/Pillow for the
-# integration tests and the demo. Add new system dependencies here.
+# toolchain for the cgo JPEG code, torchvision/NumPy/Pillow for the
+# integration tests and the demo, venv/pip/setuptools/wheel to install
+# python/ as a package, and prometheus (with promtool) and tmux for the tests
+# of the metrics and of 'ffcvfs stats'. Add new system dependencies here.
 FFCVFS_APT_PACKAGES=(
 	fuse3
 	libjpeg62-turbo-dev
@@ -16,6 +18,12 @@ FFCVFS_APT_PACKAGES=(
 	python3-torchvision
 	python3-numpy
 	python3-pil
+	python3-venv
+	python3-pip
+	python3-setuptools
+	python3-wheel
+	prometheus
+	tmux
 )
 
 # The oldest Go release the scripts accept.

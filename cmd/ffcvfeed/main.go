@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/ffcvfs/ffcvfs/cudafeed"
 	"github.com/ffcvfs/ffcvfs/internal/bytesize"
 	"github.com/ffcvfs/ffcvfs/internal/cacheflags"
+	"github.com/ffcvfs/ffcvfs/internal/metrics"
 	"github.com/ffcvfs/ffcvfs/pagecache"
 	"github.com/ffcvfs/ffcvfs/pagecache/storage"
 	"github.com/ffcvfs/ffcvfs/pipeline"
@@ -206,26 +208,35 @@ func openData(c *cli.Context) (*pagecache.Cache, storage.Source, func([]uint32) 
 	return cache, src, announce, nil
 }
 
-// openPipeline builds the pipeline the flags describe. close releases the
-// cache and the source.
-func openPipeline(c *cli.Context) (p *pipeline.Pipeline, close func(), err error) {
+// fed is the pipeline the flags describe, with its cache and source.
+type fed struct {
+	p     *pipeline.Pipeline
+	cache *pagecache.Cache
+	src   storage.Source
+}
+
+// close releases the cache and the source.
+func (f *fed) close() {
+	f.cache.Close()
+	f.src.Close()
+}
+
+// openPipeline builds the pipeline the flags describe.
+func openPipeline(c *cli.Context) (*fed, error) {
 	opts, err := pipelineOptions(c)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	cache, src, announce, err := openData(c)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	close = func() {
-		cache.Close()
-		src.Close()
+	f := &fed{cache: cache, src: src}
+	if f.p, err = pipeline.New(cache, opts, announce); err != nil {
+		f.close()
+		return nil, err
 	}
-	if p, err = pipeline.New(cache, opts, announce); err != nil {
-		close()
-		return nil, nil, err
-	}
-	return p, close, nil
+	return f, nil
 }
 
 func serveCommand() *cli.Command {
@@ -236,6 +247,9 @@ func serveCommand() *cli.Command {
 		Flags: append(pipelineFlags(),
 			&cli.StringFlag{Name: "socket", Required: true, Usage: "Unix socket to serve on (created 0600)", Category: "output"},
 			&cli.IntFlag{Name: "slots", Value: 4, Usage: "batches in shared memory at once", Category: "output"},
+			&cli.IntFlag{Name: "start-epoch", Usage: "resume: the first epoch to deliver (the client's Loader.state_dict() says which)", Category: "batches"},
+			&cli.IntFlag{Name: "start-batch", Usage: "resume: the first batch of --start-epoch to deliver; the earlier ones are neither read nor announced", Category: "batches"},
+			&cli.StringFlag{Name: "metrics-addr", Usage: metrics.FlagUsage, Category: "monitoring"},
 			deviceFlag(),
 		),
 		Action: func(c *cli.Context) error {
@@ -243,14 +257,27 @@ func serveCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			p, closePipeline, err := openPipeline(c)
+			startEpoch, startBatch, epochs := c.Int("start-epoch"), c.Int("start-batch"), c.Int("epochs")
+			if startEpoch < 0 || startEpoch >= epochs {
+				return cli.Exit(fmt.Sprintf("--start-epoch %d: want 0 to --epochs - 1 (%d)", startEpoch, epochs-1), 2)
+			}
+			if c.String("metrics-addr") != "" {
+				if _, err := metrics.ListenAddr(c.String("metrics-addr")); err != nil {
+					return cli.Exit(err.Error(), 2)
+				}
+			}
+			fd, err := openPipeline(c)
 			if err != nil {
 				return err
 			}
-			defer closePipeline()
+			defer fd.close()
+			p := fd.p
 			nb, err := p.BatchesPerEpoch()
 			if err != nil {
 				return err
+			}
+			if startBatch < 0 || startBatch >= nb {
+				return cli.Exit(fmt.Sprintf("--start-batch %d: an epoch has batches 0 to %d", startBatch, nb-1), 2)
 			}
 			ring, err := cudafeed.CreateRing(fmt.Sprintf("ffcvfeed-%d", os.Getpid()), cudafeed.Layout{Fields: p.Fields(), Slots: c.Int("slots")})
 			if err != nil {
@@ -266,18 +293,33 @@ func serveCommand() *cli.Command {
 					slog.Warn("closing the device ring", "err", err)
 				}
 			}()
-			srv, err := cudafeed.NewServer(ring, cudafeed.Options{SocketPath: c.String("socket"), BatchesPerEpoch: nb, Epochs: c.Int("epochs"), Device: devSlots})
+			srv, err := cudafeed.NewServer(ring, cudafeed.Options{SocketPath: c.String("socket"), BatchesPerEpoch: nb, Epochs: epochs, Device: devSlots,
+				StartEpoch: startEpoch, StartBatch: startBatch})
 			if err != nil {
 				return err
 			}
 			defer srv.Close()
+			var epoch atomic.Int64
+			epoch.Store(int64(startEpoch))
+			if addr := c.String("metrics-addr"); addr != "" {
+				ms, err := serveMetrics(addr, fd, srv, &epoch)
+				if err != nil {
+					return cli.Exit(err.Error(), 1)
+				}
+				defer ms.Close()
+				slog.Info("serving metrics", "url", "http://"+ms.Addr()+"/metrics")
+			}
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			slog.Info("serving", "socket", c.String("socket"), "shm", ring.Path(), "device", dev, "batches_per_epoch", nb, "epochs", c.Int("epochs"))
 			sink := serverSink{srv: srv, ring: ring}
-			for e := 0; e < c.Int("epochs"); e++ {
-				start := time.Now()
-				n, err := p.RunEpoch(ctx, e, sink)
+			for e := startEpoch; e < epochs; e++ {
+				start, from := time.Now(), 0
+				if e == startEpoch {
+					from = startBatch
+				}
+				epoch.Store(int64(e))
+				n, err := p.RunEpochFrom(ctx, e, from, sink)
 				if err != nil {
 					return err
 				}
@@ -321,11 +363,12 @@ func benchCommand() *cli.Command {
 		UsageText: "ffcvfeed bench --data SRC|MOUNT [options]",
 		Flags:     pipelineFlags(),
 		Action: func(c *cli.Context) error {
-			p, closePipeline, err := openPipeline(c)
+			fd, err := openPipeline(c)
 			if err != nil {
 				return err
 			}
-			defer closePipeline()
+			defer fd.close()
+			p := fd.p
 			sink, err := pipeline.NewDiscardSink(p, 4)
 			if err != nil {
 				return err

@@ -22,7 +22,8 @@ Examples:
    ffcvfs write --max-resolution 512 ~/data/imagenet/train train.beton
    ffcvfs info train.beton
    ffcvfs verify --all train.beton
-   ffcvfs mount --cache-size 1GiB s3://bucket/train.beton /mnt/train`,
+   ffcvfs mount --cache-size 1GiB s3://bucket/train.beton /mnt/train
+   ffcvfs stats /mnt/train`,
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log debugging detail to stderr"},
 		},
@@ -34,7 +35,7 @@ Examples:
 			slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
 			return nil
 		},
-		Commands:        []*cli.Command{writeCommand(), infoCommand(), verifyCommand(), mountCommand(), umountCommand(), cacheCommand()},
+		Commands:        []*cli.Command{writeCommand(), infoCommand(), verifyCommand(), mountCommand(), umountCommand(), statsCommand(), cacheCommand()},
 		HideHelpCommand: true,
 		ExitErrHandler: func(c *cli.Context, err error) {
 			if err == nil {

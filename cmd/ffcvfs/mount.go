@@ -17,6 +17,7 @@ import (
 	"github.com/ffcvfs/ffcvfs/fs"
 	"github.com/ffcvfs/ffcvfs/internal/bytesize"
 	"github.com/ffcvfs/ffcvfs/internal/cacheflags"
+	"github.com/ffcvfs/ffcvfs/internal/metrics"
 	"github.com/ffcvfs/ffcvfs/pagecache"
 	"github.com/ffcvfs/ffcvfs/pagecache/storage"
 	"github.com/urfave/cli/v2"
@@ -40,7 +41,8 @@ python/ffcvfs_sampler.py's QuasiRandomSampler (each page read from storage
 about once per epoch) or RandomSampler (a uniform shuffle, as
 shuffle=True), read an order from MOUNTPOINT/.ffcvfs/orders/KIND/SEED/EPOCH,
 or write your own to MOUNTPOINT/.ffcvfs/announce. MOUNTPOINT/.ffcvfs/stats.json shows what
-the cache does; MOUNTPOINT/.ffcvfs/dataset.beton is the whole file.
+the cache does ('ffcvfs stats MOUNTPOINT' shows it live, --metrics-addr
+serves it to Prometheus); MOUNTPOINT/.ffcvfs/dataset.beton is the whole file.
 
 A miss reads the sample's whole page when the page's other samples will be
 read while it stays cached (an announced quasi-random or sequential order,
@@ -85,6 +87,7 @@ Examples:
 			&cli.StringFlag{Name: "image-field", Usage: "the RGB image field to serve (default: the first one)", Category: "view"},
 			&cli.StringFlag{Name: "label-field", Value: "label", Usage: "the int field that makes the classes", Category: "view"},
 			&cli.IntFlag{Name: "order-batch-size", Value: 256, Usage: "batch size that sets the window of quasi-random orders under .ffcvfs/orders", Category: "view"},
+			&cli.StringFlag{Name: "metrics-addr", Usage: metrics.FlagUsage, Category: "monitoring"},
 			&cli.BoolFlag{Name: "allow-other", Usage: "let other users read the mount (needs user_allow_other in /etc/fuse.conf)", Category: "mount"},
 			&cli.BoolFlag{Name: "debug-fuse", Usage: "log every FUSE request", Category: "mount"},
 			&cli.StringFlag{Name: "fuse-compat", Usage: "do without kernel features, as on an older kernel; comma-separated: opens (answer OPEN, read files with direct I/O, instead of zero-message opens), flush (answer FLUSH at every close), small-reads (READs of 128 KiB, not 1 MiB)", Category: "mount", Hidden: true},
@@ -119,6 +122,12 @@ func runMount(c *cli.Context) error {
 	budget, err := bytesize.Parse(c.String("cache-size"))
 	if err != nil {
 		return usageError("--cache-size: %v", err)
+	}
+	metricsAddr := c.String("metrics-addr")
+	if metricsAddr != "" {
+		if _, err := metrics.ListenAddr(metricsAddr); err != nil {
+			return usageError("%v", err)
+		}
 	}
 	if err := fs.CheckFUSE(); err != nil {
 		return cli.Exit(err.Error(), 1)
@@ -160,7 +169,7 @@ func runMount(c *cli.Context) error {
 	opts := fs.Options{
 		ImageField: c.String("image-field"), LabelField: c.String("label-field"),
 		Classes: classes, KernelCache: c.Bool("kernel-cache"), OrderBatchSize: c.Int("order-batch-size"),
-		Compat: compat, PlanLease: c.Duration("plan-lease"),
+		Compat: compat, PlanLease: c.Duration("plan-lease"), RequestTimes: metricsAddr != "",
 	}
 	localPath := ""
 	if !strings.Contains(src, "://") || strings.HasPrefix(src, "file://") {
@@ -177,6 +186,20 @@ func runMount(c *cli.Context) error {
 	srv, err := fs.Mount(mnt, view, fs.MountOptions{FsName: source.Name(), AllowOther: c.Bool("allow-other"), Debug: c.Bool("debug-fuse"), SourcePath: localPath})
 	if err != nil {
 		return cli.Exit(err.Error(), 1)
+	}
+	if metricsAddr != "" {
+		reg, err := metrics.NewRegistry(append(view.Collectors(), metrics.Cache("ffcvfs", cache, source))...)
+		if err == nil {
+			var ms *metrics.Server
+			if ms, err = metrics.Serve(metricsAddr, reg, slog.Default()); err == nil {
+				defer ms.Close()
+				slog.Info("serving metrics", "url", "http://"+ms.Addr()+"/metrics")
+			}
+		}
+		if err != nil {
+			srv.Unmount()
+			return cli.Exit(err.Error(), 1)
+		}
 	}
 	st := cache.Stats()
 	slog.Info("mounted", "source", source.Name(), "mountpoint", mnt, "samples", f.NumSamples(), "classes", len(view.Classes()),

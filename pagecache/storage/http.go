@@ -27,7 +27,10 @@ type HTTPSource struct {
 	lastMod string
 }
 
-var _ Source = (*HTTPSource)(nil)
+var (
+	_ Source         = (*HTTPSource)(nil)
+	_ RequestCounter = (*HTTPSource)(nil)
+)
 
 // statusError is an unexpected HTTP response status.
 type statusError struct {
@@ -356,3 +359,6 @@ func (s *HTTPSource) Close() error {
 	s.client.CloseIdleConnections()
 	return nil
 }
+
+// RequestStats returns the failed attempts of the source's requests.
+func (s *HTTPSource) RequestStats() RequestStats { return s.r.policy.counts.stats() }

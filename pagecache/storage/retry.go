@@ -91,6 +91,7 @@ type retryPolicy struct {
 	backoffBase    time.Duration
 	backoffMax     time.Duration
 	log            *retryLog
+	counts         requestCounts
 
 	now    func() time.Time
 	sleep  func(ctx context.Context, d time.Duration) error
@@ -153,20 +154,27 @@ func (p *retryPolicy) do(ctx context.Context, what string, attempt attemptFunc) 
 			if last == nil {
 				last = err
 			}
+			if cause := context.Cause(ctx); errors.Is(cause, errReadDeadline) || errors.Is(cause, context.DeadlineExceeded) {
+				p.counts.add(false, cause)
+			}
 			return p.stopped(ctx, what, n, start, last)
 		}
 		last = err
 		if !retryable(err) {
+			p.counts.add(false, err)
 			return fmt.Errorf("%s: %w", what, err)
 		}
 		if n > max(p.maxRetries, 0) {
+			p.counts.add(false, err)
 			return p.unavailable(what, n, start, err, "no retries left")
 		}
 		wait := p.backoff(n, err)
 		if dl, ok := ctx.Deadline(); ok && p.now().Add(wait).After(dl) {
+			p.counts.add(false, err)
 			return p.unavailable(what, n, start, err,
 				fmt.Sprintf("the read deadline of %v would pass before another", p.deadline))
 		}
+		p.counts.add(true, err)
 		p.log.failed(what, n, wait, err)
 		if p.sleep(ctx, wait) != nil {
 			return p.stopped(ctx, what, n, start, err)

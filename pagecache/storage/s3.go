@@ -57,7 +57,10 @@ type S3Source struct {
 // emptySHA256 is the SHA-256 of an empty payload, in hex.
 const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
-var _ Source = (*S3Source)(nil)
+var (
+	_ Source         = (*S3Source)(nil)
+	_ RequestCounter = (*S3Source)(nil)
+)
 
 // OpenS3 opens s3://bucket/key. Configuration and credentials come from
 // opts first, then from the standard AWS environment variables and shared
@@ -389,3 +392,6 @@ func (l sdkLogger) Logf(c logging.Classification, format string, v ...any) {
 	}
 	l.log.Log(context.Background(), level, "aws sdk: "+fmt.Sprintf(format, v...))
 }
+
+// RequestStats returns the failed attempts of the source's requests.
+func (s *S3Source) RequestStats() RequestStats { return s.r.policy.counts.stats() }

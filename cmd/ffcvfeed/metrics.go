@@ -1,0 +1,36 @@
+package main
+
+import (
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/ffcvfs/ffcvfs/cudafeed"
+	"github.com/ffcvfs/ffcvfs/internal/metrics"
+)
+
+// serveMetrics serves ffcvfeed serve's metrics at addr: the pipeline's,
+// the server's (ring slots, consumers), and its cache's and storage's.
+func serveMetrics(addr string, fd *fed, srv *cudafeed.Server, epoch *atomic.Int64) (*metrics.Server, error) {
+	feed := metrics.Func("ffcvfeed", func(e *metrics.Emitter) {
+		p := fd.p
+		e.Counter("images_total", "Images decoded, augmented and written into batches (rate(): images/s).", float64(p.Images.Load()))
+		e.Counter("decode_errors_total", "Samples that failed to read or decode (replaced by another of their batch, or failing it with --on-error fail).", float64(p.Errors.Load()))
+		st := srv.Stats()
+		e.Counter("batches_total", "Batches published to the ring.", float64(st.Published))
+		e.Gauge("epoch", "The epoch being delivered.", float64(epoch.Load()))
+		const slots = "Ring slots by state: free, filling (being decoded into), queued (published, not yet sent), delivered (held by the client)."
+		e.Gauge("ring_slots", slots, float64(st.SlotsFree), "state", "free")
+		e.Gauge("ring_slots", slots, float64(st.SlotsFilling), "state", "filling")
+		e.Gauge("ring_slots", slots, float64(st.SlotsQueued), "state", "queued")
+		e.Gauge("ring_slots", slots, float64(st.SlotsDelivered), "state", "delivered")
+		e.Gauge("ring_slots_in_use", "Ring slots not free (filling, queued or delivered).", float64(st.SlotsFilling+st.SlotsQueued+st.SlotsDelivered))
+		e.Gauge("clients_connected", "Clients connected to the socket (at most 1).", float64(st.Connected))
+		e.Counter("client_connections_total", "Clients served since the start.", float64(st.Connections))
+		e.Counter("client_refused_total", "Clients turned away because another was connected.", float64(st.Refused))
+	})
+	reg, err := metrics.NewRegistry(feed, metrics.Cache("ffcvfeed", fd.cache, fd.src))
+	if err != nil {
+		return nil, err
+	}
+	return metrics.Serve(addr, reg, slog.Default())
+}

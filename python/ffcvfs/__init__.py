@@ -1,0 +1,43 @@
+"""Python side of ffcvfs and ffcvfeed.
+
+- :class:`QuasiRandomSampler`, :class:`RandomSampler`: torch samplers that
+  read their order from an ``ffcvfs mount`` (which announces it to the
+  mount's cache), resumable mid-epoch with ``state_dict()``.
+- :class:`Loader`: the client of ``ffcvfeed serve``, batches from shared
+  memory without copying, resumable with ``state_dict()``.
+
+Each is imported on first use: the samplers need torch, the Loader NumPy.
+The modules ``ffcvfs_sampler`` and ``ffcvfeed`` are the old names of
+:mod:`ffcvfs.sampler` and :mod:`ffcvfs.feed`.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+__all__ = ["QuasiRandomSampler", "RandomSampler", "NotAnFfcvfsMountError", "Loader", "FeedError"]
+
+_WHERE = {
+    "QuasiRandomSampler": "sampler",
+    "RandomSampler": "sampler",
+    "NotAnFfcvfsMountError": "sampler",
+    "Loader": "feed",
+    "FeedError": "feed",
+}
+
+if TYPE_CHECKING:
+    from .feed import FeedError, Loader
+    from .sampler import NotAnFfcvfsMountError, QuasiRandomSampler, RandomSampler
+
+
+def __getattr__(name: str) -> Any:
+    mod = _WHERE.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'ffcvfs' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{mod}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> "list[str]":
+    return sorted(list(globals()) + __all__)

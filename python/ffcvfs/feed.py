@@ -1,0 +1,582 @@
+"""Client for ffcvfeed: training batches from a shared-memory ring.
+
+ffcvfeed fills batches in a POSIX shared-memory file and announces them on a
+Unix socket (newline-delimited JSON; see the Go package cudafeed). This module
+maps the ring and yields NumPy arrays that *view* the shared memory: nothing
+is copied.
+
+    with Loader("/run/ffcvfeed.sock") as loader:
+        for epoch in range(loader.epochs):
+            for images, labels in loader:     # one epoch per loop
+                ...
+
+Lifetime: the arrays (or tensors) of batch i are valid until you ask for
+batch i+1; asking for the next item releases the previous slot to the
+producer, which will overwrite it. Call ``.copy()`` (``.clone()`` in torch)
+on anything you keep. The loop that ends an epoch also releases its last
+batch.
+
+Iterating the loader yields one epoch: it stops after the last batch of an
+epoch, when a batch of the next epoch arrives (a consumer that joined
+mid-stream), or at the end of the stream.
+
+Resuming mid-epoch
+------------------
+
+``loader.state_dict()`` says where the stream stands: the epoch and the
+batch that come after the last one yielded. Save it with the checkpoint;
+to resume, start the server where it says and load it into the new loader,
+which checks that the server starts there::
+
+    state = loader.state_dict()     # {"epoch": 3, "batch": 120, ...}
+    # ffcvfeed serve ... --start-epoch 3 --start-batch 120
+    # (loader.resume_args() gives these flags)
+    loader = Loader(sock)
+    loader.load_state_dict(state)
+
+The resumed stream holds exactly the batches the old one had not yielded,
+the same samples with the same augmentations.
+
+CUDA devices
+------------
+
+When the server runs with ``--device cuda:N`` (a build with ``-tags cuda``),
+its hello carries IPC handles of one device buffer per slot, and each batch
+message the IPC handle of an event recorded after the batch's copy to the
+device. The loader then opens the buffers with CuPy (imported only then) and
+yields device arrays without copying: CuPy arrays from iteration and
+``.fields()``, torch tensors (through DLPack) from ``.torch()``, DLPack
+capsules from ``.dlpack()``.
+
+The consumer stream of a batch is the stream current when it is yielded:
+``torch.cuda.current_stream()`` for ``.torch()``, CuPy's current stream
+otherwise. Before the batch is yielded, that stream is made to wait on the
+batch's event, so work enqueued on it sees the whole batch.
+
+Lifetime, and when a slot is released: use a batch only on its consumer
+stream (or join other streams to it first, e.g. ``wait_stream``), and only
+before asking for the next batch. When the next batch is requested, the
+loader records an event on the consumer stream, which thus follows every use
+of the batch, and keeps the slot; the slot is given back to the server once
+that event has completed, which the loader waits for when the batch after
+that is requested (the CPU is kept at most one batch ahead of the GPU), at
+the end of each epoch and in ``close()``. The server never overwrites a
+slot whose uses are still queued on the GPU. Device arrays kept beyond that
+must be copied (``.copy()``, ``.clone()``). With fewer than 3 slots the
+wait happens at once, when the next batch is requested, so that the server
+always has a slot to fill.
+
+``Loader(..., device=D)`` picks the CuPy device to open the buffers on; by
+default the visible device whose UUID (or PCI address) is the server's.
+``device="cpu"`` ignores the device buffers and reads the host copies from
+shared memory, as with a CPU server.
+"""
+
+import collections
+import json
+import mmap
+import os
+import socket
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+__all__ = ["Loader", "FeedError"]
+
+_DTYPES = {"uint8": np.uint8, "float16": np.float16, "float32": np.float32, "int64": np.int64}
+
+
+class FeedError(Exception):
+    """The server is unreachable or broke the protocol."""
+
+
+class Loader:
+    """Reads batches from an ffcvfeed server.
+
+    socket_path: the server's Unix socket.
+    pin: register the ring with CUDA (cudaHostRegister) when torch sees a GPU,
+        so .torch() copies to the device asynchronously from pinned memory.
+        Ignored when the server delivers to a CUDA device.
+    names: the two fields yielded as (images, labels); default ("images",
+        "labels") when present, else the first two fields.
+    hello_timeout: seconds to wait for the server's hello.
+    device: for a server that delivers to a CUDA device: the CuPy device id
+        to open its buffers on (default: the server's device, found by UUID),
+        or "cpu" to read the host copies instead.
+    """
+
+    def __init__(self, socket_path: str, pin: bool = False, names: Optional[Sequence[str]] = None,
+                 hello_timeout: float = 10.0, device: Union[int, str, None] = None) -> None:
+        self.socket_path = socket_path
+        self._sock = None
+        self._rfile = None
+        self._mm = None
+        self._pinned = False
+        self._held = None  # slot whose arrays the caller holds
+        self._pending = None  # message read ahead, for the next epoch
+        self._event = None  # CUDA event of the last async copy
+        self._cuda = None  # _DeviceSlots when the batches are read from a CUDA device
+        self._held_stream = None  # CUDA mode: the consumer stream of the held batch
+        self._unreleased = collections.deque()  # CUDA mode: slots whose release waits on an event
+        self.current = None  # the message of the batch last yielded
+        self.ended = False
+        self.device = None  # CUDA mode: the CuPy device id of the buffers
+        try:
+            self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self._sock.connect(socket_path)
+        except (FileNotFoundError, ConnectionRefusedError) as e:
+            self._sock.close()
+            self._sock = None
+            raise FeedError(f"no ffcvfeed server at {socket_path}: {e.strerror}") from e
+        self._rfile = self._sock.makefile("rb")
+        try:
+            self._sock.settimeout(hello_timeout)
+            try:
+                hello = self._read()
+            except socket.timeout as e:
+                raise FeedError(f"no hello from {socket_path} within {hello_timeout} s") from e
+            self._sock.settimeout(None)
+            self._setup(hello, pin, names, device)
+        except BaseException:
+            self.close()
+            raise
+
+    # --- set-up ---
+
+    def _setup(self, hello, pin, names, device):
+        if "error" in hello:
+            raise FeedError(f"ffcvfeed server at {self.socket_path} refused: {hello['error']}")
+        try:
+            if hello["hello"] != 1:
+                raise FeedError(f"unsupported protocol version {hello['hello']}")
+            self.shm = str(hello["shm"])
+            self.slots = int(hello["slots"])
+            self.slot_bytes = int(hello["slot_bytes"])
+            self.batches_per_epoch = int(hello["batches_per_epoch"])
+            self.epochs = int(hello["epochs"])
+            # Where the stream starts (a resumed server); 0 from servers
+            # that do not say.
+            self.start_epoch = int(hello.get("start_epoch", 0))
+            self.start_batch = int(hello.get("start_batch", 0))
+            fields = [(str(f["name"]), str(f["dtype"]), tuple(int(d) for d in f["shape"]),
+                       int(f["offset"]), int(f["bytes"])) for f in hello["fields"]]
+        except (KeyError, TypeError, ValueError) as e:
+            raise FeedError(f"malformed hello from {self.socket_path}: {e!r} in {hello!r}") from e
+        if not fields or self.slots < 1:
+            raise FeedError(f"malformed hello from {self.socket_path}: no fields or slots: {hello!r}")
+        for name, dtype, shape, off, nbytes in fields:
+            if dtype not in _DTYPES:
+                raise FeedError(f"malformed hello: field {name}: unknown dtype {dtype}")
+            if int(np.prod(shape)) * np.dtype(_DTYPES[dtype]).itemsize != nbytes or off + nbytes > self.slot_bytes:
+                raise FeedError(f"malformed hello: field {name}: shape {shape} does not fit {nbytes} bytes at {off}")
+        fd = os.open(self.shm, os.O_RDWR)
+        try:
+            size = os.fstat(fd).st_size
+            if size < self.slots * self.slot_bytes:
+                raise FeedError(f"{self.shm}: {size} bytes, the hello promises {self.slots * self.slot_bytes}")
+            self._mm = mmap.mmap(fd, self.slots * self.slot_bytes, mmap.MAP_SHARED)
+        finally:
+            os.close(fd)
+        self.buffer = np.frombuffer(self._mm, dtype=np.uint8)
+        # Views of every field of every slot, built once.
+        self._views = [{name: np.ndarray(shape, _DTYPES[dtype], self._mm, i * self.slot_bytes + off)
+                        for name, dtype, shape, off, _ in fields} for i in range(self.slots)]
+        self.field_names = [f[0] for f in fields]
+        if names is None:
+            names = ("images", "labels") if {"images", "labels"} <= set(self.field_names) else self.field_names[:2]
+        self.names = tuple(names)
+        if "cuda" in hello and device != "cpu":
+            self._cuda = _DeviceSlots(hello["cuda"], fields, self.slots, self.slot_bytes, device, self.socket_path)
+            self.device = self._cuda.device
+            # Keep one batch unreleased only when that leaves the server a
+            # slot to fill while the caller holds the next batch.
+            self._defer = 1 if self.slots >= 3 else 0
+        elif pin:
+            self._pin()
+
+    def _pin(self):
+        try:
+            import torch
+        except ImportError:
+            return
+        if not torch.cuda.is_available():
+            return
+        err = torch.cuda.cudart().cudaHostRegister(int(self.buffer.ctypes.data), self.buffer.nbytes, 0)
+        if int(err) != 0:
+            raise FeedError(f"cudaHostRegister({self.shm}, {self.buffer.nbytes} bytes) failed: {err}")
+        self._pinned = True
+
+    # --- protocol ---
+
+    def _read(self):
+        line = self._rfile.readline()
+        if not line:
+            raise FeedError(f"ffcvfeed server at {self.socket_path} closed the connection")
+        try:
+            msg = json.loads(line)
+        except ValueError as e:
+            raise FeedError(f"malformed message from {self.socket_path}: {line[:200]!r}") from e
+        if not isinstance(msg, dict):
+            raise FeedError(f"malformed message from {self.socket_path}: {line[:200]!r}")
+        return msg
+
+    def _release(self, flush=False):
+        """Gives back the slot of the batch last yielded (CPU mode); in CUDA
+        mode, records an event after its uses on its consumer stream, and
+        gives back the slots whose events completed, waiting for all but the
+        newest (all of them when flush)."""
+        if self._cuda is not None:
+            if self._held is not None:
+                self._cuda.record(self._held, self._held_stream)
+                self._unreleased.append(self._held)
+                self._held, self._held_stream = None, None
+            while len(self._unreleased) > (0 if flush else self._defer):
+                slot = self._unreleased.popleft()
+                self._cuda.synchronize(slot)
+                self._sock.sendall(b'{"release":%d}\n' % slot)
+            return
+        if self._held is None:
+            return
+        if self._event is not None:
+            self._event.synchronize()  # async copies out of the slot are done
+            self._event = None
+        slot, self._held = self._held, None
+        self._sock.sendall(b'{"release":%d}\n' % slot)
+
+    def _next_msg(self):
+        if self._pending is not None:
+            msg, self._pending = self._pending, None
+            return msg
+        msg = self._read()
+        if msg.get("end"):
+            self.ended = True
+        elif "error" in msg:
+            raise FeedError(f"ffcvfeed server at {self.socket_path}: {msg['error']}")
+        elif not {"slot", "epoch", "batch", "size"} <= msg.keys() or not 0 <= msg["slot"] < self.slots:
+            raise FeedError(f"malformed batch message from {self.socket_path}: {msg!r}")
+        elif self._cuda is not None and not _is_handle(msg.get("event")):
+            raise FeedError(f"malformed batch message from {self.socket_path}: no event handle: {msg!r}")
+        return msg
+
+    def _batches(self, stream=None):
+        """Yields (message, {field: view}) for one epoch. CUDA mode: device
+        arrays; stream() returns the consumer stream (a pointer), by default
+        CuPy's current stream."""
+        self._release(flush=True)
+        if self.ended:
+            return
+        epoch = None
+        while True:
+            msg = self._next_msg()
+            if self.ended:
+                self._release(flush=True)
+                return
+            if epoch is None:
+                epoch = msg["epoch"]
+            elif msg["epoch"] != epoch:
+                self._pending = msg
+                return
+            self._held = msg["slot"]
+            self.current = msg
+            n = msg["size"]
+            if self._cuda is not None:
+                self._held_stream = stream() if stream is not None else self._cuda.current_stream()
+                self._cuda.wait(msg["event"], self._held_stream)
+                views = self._cuda.views[msg["slot"]]
+            else:
+                views = self._views[msg["slot"]]
+            yield msg, {k: v[:n] for k, v in views.items()}
+            last = msg["batch"] == self.batches_per_epoch - 1
+            self._release(flush=last)
+            if last:
+                if self.epochs > 0 and msg["epoch"] == self.epochs - 1:
+                    # The last batch of the stream: take the end message now.
+                    nxt = self._next_msg()
+                    if not self.ended:
+                        self._pending = nxt
+                return
+
+    # --- public iteration ---
+
+    def __iter__(self):
+        """Yields (images, labels) NumPy views for one epoch (CuPy arrays in
+        CUDA mode)."""
+        a, b = self.names
+        for _, f in self._batches():
+            yield f[a], f[b]
+
+    def fields(self):
+        """Yields a dict {name: NumPy view} of every field, for one epoch
+        (CuPy arrays in CUDA mode)."""
+        for _, f in self._batches():
+            yield f
+
+    def host_batch(self):
+        """The shared-memory (host) views of the batch last yielded, the
+        first `size` rows of each field. In CUDA mode they hold the same
+        bytes as the device arrays, under the same lifetime rule."""
+        if self.current is None or self._views is None:
+            return None
+        n = self.current["size"]
+        return {k: v[:n] for k, v in self._views[self.current["slot"]].items()}
+
+    def torch(self, device=None):
+        """Yields (images, labels) as torch tensors for one epoch.
+
+        Without pinning (or without CUDA) the tensors share the ring's memory
+        (torch.from_numpy). With pin=True and CUDA, they are copied to the
+        device with non_blocking=True; the copy is awaited before the slot is
+        released. In CUDA mode they share the server's device buffers
+        (DLPack), and torch's current stream is the consumer stream.
+        """
+        import torch
+
+        a, b = self.names
+        if self._cuda is not None:
+            if device is not None and torch.device(device) != torch.device("cuda", self.device):
+                raise FeedError(f"the batches are on cuda:{self.device}, not {device}: pass device= to Loader")
+            from torch.utils.dlpack import from_dlpack
+
+            def stream():
+                return torch.cuda.current_stream(self.device).cuda_stream
+
+            for _, f in self._batches(stream):
+                yield from_dlpack(f[a]), from_dlpack(f[b])
+            return
+        for _, f in self._batches():
+            ta, tb = torch.from_numpy(f[a]), torch.from_numpy(f[b])
+            if self._pinned:
+                ta = ta.cuda(device, non_blocking=True)
+                tb = tb.cuda(device, non_blocking=True)
+                self._event = torch.cuda.Event()
+                self._event.record()
+            yield ta, tb
+
+    def dlpack(self):
+        """Yields a dict {name: DLPack capsule} of every field, for one epoch
+        (zero-copy; for frameworks with from_dlpack). In CUDA mode the
+        capsules are of device memory, and CuPy's current stream is the
+        consumer stream."""
+        for _, f in self._batches():
+            yield {k: v.__dlpack__() for k, v in f.items()}
+
+    def __len__(self) -> int:
+        return self.batches_per_epoch
+
+    # --- resuming ---
+
+    def state_dict(self) -> Dict[str, int]:
+        """Where the stream stands: ``epoch`` and ``batch`` of the batch after
+        the last one yielded (the start of the stream before any), and the
+        stream's shape (``batches_per_epoch``, ``epochs``)."""
+        if self.current is None:
+            epoch, batch = self.start_epoch, self.start_batch
+        else:
+            epoch, batch = self.current["epoch"], self.current["batch"] + 1
+            if batch == self.batches_per_epoch:
+                epoch, batch = epoch + 1, 0
+        return {"epoch": epoch, "batch": batch, "batches_per_epoch": self.batches_per_epoch, "epochs": self.epochs}
+
+    def resume_args(self) -> List[str]:
+        """The flags of ``ffcvfeed serve`` that resume the stream after the
+        last batch yielded: ``["--start-epoch", E, "--start-batch", B]``."""
+        st = self.state_dict()
+        return ["--start-epoch", str(st["epoch"]), "--start-batch", str(st["batch"])]
+
+    def load_state_dict(self, state_dict: Dict[str, int]) -> None:
+        """Checks that this loader's server resumes the stream where
+        ``state_dict`` (from ``state_dict()`` of an earlier loader) left it:
+        the server must have been started with ``--start-epoch`` and
+        ``--start-batch`` set to its ``epoch`` and ``batch``, and with the
+        same batches per epoch. Raises FeedError otherwise: a stream started
+        elsewhere would repeat or skip batches."""
+        try:
+            epoch, batch = int(state_dict["epoch"]), int(state_dict["batch"])
+            bpe = int(state_dict.get("batches_per_epoch", self.batches_per_epoch))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"not a Loader state (want epoch and batch): {state_dict!r}") from e
+        if bpe != self.batches_per_epoch:
+            raise FeedError(f"the state is of a stream of {bpe} batches per epoch, the server at "
+                            f"{self.socket_path} makes {self.batches_per_epoch}: start it with the same data and batch size")
+        if (epoch, batch) != (self.start_epoch, self.start_batch):
+            raise FeedError(f"the server at {self.socket_path} starts at epoch {self.start_epoch} batch "
+                            f"{self.start_batch}, the state resumes at epoch {epoch} batch {batch}: start it with "
+                            f"--start-epoch {epoch} --start-batch {batch}")
+        if self.current is not None:
+            raise FeedError("load_state_dict() must come before the first batch")
+
+    # --- closing ---
+
+    def close(self):
+        """Disconnects and unmaps. Arrays still referenced keep the mapping
+        alive until they are dropped. In CUDA mode, close first waits until
+        the consumer streams are done with the batches, then closes the
+        device buffers: device arrays must not be used afterwards."""
+        if self._sock is not None:
+            try:
+                if self._cuda is not None:
+                    if self._held is not None:
+                        self._cuda.record(self._held, self._held_stream)
+                        self._unreleased.append(self._held)
+                    for slot in self._unreleased:
+                        self._cuda.synchronize(slot)
+                    self._unreleased.clear()
+                elif self._held is not None and self._event is not None:
+                    self._event.synchronize()
+            finally:
+                self._held = None
+                self._rfile.close()
+                self._sock.close()
+                self._sock = None
+        if self._cuda is not None:
+            self._cuda.close()
+            self._cuda = None
+        if self._mm is not None:
+            if self._pinned:
+                import torch
+                torch.cuda.cudart().cudaHostUnregister(int(self.buffer.ctypes.data))
+                self._pinned = False
+            self._views = None
+            self.buffer = None
+            try:
+                self._mm.close()
+            except BufferError:
+                pass  # the caller still holds views; the mapping goes with them
+            self._mm = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _is_handle(h):
+    """A CUDA IPC handle in the protocol: 64 bytes as 128 lowercase hex digits."""
+    return isinstance(h, str) and len(h) == 128 and all(c in "0123456789abcdef" for c in h)
+
+
+def _uuid_hex(u):
+    """"GPU-xxxxxxxx-xxxx-…", bytes or any hex form → 32 lowercase hex digits, or None."""
+    if isinstance(u, (bytes, bytearray)):
+        return bytes(u).hex() if len(u) == 16 else None
+    if not isinstance(u, str):
+        return None
+    h = u.lower().removeprefix("gpu-").replace("-", "")
+    return h if len(h) == 32 else None
+
+
+def _pci(s):
+    """"DDDD:BB:DD.F" (any widths) → (domain, bus, device), or None."""
+    try:
+        dom, bus, rest = str(s).split(":")
+        return int(dom, 16), int(bus, 16), int(rest.split(".")[0], 16)
+    except ValueError:
+        return None
+
+
+class _DeviceSlots:
+    """The server's device buffers, opened through CuPy: one per slot, and
+    the batch events. Only for servers that deliver to a CUDA device."""
+
+    def __init__(self, info, fields, slots, slot_bytes, device, socket_path):
+        try:
+            import cupy
+        except ImportError as e:
+            raise FeedError(f"the ffcvfeed server at {socket_path} delivers to a CUDA device: reading its batches "
+                            "needs CuPy (pip install cupy-cuda12x, or cupy-cuda11x); "
+                            "Loader(..., device='cpu') reads the host copies instead") from e
+        self.cp = cupy
+        self.rt = rt = cupy.cuda.runtime
+        self.ptrs = []
+        self.release_events = []
+        self.events = {}  # event handle (hex) → opened event
+        try:
+            handles = info["mem_handles"]
+            if not isinstance(handles, list) or len(handles) != slots or not all(_is_handle(h) for h in handles):
+                raise FeedError(f"malformed hello from {socket_path}: cuda.mem_handles must be {slots} handles: {info!r}")
+            self.device = self._pick(info, device, socket_path)
+            with cupy.cuda.Device(self.device):
+                for h in handles:
+                    self.ptrs.append(rt.ipcOpenMemHandle(bytes.fromhex(h), rt.cudaIpcMemLazyEnablePeerAccess))
+                self.views = []
+                for ptr in self.ptrs:
+                    mem = cupy.cuda.UnownedMemory(ptr, slot_bytes, self, self.device)
+                    self.views.append({name: cupy.ndarray(shape, _DTYPES[dtype], cupy.cuda.MemoryPointer(mem, off))
+                                       for name, dtype, shape, off, _ in fields})
+                for _ in range(slots):
+                    self.release_events.append(rt.eventCreateWithFlags(_EVENT_DISABLE_TIMING))
+        except (KeyError, TypeError, ValueError) as e:
+            self.close()
+            raise FeedError(f"malformed hello from {socket_path}: {e!r} in cuda {info!r}") from e
+        except BaseException:
+            self.close()
+            raise
+
+    def _pick(self, info, device, socket_path):
+        """The CuPy device id of the server's device."""
+        if device is not None:
+            return int(device)
+        rt = self.rt
+        n = rt.getDeviceCount()
+        want_uuid, want_pci = _uuid_hex(info.get("device_uuid")), _pci(info.get("pci_bus_id"))
+        for d in range(n):
+            if want_uuid is not None and _uuid_hex(rt.getDeviceProperties(d).get("uuid")) == want_uuid:
+                return d
+        for d in range(n):
+            if want_pci is not None and _pci(rt.deviceGetPCIBusId(d)) == want_pci:
+                return d
+        if n == 1:
+            return 0
+        raise FeedError(f"the ffcvfeed server at {socket_path} delivers to {info.get('device_uuid')} "
+                        f"({info.get('pci_bus_id')}), which is none of the {n} devices this process sees: "
+                        "pass Loader(..., device=N)")
+
+    def current_stream(self):
+        with self.cp.cuda.Device(self.device):
+            return self.cp.cuda.get_current_stream().ptr
+
+    def wait(self, handle, stream):
+        """Makes stream wait on the batch event whose handle is given."""
+        ev = self.events.get(handle)
+        with self.cp.cuda.Device(self.device):
+            if ev is None:
+                ev = self.events[handle] = self.rt.ipcOpenEventHandle(bytes.fromhex(handle))
+            self.rt.streamWaitEvent(stream, ev, 0)
+
+    def record(self, slot, stream):
+        with self.cp.cuda.Device(self.device):
+            self.rt.eventRecord(self.release_events[slot], stream)
+
+    def synchronize(self, slot):
+        self.rt.eventSynchronize(self.release_events[slot])
+
+    def close(self):
+        """Closes the buffers and destroys the events; arrays on them must
+        not be used afterwards."""
+        rt = self.rt
+        dev = getattr(self, "device", None)
+        ctx = self.cp.cuda.Device(dev) if dev is not None else None
+        if ctx is not None:
+            ctx.__enter__()
+        try:
+            for ev in list(self.events.values()) + self.release_events:
+                rt.eventDestroy(ev)
+            self.events, self.release_events = {}, []
+            self.views = None
+            for ptr in self.ptrs:
+                rt.ipcCloseMemHandle(ptr)
+            self.ptrs = []
+        finally:
+            if ctx is not None:
+                ctx.__exit__(None, None, None)
+
+
+# cudaEventDisableTiming
+_EVENT_DISABLE_TIMING = 0x02
