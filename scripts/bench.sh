@@ -30,6 +30,9 @@
 #                                 mount's CPU per 1,000 files (/proc/PID/stat) and FUSE
 #                                 requests per file by opcode (stats.json); then the page
 #                                 cache each root holds (fincore) and the mounts' RSS
+#   scripts/bench.sh metrics [N] what --metrics-addr costs: bench.sh legacy's loader over
+#                                 the plain folder, a mount with default flags, and one
+#                                 with --metrics-addr scraped every second
 #   scripts/bench.sh scan [N]     ImageFolder's start-up scan (the class folders and file
 #                                 names, no file opened) of a mounted synthetic beton of
 #                                 N samples in 1,000 classes (default 1281167, ImageNet's
@@ -269,10 +272,20 @@ bench_feed() {
 # What bench_legacy started, for legacy_cleanup.
 LEGACY_PIDS=()
 LEGACY_MNTS=()
+LEGACY_SCRAPERS=()
 LEGACY_TMP=
+
+# free_port: a TCP port on 127.0.0.1 that nothing listens on now.
+free_port() {
+	/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
 
 legacy_cleanup() {
 	local pid mnt
+	for pid in "${LEGACY_SCRAPERS[@]}"; do
+		kill "$pid" 2>/dev/null || true
+	done
+	LEGACY_SCRAPERS=()
 	for pid in "${LEGACY_PIDS[@]}"; do
 		kill -TERM "$pid" 2>/dev/null || true
 		wait "$pid" 2>/dev/null || true
@@ -293,11 +306,18 @@ page_cache_mib() {
 		awk '{s += $1} END {printf "%.1f\n", s / 1048576}'
 }
 
+# bench_legacy N [WAY...]: the legacy loader over the plain folder and over
+# mounts made each WAY, "NAME|FLAGS" (default: default flags, --kernel-cache,
+# OPEN answered with direct I/O). A FLAGS of --metrics-addr gets a free
+# loopback port and a scraper that fetches /metrics every second.
 bench_legacy() {
 	local n=${1:-5000}
 	[[ $n =~ ^[0-9]+$ ]] || die "N must be a whole number, got '$n'"
+	shift || true
+	local -a ways=("default flags|" "--kernel-cache|--kernel-cache" "direct I/O, OPEN answered|--fuse-compat=opens")
+	(($# == 0)) || ways=("$@")
 	local dir=${BENCH_DIR:-${FFCVFS_CACHE:-$HOME/.cache/ffcvfs}/bench}/feed-$n
-	ensure_apt python3-torchvision python3-pil fuse3 util-linux
+	ensure_apt python3-torchvision python3-pil fuse3 util-linux curl
 	scripts/make-bench-data.sh "$n" "$dir" >&2 || die "make-bench-data.sh failed"
 	local tmp name args pid mnt
 	tmp=$(mktemp -d)
@@ -305,9 +325,14 @@ bench_legacy() {
 	trap legacy_cleanup EXIT
 	trap 'exit 130' INT TERM
 	local -a specs=()
-	local -a ways=("default flags|" "--kernel-cache|--kernel-cache" "direct I/O, OPEN answered|--fuse-compat=opens")
+	local port
 	for name in "${ways[@]}"; do
 		args=${name#*|}
+		port=
+		if [[ $args == --metrics-addr ]]; then
+			port=$(free_port)
+			args="--metrics-addr=127.0.0.1:$port"
+		fi
 		mnt=$tmp/mnt${#LEGACY_MNTS[@]}
 		mkdir -p "$mnt"
 		# shellcheck disable=SC2086
@@ -316,6 +341,11 @@ bench_legacy() {
 		LEGACY_PIDS+=("$pid") LEGACY_MNTS+=("$mnt")
 		for _ in $(seq 100); do [[ -e $mnt/.ffcvfs/stats.json ]] && break; sleep 0.1; done
 		[[ -e $mnt/.ffcvfs/stats.json ]] || die "ffcvfs mount $args failed: $(tail -n 5 "$tmp/mount.log")"
+		if [[ -n $port ]]; then
+			# A scraper at 1 s, 15 times Prometheus's default rate.
+			while curl -fsS -o /dev/null "http://127.0.0.1:$port/metrics"; do sleep 1; done &
+			LEGACY_SCRAPERS+=("$!")
+		fi
 		specs+=("--mount=${name%%|*}=$mnt:$pid")
 	done
 	echo
@@ -846,6 +876,11 @@ legacy)
 	shift
 	bench_legacy "$@"
 	;;
+metrics)
+	build
+	shift
+	bench_legacy "${1:-5000}" "default flags|" "--metrics-addr, scraped every 1 s|--metrics-addr"
+	;;
 cache)
 	ensure_deps
 	echo "page cache: 1 GiB beton of 8 MiB pages, 4 consumers, budget 10 %, median of $RUNS runs"
@@ -858,7 +893,7 @@ write)
 	bench_write "$@"
 	;;
 *)
-	echo "usage: scripts/bench.sh write [N] | cache | mount [N] | legacy [N] | scan [N] | feed [N] | storage [N] | disk [N]" >&2
+	echo "usage: scripts/bench.sh write [N] | cache | mount [N] | legacy [N] | metrics [N] | scan [N] | feed [N] | storage [N] | disk [N]" >&2
 	exit 2
 	;;
 esac
