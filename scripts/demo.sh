@@ -84,13 +84,13 @@ ls -l "$mnt/$(ls "$mnt" | head -1)" | head -4
 
 step "8. torchvision's ImageFolder over the mount"
 say "Unchanged torchvision code reads the mount. A DataLoader with 2 workers reads one" \
-	"epoch in the quasi-random order of python/ffcvfs_sampler.py, which announces it to" \
+	"epoch in the quasi-random order of the ffcvfs package's sampler (python/), which announces it to" \
 	"the page cache, so each page is read from the beton once."
 PYTHONPATH="$(repo_root)/python" /usr/bin/python3 - "$mnt" <<'PY'
 import json, sys
 import torch
 from torchvision.datasets import ImageFolder
-from ffcvfs_sampler import QuasiRandomSampler
+from ffcvfs import QuasiRandomSampler
 
 root = sys.argv[1]
 ds = ImageFolder(root)
@@ -104,11 +104,13 @@ st = json.load(open(f"{root}/.ffcvfs/stats.json"))
 print(f"one epoch: {n} files; the cache read {st['cache']['pages_read']} pages from the beton "
       f"({st['pages']} in all), hits {st['cache']['hits']}, misses {st['cache']['misses']}")
 PY
+say "ffcvfs stats --once $mnt: the last second, as 'ffcvfs stats' shows it live:"
+bin/ffcvfs stats --once "$mnt"
 
 step "9. ffcvfeed through the mount"
 say "ffcvfeed reads the beton through the mount (.ffcvfs/dataset.beton, announcing its" \
 	"order), decodes only each crop's region, and hands 64x64 uint8 batches to Python" \
-	"through shared memory; python/ffcvfeed.py yields them as NumPy arrays without copying."
+	"through shared memory; the ffcvfs package's Loader yields them as NumPy arrays without copying."
 go build -o bin/ffcvfeed ./cmd/ffcvfeed
 sock="$demo_dir/feed.sock"
 rm -f "$sock"
@@ -117,7 +119,7 @@ feed_pid=$!
 for _ in $(seq 100); do [[ -S $sock ]] && break; sleep 0.1; done
 PYTHONPATH="$(repo_root)/python" /usr/bin/python3 - "$sock" <<'PY'
 import sys
-from ffcvfeed import Loader
+from ffcvfs import Loader
 with Loader(sys.argv[1]) as loader:
     n = 0
     for images, labels in loader:
