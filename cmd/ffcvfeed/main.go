@@ -40,13 +40,19 @@ decodes its JPEGs with libjpeg-turbo (only the region each crop needs), crops,
 flips and converts them, and puts finished batches into shared memory; a
 training process reads them through a Unix socket, without copying:
 
-   from ffcvfeed import Loader          # python/ffcvfeed.py
+   from ffcvfs import Loader            # pip install ./python
    for images, labels in Loader("/tmp/feed.sock"): ...
+
+A stopped job resumes mid-epoch: Loader.state_dict() says where, and
+Loader.resume_args() gives the --start-epoch and --start-batch to serve with.
+--metrics-addr serves Prometheus metrics (images/s, slots, clients, cache).
 
 Examples:
    ffcvfeed serve --data train.beton --socket /tmp/feed.sock --batch-size 256 --resolution 160
    ffcvfeed serve --data /mnt/train --socket /tmp/feed.sock --dtype float16 --layout nchw --normalize imagenet
    ffcvfeed serve --data train.beton --socket /tmp/feed.sock --device cuda:0   # a build with -tags cuda
+   ffcvfeed serve --data train.beton --socket /tmp/feed.sock --epochs 16 --start-epoch 3 --start-batch 120
+   ffcvfeed serve --data train.beton --socket /tmp/feed.sock --metrics-addr 9101
    ffcvfeed bench --data train.beton --resolution 160`,
 		Commands:        []*cli.Command{serveCommand(), benchCommand(), decodeBenchCommand()},
 		HideHelpCommand: true,

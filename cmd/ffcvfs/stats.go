@@ -259,17 +259,16 @@ func (l statsLine) columns(s fs.Stats) string {
 		fmt.Sprint(l.InFlight), fmt.Sprint(l.Errors))
 }
 
-// shortSize writes n bytes in at most 8 characters: 512MiB, 1.9GiB.
+// shortSize writes n bytes in at most 6 characters: 512MiB, 1.9GiB, 999B.
 func shortSize(n int64) string {
-	const unit = 1024
-	v, units := float64(n), []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
+	v, units := float64(n), []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
 	i := 0
-	for v >= 1000 && i < len(units)-1 {
-		v /= unit
+	for math.Round(v) >= 1000 && i < len(units)-1 {
+		v /= 1024
 		i++
 	}
-	if i == 0 || v >= 100 || v == math.Trunc(v) {
-		return fmt.Sprintf("%.0f%s", v, units[i])
+	if i > 0 && v < 9.95 && v != math.Trunc(v) {
+		return fmt.Sprintf("%.1f%s", v, units[i])
 	}
-	return fmt.Sprintf("%.1f%s", v, units[i])
+	return fmt.Sprintf("%.0f%s", v, units[i])
 }

@@ -117,7 +117,7 @@ func (s *Server) Close() error {
 // registry still checks each scrape for duplicates and consistency.
 type collectFunc func(ch chan<- prometheus.Metric)
 
-func (f collectFunc) Describe(chan<- *prometheus.Desc)     {}
+func (f collectFunc) Describe(chan<- *prometheus.Desc)    {}
 func (f collectFunc) Collect(ch chan<- prometheus.Metric) { f(ch) }
 
 // Func returns a Collector that calls f at every scrape with an Emitter of
