@@ -15,7 +15,7 @@ var latencyBuckets = prometheus.ExponentialBuckets(10e-6, 4, 10) // 10 µs … 2
 func newLatency() (*prometheus.HistogramVec, *[numOps]prometheus.Observer) {
 	vec := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "ffcvfs", Name: "fuse_request_duration_seconds",
-		Help:    "Time the mount took to answer FUSE requests, by opcode (the kernel's name, lower-cased).",
+		Help:    "Time the mount spent on FUSE requests, from their arrival to their answer (the write of the reply to the kernel not included), by opcode (the kernel's name, lower-cased).",
 		Buckets: latencyBuckets,
 	}, []string{"op"})
 	var l [numOps]prometheus.Observer
