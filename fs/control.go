@@ -224,8 +224,14 @@ type Stats struct {
 
 // Stats returns the view's statistics.
 func (v *View) Stats() Stats {
-	var s Stats
+	s := v.viewStats()
 	s.Cache = v.cache.Stats()
+	return s
+}
+
+// viewStats returns the view's own statistics: Stats without Cache.
+func (v *View) viewStats() Stats {
+	var s Stats
 	s.Reads.Images = v.reads.images.Load()
 	s.Reads.JPG, s.Reads.JPGBytes = v.reads.jpg.Load(), v.reads.jpgBytes.Load()
 	s.Reads.PPM, s.Reads.PPMBytes = v.reads.ppm.Load(), v.reads.ppmBytes.Load()

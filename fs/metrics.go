@@ -30,7 +30,7 @@ func newLatency() (*prometheus.HistogramVec, *[numOps]prometheus.Observer) {
 // announced orders, named ffcvfs_*. The cache's own are metrics.Cache's.
 func (v *View) Collectors() []prometheus.Collector {
 	cs := []prometheus.Collector{metrics.Func("ffcvfs", func(e *metrics.Emitter) {
-		st := v.Stats()
+		st := v.viewStats() // the cache's are metrics.Cache's
 		const (
 			reads     = "READs of files answered, by kind of file (jpg, ppm, dataset.beton)."
 			readBytes = "Bytes returned by READs, by kind of file."

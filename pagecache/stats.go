@@ -70,6 +70,15 @@ type Stats struct {
 // PlanStats is one plan's progress.
 type PlanStats = policy.PlanStats
 
+// Storage returns the requests and bytes that reached storage: with tiers,
+// those of the tiers' wrapper (their hits never do), else the cache's own.
+func (s Stats) Storage() (requests, bytes uint64) {
+	if s.Tiers != nil {
+		return s.Tiers.StorageRequests, s.Tiers.StorageBytes
+	}
+	return s.Requests, s.BytesRead
+}
+
 // Stats returns a snapshot of the counters.
 func (c *Cache) Stats() Stats {
 	var ts *TierStats

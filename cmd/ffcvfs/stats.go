@@ -149,14 +149,6 @@ func readStats(path string) (reading, error) {
 	return r, nil
 }
 
-// storageBytes is what the mount read from storage.
-func storageBytes(s fs.Stats) uint64 {
-	if s.Cache.Tiers != nil {
-		return s.Cache.Tiers.StorageBytes
-	}
-	return s.Cache.BytesRead
-}
-
 // diskTier returns the stats of the disk tier, if any.
 func diskTier(s fs.Stats) (hits, misses uint64, ok bool) {
 	if s.Cache.Tiers == nil {
@@ -168,6 +160,12 @@ func diskTier(s fs.Stats) (hits, misses uint64, ok bool) {
 		}
 	}
 	return 0, 0, false
+}
+
+// storedBytes is what the mount had read from storage.
+func storedBytes(r reading) uint64 {
+	_, b := r.Cache.Storage()
+	return b
 }
 
 // ratio is a/(a+b), or nil when both are 0.
@@ -193,7 +191,7 @@ func statsDelta(a, b reading) statsLine {
 		Time: b.at.Round(time.Millisecond), Seconds: math.Round(dt*1000) / 1000,
 		ImagesPerS:     per(a.Reads.Images, b.Reads.Images),
 		ReadMBPerS:     per(a.Reads.JPGBytes+a.Reads.PPMBytes+a.Reads.BetonBytes, b.Reads.JPGBytes+b.Reads.PPMBytes+b.Reads.BetonBytes) / 1e6,
-		StorageMBPerS:  per(storageBytes(a.Stats), storageBytes(b.Stats)) / 1e6,
+		StorageMBPerS:  per(storedBytes(a), storedBytes(b)) / 1e6,
 		RAMBytes:       int64(bc.Resident)*b.PageSize + bc.RangeBytes,
 		RAMBudgetBytes: bc.BudgetBytes,
 		InFlight:       bc.InFlight,

@@ -83,10 +83,7 @@ func EmitCache(e *Emitter, st pagecache.Stats, pageSize float64) {
 // EmitStorage sends the storage's metrics: st's requests and bytes, rs's
 // failed attempts.
 func EmitStorage(e *Emitter, st pagecache.Stats, rs storage.RequestStats) {
-	reqs, bytes := st.Requests, st.BytesRead
-	if st.Tiers != nil {
-		reqs, bytes = st.Tiers.StorageRequests, st.Tiers.StorageBytes
-	}
+	reqs, bytes := st.Storage()
 	e.Counter("storage_requests_total", "Requests to storage (not counting their retries).", float64(reqs))
 	e.Counter("storage_read_bytes_total", "Bytes read from storage.", float64(bytes))
 	e.Counter("storage_read_errors_total", "Loads that failed after their retries (the reads waiting on them got EIO).", float64(st.ReadErrors))
