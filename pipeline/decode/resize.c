@@ -1,4 +1,10 @@
+#include <string.h>
+
 #include "resize.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* Keep in step with wBits and accBits in resize.go. */
 #define W_BITS 14
@@ -7,6 +13,7 @@
 #define V_HALF (1 << (V_SHIFT - 1))
 #define H_SHIFT (W_BITS + ACC_BITS)
 #define H_HALF (1 << (H_SHIFT - 1))
+#define VCHUNK 256
 
 /* The vertical pass is plain loops over bytes that the compiler vectorizes;
  * on x86-64 it is also built for AVX2 and picked at load time. */
@@ -17,100 +24,165 @@
 #endif
 
 FFR_CLONES
-static void vpass(int32_t *restrict acc, const unsigned char *restrict src,
+static void vpass(int16_t *restrict acc, const unsigned char *restrict src,
                   int stride, int width, int n, const int32_t *w) {
 	const unsigned char *r0 = src, *r1 = src + stride, *r2 = src + 2 * stride;
 	int i, t;
 	switch (n) {
 	case 1:
 		for (i = 0; i < width; i++) {
-			acc[i] = (int32_t)r0[i] << ACC_BITS;
+			acc[i] = (int16_t)((int32_t)r0[i] << ACC_BITS);
 		}
 		return;
 	case 2: {
 		int32_t w0 = w[0], w1 = w[1];
 		for (i = 0; i < width; i++) {
-			acc[i] = ((int32_t)r0[i] * w0 + (int32_t)r1[i] * w1 + V_HALF) >> V_SHIFT;
+			acc[i] = (int16_t)(((int32_t)r0[i] * w0 + (int32_t)r1[i] * w1 + V_HALF) >> V_SHIFT);
 		}
 		return;
 	}
 	case 3: {
 		int32_t w0 = w[0], w1 = w[1], w2 = w[2];
 		for (i = 0; i < width; i++) {
-			acc[i] = ((int32_t)r0[i] * w0 + (int32_t)r1[i] * w1 +
-			          (int32_t)r2[i] * w2 + V_HALF) >> V_SHIFT;
+			acc[i] = (int16_t)(((int32_t)r0[i] * w0 + (int32_t)r1[i] * w1 +
+			                    (int32_t)r2[i] * w2 + V_HALF) >> V_SHIFT);
 		}
 		return;
 	}
 	}
-	for (i = 0; i < width; i++) {
-		acc[i] = (int32_t)r0[i] * w[0] + V_HALF;
-	}
-	for (t = 1; t < n; t++) {
-		const unsigned char *r = src + (long)t * stride;
-		int32_t wt = w[t];
-		for (i = 0; i < width; i++) {
-			acc[i] += (int32_t)r[i] * wt;
+	/* More taps: in chunks of a row held as int32. */
+	for (i = 0; i < width; i += VCHUNK) {
+		int32_t s[VCHUNK];
+		int m = width - i < VCHUNK ? width - i : VCHUNK, j;
+		for (j = 0; j < m; j++) {
+			s[j] = (int32_t)r0[i + j] * w[0] + V_HALF;
 		}
-	}
-	for (i = 0; i < width; i++) {
-		acc[i] >>= V_SHIFT;
+		for (t = 1; t < n; t++) {
+			const unsigned char *r = src + (long)t * stride + i;
+			int32_t wt = w[t];
+			for (j = 0; j < m; j++) {
+				s[j] += (int32_t)r[j] * wt;
+			}
+		}
+		for (j = 0; j < m; j++) {
+			acc[i + j] = (int16_t)(s[j] >> V_SHIFT);
+		}
 	}
 }
 
 /* Results need no clamping: weights are non-negative and sum to 1<<W_BITS
- * on both axes, so no value exceeds 255. */
-static void hpass(unsigned char *restrict d, const int32_t *restrict acc,
+ * on both axes, so no value exceeds 255.
+ *
+ * The horizontal taps come in pairs (k is 1, the axis copied, or even; a
+ * missing tap has weight 0): hw holds, for output i and pair j, the two
+ * weights (w[2j], w[2j+1]) as the int16 pattern [w w' w w' w w' 0 0]. A
+ * pair of taps of all three channels is then one multiply-add of int16
+ * pairs: the row's pixels t and t+1, [R G B R' G' B' ..], rearranged to
+ * [R R' G G' B B' . .], times the pattern gives [R G B 0] in int32. The
+ * loads read up to 5 elements past the last tap, and each output writes 4
+ * bytes, the 4th overwritten by the next output; the caller's acc has
+ * slack, and the last output of a row is written by the scalar code. */
+static inline void hpixel(unsigned char *d, const int16_t *p, int k, const int16_t *hw) {
+	int32_t s0 = H_HALF, s1 = H_HALF, s2 = H_HALF;
+	int t;
+	for (t = 0; t < k; t++, p += 3) {
+		int32_t w = hw[(t / 2) * 8 + t % 2];
+		s0 += p[0] * w;
+		s1 += p[1] * w;
+		s2 += p[2] * w;
+	}
+	d[0] = (unsigned char)(s0 >> H_SHIFT);
+	d[1] = (unsigned char)(s1 >> H_SHIFT);
+	d[2] = (unsigned char)(s2 >> H_SHIFT);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define FFR_AVX2 1
+
+/* Two outputs at a time, one in each 128-bit lane. */
+__attribute__((target("avx2"))) static int hpass_avx2(unsigned char *d, const int16_t *acc,
+                                                      int out_w, int k, const int32_t *hx,
+                                                      const int16_t *hw) {
+	const __m256i half = _mm256_set1_epi32(H_HALF);
+	const __m256i pairs = _mm256_setr_epi8(0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, -1, -1, -1, -1,
+	                                       0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, -1, -1, -1, -1);
+	int i = 0, j;
+	for (; i + 2 < out_w; i += 2, d += 6, hw += 8 * k) {
+		const int16_t *p = acc + hx[i], *q = acc + hx[i + 1];
+		__m256i s = half;
+		for (j = 0; j < k; j += 2, p += 6, q += 6) {
+			__m256i x = _mm256_loadu2_m128i((const __m128i *)q, (const __m128i *)p);
+			__m256i w = _mm256_loadu2_m128i((const __m128i *)(hw + 4 * k + 4 * j),
+			                                (const __m128i *)(hw + 4 * j));
+			s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_shuffle_epi8(x, pairs), w));
+		}
+		s = _mm256_srai_epi32(s, H_SHIFT);
+		s = _mm256_packus_epi16(_mm256_packs_epi32(s, s), s);
+		int32_t a = _mm256_extract_epi32(s, 0), b = _mm256_extract_epi32(s, 4);
+		memcpy(d, &a, 4);
+		memcpy(d + 3, &b, 4);
+	}
+	return i;
+}
+
+static int ffr_have_avx2;
+
+__attribute__((constructor)) static void ffr_init(void) {
+	__builtin_cpu_init();
+	ffr_have_avx2 = __builtin_cpu_supports("avx2");
+}
+#endif
+
+static void hpass(unsigned char *restrict d, const int16_t *restrict acc,
                   int out_w, int k, const int32_t *restrict hx,
-                  const int32_t *restrict hw) {
-	int i, t;
-	switch (k) {
-	case 1:
-		for (i = 0; i < out_w; i++, d += 3) {
-			const int32_t *p = acc + hx[i];
+                  const int16_t *restrict hw) {
+	int i = 0;
+	if (k == 1) {
+		/* An axis copied: the taps' weights are all 1<<W_BITS. */
+		for (; i < out_w; i++, d += 3) {
+			const int16_t *p = acc + hx[i];
 			d[0] = (unsigned char)(p[0] >> ACC_BITS);
 			d[1] = (unsigned char)(p[1] >> ACC_BITS);
 			d[2] = (unsigned char)(p[2] >> ACC_BITS);
 		}
 		return;
-	case 2:
-		for (i = 0; i < out_w; i++, d += 3, hw += 2) {
-			const int32_t *p = acc + hx[i];
-			int32_t w0 = hw[0], w1 = hw[1];
-			d[0] = (unsigned char)((p[0] * w0 + p[3] * w1 + H_HALF) >> H_SHIFT);
-			d[1] = (unsigned char)((p[1] * w0 + p[4] * w1 + H_HALF) >> H_SHIFT);
-			d[2] = (unsigned char)((p[2] * w0 + p[5] * w1 + H_HALF) >> H_SHIFT);
-		}
-		return;
-	case 3:
-		for (i = 0; i < out_w; i++, d += 3, hw += 3) {
-			const int32_t *p = acc + hx[i];
-			int32_t w0 = hw[0], w1 = hw[1], w2 = hw[2];
-			d[0] = (unsigned char)((p[0] * w0 + p[3] * w1 + p[6] * w2 + H_HALF) >> H_SHIFT);
-			d[1] = (unsigned char)((p[1] * w0 + p[4] * w1 + p[7] * w2 + H_HALF) >> H_SHIFT);
-			d[2] = (unsigned char)((p[2] * w0 + p[5] * w1 + p[8] * w2 + H_HALF) >> H_SHIFT);
-		}
-		return;
 	}
-	for (i = 0; i < out_w; i++, d += 3, hw += k) {
-		const int32_t *p = acc + hx[i];
-		int32_t s0 = H_HALF, s1 = H_HALF, s2 = H_HALF;
-		for (t = 0; t < k; t++, p += 3) {
-			s0 += p[0] * hw[t];
-			s1 += p[1] * hw[t];
-			s2 += p[2] * hw[t];
+#if defined(FFR_AVX2)
+	if (ffr_have_avx2) {
+		i = hpass_avx2(d, acc, out_w, k, hx, hw);
+		d += 3 * i;
+		hw += 4 * k * i;
+	}
+#endif
+#if defined(__SSE2__)
+	const __m128i half = _mm_set1_epi32(H_HALF);
+	for (; i < out_w - 1; i++, d += 3, hw += 4 * k) {
+		const int16_t *p = acc + hx[i];
+		__m128i s = half;
+		int t;
+		for (t = 0; t < k; t += 2, p += 6) {
+			__m128i a = _mm_loadl_epi64((const __m128i *)p);
+			__m128i b = _mm_loadl_epi64((const __m128i *)(p + 3));
+			__m128i w = _mm_loadu_si128((const __m128i *)(hw + 4 * t));
+			s = _mm_add_epi32(s, _mm_madd_epi16(_mm_unpacklo_epi16(a, b), w));
 		}
-		d[0] = (unsigned char)(s0 >> H_SHIFT);
-		d[1] = (unsigned char)(s1 >> H_SHIFT);
-		d[2] = (unsigned char)(s2 >> H_SHIFT);
+		s = _mm_srai_epi32(s, H_SHIFT);
+		s = _mm_packus_epi16(_mm_packs_epi32(s, s), s);
+		int32_t px = _mm_cvtsi128_si32(s);
+		memcpy(d, &px, 4);
+	}
+#endif
+	for (; i < out_w; i++, d += 3, hw += 4 * k) {
+		hpixel(d, acc + hx[i], k, hw);
 	}
 }
 
 void ffr_resize(unsigned char *dst, int dst_stride, int out_w, int out_h,
                 const unsigned char *src, int src_stride, int src_off, int width,
                 const int32_t *ystart, const int32_t *yn, const int32_t *yoff,
-                const int32_t *yw, int kx, const int32_t *hx, const int32_t *hw,
-                int32_t *acc) {
+                const int32_t *yw, int kx, const int32_t *hx, const int16_t *hw,
+                int16_t *acc) {
 	int oy;
 	for (oy = 0; oy < out_h; oy++) {
 		vpass(acc, src + (long)ystart[oy] * src_stride + src_off, src_stride,

@@ -1,7 +1,7 @@
 package decode
 
 /*
-#cgo CFLAGS: -O3
+#cgo CFLAGS: -O3 -Wno-psabi
 #include "resize.h"
 */
 import "C"
@@ -24,10 +24,13 @@ import (
 // not safe for concurrent use.
 type Resizer struct {
 	xt, yt axisTable
-	acc    []int32 // one vertically filtered source row, 7 fractional bits
+	acc    []int16 // one vertically filtered source row, 7 fractional bits
 	// The horizontal taps of each output column, in write order: the
-	// element offset of the first tap in acc, and xt.k weights.
-	hx, hw []int32
+	// element offset of the first tap in acc, and its weights in pairs
+	// (the last weight zero when xt.k is odd), each pair (w, w') as the
+	// pattern w w' w w' w w' 0 0 that resize.c multiplies pixels by.
+	hx []int32
+	hw []int16
 }
 
 // axisTable maps each output index to a run of source indices and weights.
@@ -190,14 +193,19 @@ func (r *Resizer) ResizeWindow(dst []byte, dstStride, outW, outH int, src []byte
 
 	// Source columns [c0, c1) the horizontal taps touch; kstart is
 	// non-decreasing.
-	kx := xt.k
+	k := xt.k
 	c0 := int(xt.kstart[0])
-	c1 := int(xt.kstart[outW-1]) + kx
+	c1 := int(xt.kstart[outW-1]) + k
 	width := (c1 - c0) * 3
-	if cap(r.acc) < width {
-		r.acc = make([]int32, width)
+	// The C pass reads taps in pairs, up to 5 elements past the last.
+	if cap(r.acc) < width+8 {
+		r.acc = make([]int16, width+8)
 	}
-	acc := r.acc[:width]
+	acc := r.acc[:width+8]
+	kx := k
+	if k > 1 && k%2 == 1 {
+		kx++
+	}
 	// Horizontal taps in the order the output is written: mirrored when
 	// flipping.
 	hx, hw := r.hx[:0], r.hw[:0]
@@ -206,14 +214,25 @@ func (r *Resizer) ResizeWindow(dst []byte, dstStride, outW, outH int, src []byte
 			i = outW - 1 - i
 		}
 		hx = append(hx, (xt.kstart[i]-int32(c0))*3)
-		hw = append(hw, xt.kw[i*kx:i*kx+kx]...)
+		if k == 1 {
+			continue
+		}
+		w := xt.kw[i*k : i*k+k]
+		for t := 0; t < kx; t += 2 {
+			a, b := int16(w[t]), int16(0)
+			if t+1 < k {
+				b = int16(w[t+1])
+			}
+			hw = append(hw, a, b, a, b, a, b, 0, 0)
+		}
 	}
 	r.hx, r.hw = hx, hw
 
 	C.ffr_resize(bytesPtr(dst), C.int(dstStride), C.int(outW), C.int(outH),
 		bytesPtr(src), C.int(srcStride), C.int(c0*3), C.int(width),
 		i32Ptr(yt.start), i32Ptr(yt.n), i32Ptr(yt.off), i32Ptr(yt.w),
-		C.int(kx), i32Ptr(hx), i32Ptr(hw), i32Ptr(acc))
+		C.int(kx), i32Ptr(hx), (*C.int16_t)(unsafe.Pointer(unsafe.SliceData(hw))),
+		(*C.int16_t)(unsafe.Pointer(unsafe.SliceData(acc))))
 }
 
 // i32Ptr points C at the first element of s, which holds no Go pointers.

@@ -7,12 +7,14 @@
  * resize.go for the arithmetic. Each output row oy is made from source rows
  * ystart[oy] .. ystart[oy]+yn[oy]-1, weighted by yw[yoff[oy]...], over the
  * width elements (3 per pixel) of each row starting at src_off, into acc;
- * then output pixel i of the row (in write order) is the kx taps of acc at
- * element hx[i], 3 apart, weighted by hw[i*kx ...]. */
+ * then output pixel i of the row (in write order) is the kx taps (kx 1 or even)
+ * of acc at element hx[i], 3 apart, weighted by hw[i*4*kx ...], each pair
+ * of weights (w, w') as the pattern w w' w w' w w' 0 0 (for kx 1, hw is
+ * not read). acc holds width + 8 elements. */
 void ffr_resize(unsigned char *dst, int dst_stride, int out_w, int out_h,
                 const unsigned char *src, int src_stride, int src_off, int width,
                 const int32_t *ystart, const int32_t *yn, const int32_t *yoff,
-                const int32_t *yw, int kx, const int32_t *hx, const int32_t *hw,
-                int32_t *acc);
+                const int32_t *yw, int kx, const int32_t *hx, const int16_t *hw,
+                int16_t *acc);
 
 #endif
