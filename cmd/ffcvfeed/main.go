@@ -457,7 +457,7 @@ func decodeBenchCommand() *cli.Command {
 							if len(buf) < w*h*3 {
 								buf = make([]byte, w*h*3)
 							}
-							_, _, err = d.DecodeRegion(b, 0, 0, w, h, 1, buf, w*3)
+							_, _, err = d.DecodeRegion(b, 0, 0, w, h, 8, buf, w*3)
 						}
 						if err != nil {
 							slog.Warn("decode failed", "err", err)

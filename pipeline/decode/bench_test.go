@@ -46,7 +46,7 @@ func BenchmarkTrainCrop(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, _, err := d.DecodeRegion(f.data, 0, 0, w, h, 1, buf, w*3); err != nil {
+			if _, _, err := d.DecodeRegion(f.data, 0, 0, w, h, 8, buf, w*3); err != nil {
 				b.Fatal(err)
 			}
 		}

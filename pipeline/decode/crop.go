@@ -58,15 +58,41 @@ func CenterCropParams(w, h int, ratio float64) (x, y, cw, ch int) {
 	return (w - s) / 2, (h - s) / 2, s, s
 }
 
-// ChooseScale returns the largest JPEG DCT scale denominator in {1, 2, 4, 8}
-// that keeps a cw×ch region at least outW×outH pixels once scaled, so that
-// the resize after decoding only ever shrinks by the same or more than it
-// would at full resolution, never enlarges because of the scaling.
+// ChooseScale returns the smallest DCT scale m/8 (1 ≤ m ≤ 8) at which a
+// cw×ch crop keeps at least outW×outH pixels: m·cw/8 ≥ outW and
+// m·ch/8 ≥ outH. The resize after decoding then only ever shrinks the
+// crop, or enlarges it exactly as at full resolution (m = 8), and decodes
+// as few pixels as that allows.
 func ChooseScale(cw, ch, outW, outH int) int {
-	for _, d := range [...]int{8, 4, 2} {
-		if cw/d >= outW && ch/d >= outH {
-			return d
-		}
+	if cw <= 0 || ch <= 0 {
+		return 8
 	}
-	return 1
+	m := max((8*outW+cw-1)/cw, (8*outH+ch-1)/ch)
+	return min(max(m, 1), 8)
+}
+
+// window says what Apply decodes for a crop and where the resize reads: the
+// region of the image scaled by M/8 that DecodeRegion returns (X0, Y0,
+// W×H, in scaled pixels), and inside it the crop itself, which starts at
+// (FX, FY) and spans FW×FH scaled pixels. Source pixel c maps to scaled
+// pixel c·M/8, so the window is exactly the crop, scaled.
+type window struct {
+	M              int
+	X0, Y0, W, H   int
+	FX, FY, FW, FH float64
+}
+
+// scaledWindow is the window of the crop (x, y, cw, ch) of a w×h image
+// decoded at scale m/8, with the region rounded outward and clamped to the
+// scaled image as DecodeRegion does.
+func scaledWindow(x, y, cw, ch, w, h, m int) window {
+	x0, y0 := x*m/8, y*m/8
+	x1 := min(((x+cw)*m+7)/8, (w*m+7)/8)
+	y1 := min(((y+ch)*m+7)/8, (h*m+7)/8)
+	f := float64(m) / 8
+	return window{
+		M: m, X0: x0, Y0: y0, W: x1 - x0, H: y1 - y0,
+		FX: float64(x)*f - float64(x0), FY: float64(y)*f - float64(y0),
+		FW: float64(cw) * f, FH: float64(ch) * f,
+	}
 }

@@ -144,12 +144,22 @@ func TestCenterCropParams(t *testing.T) {
 
 func TestChooseScale(t *testing.T) {
 	for _, c := range []struct{ cw, ch, ow, oh, want int }{
-		{160, 160, 160, 160, 1}, {319, 400, 160, 160, 1}, {320, 320, 160, 160, 2},
-		{640, 700, 160, 160, 4}, {1280, 1280, 160, 160, 8}, {5000, 5000, 160, 160, 8},
-		{100, 100, 160, 160, 1},
+		{160, 160, 160, 160, 8}, {182, 182, 160, 160, 8}, {183, 183, 160, 160, 7}, {319, 400, 160, 160, 5},
+		{320, 320, 160, 160, 4}, {430, 430, 160, 160, 3}, {640, 700, 160, 160, 2},
+		{1280, 1280, 160, 160, 1}, {5000, 5000, 160, 160, 1}, {100, 100, 160, 160, 8}, {1000, 170, 160, 160, 8},
 	} {
 		if got := ChooseScale(c.cw, c.ch, c.ow, c.oh); got != c.want {
 			t.Errorf("ChooseScale(%d,%d,%d,%d) = %d, want %d", c.cw, c.ch, c.ow, c.oh, got, c.want)
+		}
+	}
+	// The smallest m/8 that keeps at least the output's pixels each way.
+	rng := rand.New(rand.NewPCG(3, 3))
+	for range 100000 {
+		cw, ch, ow, oh := 1+rng.IntN(2000), 1+rng.IntN(2000), 1+rng.IntN(500), 1+rng.IntN(500)
+		m := ChooseScale(cw, ch, ow, oh)
+		fits := func(m int) bool { return m*cw >= 8*ow && m*ch >= 8*oh }
+		if m < 1 || m > 8 || m < 8 && !fits(m) || m > 1 && fits(m-1) {
+			t.Fatalf("ChooseScale(%d,%d,%d,%d) = %d", cw, ch, ow, oh, m)
 		}
 	}
 }

@@ -38,6 +38,11 @@ type Op struct {
 	CenterRatio float64
 	// FlipProb is the probability of a horizontal flip.
 	FlipProb float64
+	// Exact decodes a JPEG crop at full resolution before resizing it, so
+	// the pixels are those of a full decode resized; otherwise the crop is
+	// decoded at the smallest DCT scale ChooseScale allows (see the
+	// package doc for the trade).
+	Exact bool
 }
 
 // Validate reports whether op can be applied.
@@ -122,24 +127,25 @@ func (d *Decoder) Apply(src []byte, mode Mode, w, h int, op Op, rng *rand.Rand, 
 			src[y*stride+x*3:], stride, cw, ch, flip)
 		return nil
 	case JPEG:
-		denom := ChooseScale(cw, ch, op.OutW, op.OutH)
-		rw := (x+cw+denom-1)/denom - x/denom
-		rh := (y+ch+denom-1)/denom - y/denom
-		if n := rw * rh * 3; cap(d.region) < n {
+		m := 8
+		switch {
+		case op.Exact:
+		case d.scale != nil:
+			m = d.scale(cw, ch, op.OutW, op.OutH)
+		default:
+			m = ChooseScale(cw, ch, op.OutW, op.OutH)
+		}
+		win := scaledWindow(x, y, cw, ch, w, h, m)
+		if n := win.W * win.H * 3; cap(d.region) < n {
 			d.region = make([]byte, n)
 		}
-		region := d.region[:rw*rh*3]
-		ow, oh, err := d.DecodeRegion(src, x, y, cw, ch, denom, region, rw*3)
+		region := d.region[:win.W*win.H*3]
+		ow, oh, err := d.DecodeRegion(src, x, y, cw, ch, m, region, win.W*3)
 		if err != nil {
 			return fmt.Errorf("apply: %w", err)
 		}
-		// The decoded region starts at x/denom, rounded down: map the
-		// exact crop onto it.
-		f := float64(denom)
-		fx := float64(x)/f - float64(x/denom)
-		fy := float64(y)/f - float64(y/denom)
-		d.resizer.ResizeWindow(dst, op.OutW*3, op.OutW, op.OutH, region, rw*3, ow, oh,
-			fx, fy, float64(cw)/f, float64(ch)/f, flip)
+		d.resizer.ResizeWindow(dst, op.OutW*3, op.OutW, op.OutH, region, win.W*3, ow, oh,
+			win.FX, win.FY, win.FW, win.FH, flip)
 		return nil
 	default:
 		return fmt.Errorf("apply: unknown mode %d: %w", mode, ErrArgument)

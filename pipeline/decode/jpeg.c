@@ -6,6 +6,7 @@
 #include <jpeglib.h>
 #include <jerror.h>
 
+#include "idct.h"
 #include "jpeg.h"
 
 /* Extra columns decoded on each side of a crop; see ffj_decode_region. */
@@ -19,6 +20,7 @@ struct ffj_decoder {
 	char warn[JMSG_LENGTH_MAX];
 	unsigned char *row; /* one scanline of the (widened) cropped output */
 	size_t rowcap;
+	int libjpeg_idct; /* use libjpeg's IDCT at every scale (ffj_idct.c's otherwise) */
 };
 
 static void ffj_error_exit(j_common_ptr c) {
@@ -82,6 +84,7 @@ void ffj_free(ffj_decoder *d) {
 }
 
 const char *ffj_message(ffj_decoder *d) { return d->msg; }
+void ffj_use_libjpeg_idct(ffj_decoder *d, int on) { d->libjpeg_idct = on; }
 const char *ffj_warning(ffj_decoder *d) { return d->warn; }
 
 static void ffj_reset(ffj_decoder *d) {
@@ -119,13 +122,13 @@ int ffj_header(ffj_decoder *d, const unsigned char *src, size_t n, int *w, int *
 }
 
 int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
-                      int x, int y, int w, int h, int denom,
+                      int x, int y, int w, int h, int m,
                       unsigned char *dst, size_t dst_len, int dst_stride,
                       int *out_w, int *out_h) {
 	/* volatile: read after a longjmp. */
 	volatile int x0 = 0, y0 = 0, x1 = 0, y1 = 0;
 	JDIMENSION xoff, cw;
-	int r;
+	int r, ci, pad;
 
 	ffj_reset(d);
 	*out_w = 0;
@@ -134,8 +137,8 @@ int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
 		snprintf(d->msg, sizeof(d->msg), "empty input");
 		return FFJ_ERR_ARG;
 	}
-	if (denom != 1 && denom != 2 && denom != 4 && denom != 8) {
-		snprintf(d->msg, sizeof(d->msg), "scale denominator %d not in {1,2,4,8}", denom);
+	if (m < 1 || m > 8) {
+		snprintf(d->msg, sizeof(d->msg), "scale %d/8 not in 1/8..8/8", m);
 		return FFJ_ERR_ARG;
 	}
 	if (x < 0 || y < 0 || w <= 0 || h <= 0) {
@@ -158,15 +161,16 @@ int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
 	}
 	d->d.out_color_space = JCS_RGB;
 	d->d.dct_method = JDCT_ISLOW;
-	d->d.scale_num = 1;
-	d->d.scale_denom = (unsigned int)denom;
+	d->d.scale_num = (unsigned int)m;
+	d->d.scale_denom = 8;
 	jpeg_start_decompress(&d->d);
 
-	/* Scaled region, rounded outward, clamped to the scaled image. */
-	x0 = x / denom;
-	y0 = y / denom;
-	x1 = (x + w + denom - 1) / denom;
-	y1 = (y + h + denom - 1) / denom;
+	/* Scaled region, rounded outward, clamped to the scaled image: source
+	 * column c maps to scaled column c*m/8. */
+	x0 = (int)((long)x * m / 8);
+	y0 = (int)((long)y * m / 8);
+	x1 = (int)(((long)(x + w) * m + 7) / 8);
+	y1 = (int)(((long)(y + h) * m + 7) / 8);
 	if (x1 > (int)d->d.output_width) x1 = (int)d->d.output_width;
 	if (y1 > (int)d->d.output_height) y1 = (int)d->d.output_height;
 	if (x1 <= x0 || y1 <= y0) {
@@ -186,18 +190,30 @@ int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
 	/* jpeg_crop_scanline widens the region leftward to an iMCU boundary
 	 * (and may widen it rightward); the requested columns start at
 	 * x0 - xoff within each decoded row. */
-	/* The decoded columns are padded on both sides: libjpeg treats the
-	 * cropped columns' ends as the image edges when upsampling chroma,
-	 * which changes the outer columns of a crop inside the image. The left
-	 * pad moves the start back an iMCU only when x0 lies within FFJ_PAD
-	 * columns of an iMCU boundary. */
-	xoff = (JDIMENSION)(x0 > FFJ_PAD ? x0 - FFJ_PAD : 0);
-	cw = (JDIMENSION)(x1 - (int)xoff + FFJ_PAD);
+	/* When a component is upsampled horizontally, the decoded columns are
+	 * padded on both sides: libjpeg treats the cropped columns' ends as the
+	 * image edges when upsampling chroma, which changes the outer columns
+	 * of a crop inside the image. The left pad moves the start back an iMCU
+	 * only when x0 lies within FFJ_PAD columns of an iMCU boundary. When
+	 * DCT scaling makes every component full size (4:2:0 below 8/8),
+	 * nothing is upsampled and no pad is needed. */
+	pad = 0;
+	for (ci = 0; ci < d->d.num_components; ci++) {
+		jpeg_component_info *c = &d->d.comp_info[ci];
+		if (c->h_samp_factor * c->DCT_scaled_size != d->d.max_h_samp_factor * d->d.min_DCT_scaled_size) {
+			pad = FFJ_PAD;
+		}
+	}
+	xoff = (JDIMENSION)(x0 > pad ? x0 - pad : 0);
+	cw = (JDIMENSION)(x1 - (int)xoff + pad);
 	if (xoff + cw > d->d.output_width) {
 		cw = d->d.output_width - xoff;
 	}
 	if (xoff != 0 || cw != d->d.output_width) {
 		jpeg_crop_scanline(&d->d, &xoff, &cw);
+	}
+	if (!d->libjpeg_idct) {
+		ffj_hook_idct(&d->d);
 	}
 	if ((size_t)d->d.output_width * 3 > d->rowcap) {
 		size_t need = (size_t)d->d.output_width * 3;

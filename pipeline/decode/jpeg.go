@@ -1,7 +1,7 @@
 package decode
 
 /*
-#cgo LDFLAGS: -ljpeg
+#cgo LDFLAGS: -ljpeg -lm
 #include <stdlib.h>
 #include "jpeg.h"
 */
@@ -37,6 +37,10 @@ type Decoder struct {
 	// Scratch for Apply, grown as needed and reused.
 	region  []byte
 	resizer Resizer
+
+	// scale picks Apply's DCT scale; nil means ChooseScale. Tests set it
+	// to compare scale rules.
+	scale func(cw, ch, outW, outH int) int
 }
 
 // NewDecoder allocates a Decoder.
@@ -58,6 +62,16 @@ func (d *Decoder) Close() {
 	d.cleanup.Stop()
 	C.ffj_free(d.c)
 	d.c = nil
+}
+
+// useLibjpegIDCT makes DCT-scaled decodes use libjpeg's own inverse DCT at
+// every scale, for comparisons.
+func (d *Decoder) useLibjpegIDCT(on bool) {
+	v := 0
+	if on {
+		v = 1
+	}
+	C.ffj_use_libjpeg_idct(d.c, C.int(v))
 }
 
 // LastWarning returns the last non-fatal libjpeg warning of the previous
@@ -103,17 +117,19 @@ func (d *Decoder) Header(src []byte) (w, h int, err error) {
 }
 
 // DecodeRegion decodes the region [x, x+w) × [y, y+h) of the JPEG image in
-// src, given in full-resolution pixels, at scale 1/scaleDenom (1, 2, 4 or
-// 8, using libjpeg's DCT scaling) as packed RGB into dst, whose rows lie
-// dstStride bytes apart. Grayscale images are expanded to RGB. The scaled
-// region is rounded outward (x/denom down, (x+w)/denom up) and clamped to
-// the scaled image; its size is returned.
+// src, given in full-resolution pixels, at scale m/8 (1 ≤ m ≤ 8; libjpeg's
+// DCT scaling turns each 8×8 block into m×m pixels) as packed RGB into dst,
+// whose rows lie dstStride bytes apart. Grayscale images are expanded to
+// RGB. Source column c maps to scaled column c·m/8; the scaled region is
+// rounded outward (x·m/8 down, (x+w)·m/8 up) and clamped to the scaled
+// image; its size is returned. At m = 8 the pixels equal a full decode's
+// byte for byte.
 //
 // Only the iMCU columns that cover the region are decoded, the rows above
 // it are skipped and decoding stops after its last row, so data damaged or
 // missing below the region goes unnoticed. Damage met while decoding, and
 // truncation inside the region, are errors wrapping ErrCorrupt.
-func (d *Decoder) DecodeRegion(src []byte, x, y, w, h int, scaleDenom int, dst []byte, dstStride int) (outW, outH int, err error) {
+func (d *Decoder) DecodeRegion(src []byte, x, y, w, h int, m int, dst []byte, dstStride int) (outW, outH int, err error) {
 	if d.c == nil {
 		return 0, 0, fmt.Errorf("decode region: decoder closed: %w", ErrArgument)
 	}
@@ -122,7 +138,7 @@ func (d *Decoder) DecodeRegion(src []byte, x, y, w, h int, scaleDenom int, dst [
 	}
 	var ow, oh C.int
 	rc := C.ffj_decode_region(d.c, bytesPtr(src), C.size_t(len(src)),
-		C.int(x), C.int(y), C.int(w), C.int(h), C.int(scaleDenom),
+		C.int(x), C.int(y), C.int(w), C.int(h), C.int(m),
 		bytesPtr(dst), C.size_t(len(dst)), C.int(dstStride), &ow, &oh)
 	runtime.KeepAlive(src)
 	runtime.KeepAlive(dst)
@@ -162,8 +178,8 @@ func Header(src []byte) (w, h int, err error) {
 
 // DecodeRegion is Decoder.DecodeRegion on a pooled Decoder; it is safe for
 // concurrent use.
-func DecodeRegion(src []byte, x, y, w, h int, scaleDenom int, dst []byte, dstStride int) (outW, outH int, err error) {
+func DecodeRegion(src []byte, x, y, w, h int, m int, dst []byte, dstStride int) (outW, outH int, err error) {
 	return withDecoder(func(d *Decoder) (int, int, error) {
-		return d.DecodeRegion(src, x, y, w, h, scaleDenom, dst, dstStride)
+		return d.DecodeRegion(src, x, y, w, h, m, dst, dstStride)
 	})
 }

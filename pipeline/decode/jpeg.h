@@ -14,6 +14,10 @@ typedef struct ffj_decoder ffj_decoder;
 ffj_decoder *ffj_new(void);
 void ffj_free(ffj_decoder *d);
 
+/* With on set, DCT-scaled decodes use libjpeg's own IDCT at every scale;
+ * by default the scales libjpeg-turbo has no SIMD code for use idct.c's. */
+void ffj_use_libjpeg_idct(ffj_decoder *d, int on);
+
 /* Message of the last error (or "" when none). Valid until the next call. */
 const char *ffj_message(ffj_decoder *d);
 /* Last non-fatal warning of the last call, or "". */
@@ -22,11 +26,11 @@ const char *ffj_warning(ffj_decoder *d);
 int ffj_header(ffj_decoder *d, const unsigned char *src, size_t n, int *w, int *h);
 
 /* Decodes the region [x, x+w) x [y, y+h) of full-resolution pixels at scale
- * 1/denom as RGB into dst (rows dst_stride bytes apart, dst_len bytes in
+ * m/8 (1 <= m <= 8) as RGB into dst (rows dst_stride bytes apart, dst_len bytes in
  * all). The scaled region is rounded outward; its size goes to *out_w,
  * *out_h. src and dst are used only during the call. */
 int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
-                      int x, int y, int w, int h, int denom,
+                      int x, int y, int w, int h, int m,
                       unsigned char *dst, size_t dst_len, int dst_stride,
                       int *out_w, int *out_h);
 

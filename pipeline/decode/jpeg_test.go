@@ -111,7 +111,7 @@ func TestDecodeRegionExact(t *testing.T) {
 				buf = make([]byte, n)
 			}
 			buf = buf[:n]
-			ow, oh, err := d.DecodeRegion(f.data, r.x, r.y, r.w, r.h, 1, buf, dstStride)
+			ow, oh, err := d.DecodeRegion(f.data, r.x, r.y, r.w, r.h, 8, buf, dstStride)
 			if err != nil {
 				t.Fatalf("%s %+v: %v", f.name, r, err)
 			}
@@ -204,7 +204,7 @@ func TestDecodeRegionScaled(t *testing.T) {
 				}
 				want, ow, oh := areaDown(pix, stride, w, h, r, denom)
 				got := make([]byte, ow*oh*3)
-				gw, gh, err := d.DecodeRegion(f.data, r.x, r.y, r.w, r.h, denom, got, ow*3)
+				gw, gh, err := d.DecodeRegion(f.data, r.x, r.y, r.w, r.h, 8/denom, got, ow*3)
 				if err != nil {
 					t.Fatalf("%s %+v /%d: %v", f.name, r, denom, err)
 				}
@@ -245,7 +245,7 @@ func TestCorrupt(t *testing.T) {
 	}
 	dst := make([]byte, w*h*3)
 	full := func(b []byte) error {
-		_, _, err := d.DecodeRegion(b, 0, 0, w, h, 1, dst, w*3)
+		_, _, err := d.DecodeRegion(b, 0, 0, w, h, 8, dst, w*3)
 		return err
 	}
 	cases := map[string][]byte{
@@ -284,18 +284,18 @@ func TestCorrupt(t *testing.T) {
 	}
 	// A region above the truncation point decodes; one below does not.
 	half := f.data[:len(f.data)/2]
-	if _, _, err := d.DecodeRegion(half, 0, 0, w, 8, 1, dst, w*3); err != nil {
+	if _, _, err := d.DecodeRegion(half, 0, 0, w, 8, 8, dst, w*3); err != nil {
 		t.Errorf("top rows of truncated file: %v", err)
 	}
-	if _, _, err := d.DecodeRegion(half, 0, h-8, w, 8, 1, dst, w*3); !errors.Is(err, ErrCorrupt) {
+	if _, _, err := d.DecodeRegion(half, 0, h-8, w, 8, 8, dst, w*3); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("bottom rows of truncated file: %v, want ErrCorrupt", err)
 	}
 	// Bad arguments.
-	for _, a := range []struct{ x, y, w, h, denom, stride int }{
-		{0, 0, w + 1, h, 1, (w + 1) * 3}, {-1, 0, 4, 4, 1, 12}, {0, 0, 0, 4, 1, 12},
-		{0, 0, 4, 4, 3, 12}, {0, 0, 4, 4, 1, 11}, {0, 0, w, h, 1, w*3 + 1},
+	for _, a := range []struct{ x, y, w, h, m, stride int }{
+		{0, 0, w + 1, h, 8, (w + 1) * 3}, {-1, 0, 4, 4, 8, 12}, {0, 0, 0, 4, 8, 12},
+		{0, 0, 4, 4, 0, 12}, {0, 0, 4, 4, 9, 12}, {0, 0, 4, 4, 8, 11}, {0, 0, w, h, 8, w*3 + 1},
 	} {
-		if _, _, err := d.DecodeRegion(f.data, a.x, a.y, a.w, a.h, a.denom, dst, a.stride); !errors.Is(err, ErrArgument) {
+		if _, _, err := d.DecodeRegion(f.data, a.x, a.y, a.w, a.h, a.m, dst, a.stride); !errors.Is(err, ErrArgument) {
 			t.Errorf("%+v: %v, want ErrArgument", a, err)
 		}
 	}
@@ -316,7 +316,7 @@ func TestGrayscale(t *testing.T) {
 	}
 	w, h := b.Dx(), b.Dy()
 	dst := make([]byte, w*h*3)
-	if _, _, err := DecodeRegion(enc.Bytes(), 0, 0, w, h, 1, dst, w*3); err != nil {
+	if _, _, err := DecodeRegion(enc.Bytes(), 0, 0, w, h, 8, dst, w*3); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < len(dst); i += 3 {
@@ -324,4 +324,52 @@ func TestGrayscale(t *testing.T) {
 			t.Fatalf("pixel %d not gray: %v", i/3, dst[i:i+3])
 		}
 	}
+}
+
+// TestDecodeRegionCropExact checks, at every scale m/8, that a region's
+// pixels equal those of the whole image decoded at that scale, byte for
+// byte: cropping columns, skipping rows and stopping early change nothing,
+// with and without the horizontal pad that chroma upsampling needs, in
+// every sampling layout.
+func TestDecodeRegionCropExact(t *testing.T) {
+	d, err := NewDecoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	rng := rand.New(rand.NewPCG(11, 12))
+	fixtures := append(loadFixtures(t, 20), layoutFixtures(t, 3)...)
+	checked := 0
+	for m := 1; m <= 8; m++ {
+		for _, f := range fixtures {
+			w, h, err := d.Header(f.data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sw, sh := (w*m+7)/8, (h*m+7)/8
+			whole := make([]byte, sw*sh*3)
+			if gw, gh, err := d.DecodeRegion(f.data, 0, 0, w, h, m, whole, sw*3); err != nil || gw != sw || gh != sh {
+				t.Fatalf("%s at %d/8: %dx%d, %v; want %dx%d", f.name, m, gw, gh, err, sw, sh)
+			}
+			for _, r := range testRegions(rng, w, h, 8) {
+				win := scaledWindow(r.x, r.y, r.w, r.h, w, h, m)
+				got := make([]byte, win.W*win.H*3)
+				gw, gh, err := d.DecodeRegion(f.data, r.x, r.y, r.w, r.h, m, got, win.W*3)
+				if err != nil {
+					t.Fatalf("%s %+v at %d/8: %v", f.name, r, m, err)
+				}
+				if gw != win.W || gh != win.H {
+					t.Fatalf("%s %+v at %d/8: output %dx%d, want %dx%d", f.name, r, m, gw, gh, win.W, win.H)
+				}
+				for yy := 0; yy < gh; yy++ {
+					want := whole[(win.Y0+yy)*sw*3+win.X0*3:][:gw*3]
+					if !bytes.Equal(got[yy*gw*3:][:gw*3], want) {
+						t.Fatalf("%s %+v at %d/8: row %d differs from the whole image's", f.name, r, m, yy)
+					}
+				}
+				checked++
+			}
+		}
+	}
+	t.Logf("%d regions at scales 1/8..8/8 equal to the whole image's pixels", checked)
 }
