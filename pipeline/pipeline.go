@@ -219,19 +219,16 @@ func (p *Pipeline) orderOf(epoch int) order.Options {
 	return o
 }
 
+// batch is one batch being filled: its samples, claimed one at a time by
+// the workers (next), and counted down as they finish (remaining).
 type batch struct {
 	slot, index, size int
+	ids               []uint32
 	images, labels    []byte
-	remaining         atomic.Int32
+	next, remaining   atomic.Int32
 	failed            []bool
 	err               error
 	errOnce           sync.Once
-}
-
-type job struct {
-	b *batch
-	j int
-	s uint32
 }
 
 // RunEpoch reads one epoch and publishes its batches to sink in order. It
@@ -268,10 +265,17 @@ func (p *Pipeline) RunEpochFrom(ctx context.Context, epoch, start int, sink Sink
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	jobs := make(chan job, 2*B)
+	// Each batch is handed to every worker, and the workers claim its
+	// samples one at a time: a worker moves to the next batch when the one
+	// it holds has no samples left. The feeder wakes once per batch, not
+	// once per sample; a goroutine woken per sample would need a P that
+	// the workers hold through their long cgo calls, and the scheduler's
+	// hand-offs cost more than the work.
+	workers := p.opts.Workers
+	jobs := make(chan *batch, 2*workers)
 	done := make(chan *batch, nb)
 	var wg sync.WaitGroup
-	for w := 0; w < p.opts.Workers; w++ {
+	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -279,7 +283,7 @@ func (p *Pipeline) RunEpochFrom(ctx context.Context, epoch, start int, sink Sink
 		}()
 	}
 	// The feeder acquires a slot per batch (waiting while the sink is full)
-	// and hands out its samples.
+	// and hands it out.
 	feedErr := make(chan error, 1)
 	go func() {
 		defer close(jobs)
@@ -295,11 +299,11 @@ func (p *Pipeline) RunEpochFrom(ctx context.Context, epoch, start int, sink Sink
 				feedErr <- fmt.Errorf("slot %d holds %d image and %d label bytes; a batch needs %d and %d", slot, len(images), len(labels), B*p.sampleBytes(), 8*B)
 				return
 			}
-			b := &batch{slot: slot, index: bi, size: hi - lo, images: images, labels: labels, failed: make([]bool, hi-lo)}
+			b := &batch{slot: slot, index: bi, size: hi - lo, ids: all[lo:hi], images: images, labels: labels, failed: make([]bool, hi-lo)}
 			b.remaining.Store(int32(hi - lo))
-			for j := lo; j < hi; j++ {
+			for range workers {
 				select {
-				case jobs <- job{b: b, j: j - lo, s: all[j]}:
+				case jobs <- b:
 				case <-ctx.Done():
 					feedErr <- ctx.Err()
 					return
@@ -406,7 +410,7 @@ func (p *Pipeline) putWorkerState(ws *workerState) {
 	}
 }
 
-func (p *Pipeline) worker(ctx context.Context, epoch int, jobs <-chan job, done chan<- *batch) {
+func (p *Pipeline) worker(ctx context.Context, epoch int, jobs <-chan *batch, done chan<- *batch) {
 	ws, err := p.getWorkerState()
 	if err != nil {
 		p.opts.Logger.Error("creating a JPEG decoder", "err", err)
@@ -417,32 +421,38 @@ func (p *Pipeline) worker(ctx context.Context, epoch int, jobs <-chan job, done 
 	o := p.opts
 	pcg := rand.NewPCG(0, 0)
 	rng := rand.New(pcg)
-	for jb := range jobs {
-		b := jb.b
-		// Each sample's augmentation depends only on (seed, epoch, sample).
-		pcg.Seed(o.Order.Seed^uint64(epoch)*0x9E3779B97F4A7C15, uint64(jb.s))
-		err := p.sample(ctx, dec, rng, jb, scratch)
-		if err != nil {
-			p.Errors.Add(1)
-			if ctx.Err() == nil {
-				p.opts.Logger.Error("sample failed", "sample", jb.s, "err", err)
+	for b := range jobs {
+		for {
+			j := int(b.next.Add(1)) - 1
+			if j >= b.size {
+				break
 			}
-			if o.OnError == "fail" || ctx.Err() != nil || !errors.Is(err, decode.ErrCorrupt) && !errors.Is(err, beton.ErrCorrupt) {
-				b.errOnce.Do(func() { b.err = fmt.Errorf("sample %d: %w", jb.s, err) })
+			s := b.ids[j]
+			// Each sample's augmentation depends only on (seed, epoch, sample).
+			pcg.Seed(o.Order.Seed^uint64(epoch)*0x9E3779B97F4A7C15, uint64(s))
+			err := p.sample(ctx, dec, rng, b, j, s, scratch)
+			if err != nil {
+				p.Errors.Add(1)
+				if ctx.Err() == nil {
+					p.opts.Logger.Error("sample failed", "sample", s, "err", err)
+				}
+				if o.OnError == "fail" || ctx.Err() != nil || !errors.Is(err, decode.ErrCorrupt) && !errors.Is(err, beton.ErrCorrupt) {
+					b.errOnce.Do(func() { b.err = fmt.Errorf("sample %d: %w", s, err) })
+				}
+				b.failed[j] = true
+			} else {
+				p.Images.Add(1)
 			}
-			b.failed[jb.j] = true
-		} else {
-			p.Images.Add(1)
-		}
-		if b.remaining.Add(-1) == 0 {
-			done <- b
+			if b.remaining.Add(-1) == 0 {
+				done <- b
+			}
 		}
 	}
 }
 
-func (p *Pipeline) sample(ctx context.Context, dec *decode.Decoder, rng *rand.Rand, jb job, scratch []byte) error {
+func (p *Pipeline) sample(ctx context.Context, dec *decode.Decoder, rng *rand.Rand, b *batch, j int, id uint32, scratch []byte) error {
 	o := p.opts
-	s := int(jb.s)
+	s := int(id)
 	img, err := p.f.Image(s, p.image)
 	if err != nil {
 		return err
@@ -458,7 +468,7 @@ func (p *Pipeline) sample(ctx context.Context, dec *decode.Decoder, rng *rand.Ra
 	}
 	pix := o.Op.OutW * o.Op.OutH * 3
 	per := p.sampleBytes()
-	out := jb.b.images[jb.j*per : (jb.j+1)*per]
+	out := b.images[j*per : (j+1)*per]
 	dst := scratch
 	if dst == nil {
 		dst = out[:pix]
@@ -471,7 +481,7 @@ func (p *Pipeline) sample(ctx context.Context, dec *decode.Decoder, rng *rand.Ra
 	if scratch != nil {
 		p.convert(out, scratch)
 	}
-	binary.LittleEndian.PutUint64(jb.b.labels[jb.j*8:], uint64(p.f.Int(s, p.label)))
+	binary.LittleEndian.PutUint64(b.labels[j*8:], uint64(p.f.Int(s, p.label)))
 	return nil
 }
 
