@@ -15,7 +15,8 @@
 #   scripts/bench.sh feed [N]     ffcvfeed on N real photos (default 5000, made by
 #                                 scripts/make-bench-data.sh): the pipeline (decode,
 #                                 random-resized crop to 160, flip, uint8 batches of
-#                                 256, 2 workers) vs decoding alone, and vs torchvision
+#                                 256, 2 workers), with m/8 DCT scaling and --exact,
+#                                 alternating with decoding alone, and vs torchvision
 #                                 ImageFolder + DataLoader (2 workers) doing the same;
 #                                 then ffcvfeed's peak RSS after epochs 1, 2 and 5
 #   scripts/bench.sh legacy [N]   unchanged torchvision code over the mount: ImageFolder +
@@ -208,6 +209,14 @@ images_per_s() {
 	sed -n 's|.* \([0-9.][0-9.]*\) images/s.*|\1|p' | tail -n 1
 }
 
+# steady_rate CMD...: the median images/s of the epochs after the first that
+# CMD, an ffcvfeed bench run, prints.
+steady_rate() {
+	local out
+	out=$("$@") || die "$* failed"
+	sed -n 's|^epoch \([0-9]*\):.* \([0-9.][0-9.]*\) images/s.*|\1 \2|p' <<<"$out" | awk '$1 > 0 {print $2}' | median
+}
+
 # rate_of CMD...: the median over RUNS runs of the images/s that CMD prints.
 rate_of() {
 	local i out r
@@ -249,16 +258,29 @@ bench_feed() {
 	local pipe=(--resolution 160 --crop random-resized --flip 0.5 --dtype uint8 --workers 2 --batch-size 256)
 	echo
 	echo "ffcvfeed: $n real-photo JPEGs (shorter side 300-500 px), 2 workers, $(nproc) cores, median of $RUNS runs"
-	echo "decode: full libjpeg-turbo decode of every image. pipeline and torchvision: random-resized crop to"
-	echo "160x160, flip 0.5, uint8 batches of 256, one epoch (torchvision's time includes starting its workers)."
+	echo "decode: full libjpeg-turbo decode of every image (all in memory). pipeline: random-resized crop to"
+	echo "160x160, flip 0.5, uint8 batches of 256, epochs 2-3 of a 3-epoch run (steady), decoding each crop at"
+	echo "the smallest DCT scale m/8 that keeps 160 pixels, or in full with --exact. The three alternate; the ratio"
+	echo "is the median of each run's ratio to its baseline. torchvision does the same crop with ImageFolder +"
+	echo "DataLoader, one epoch (its time includes starting its workers)."
 	echo "peak RSS: the process's peak resident size after each epoch of one 5-epoch ffcvfeed bench run."
 	printf '%-52s %10s %-9s %8s\n' "what" "value" "unit" "ratio"
-	local base r
+	local base r i b p x
+	local -a bases pipes exacts rp rx
 	bin/ffcvfeed decode-bench --data "$beton" --workers 2 >/dev/null || die "ffcvfeed decode-bench failed" # warm the page cache
-	base=$(rate_of bin/ffcvfeed decode-bench --data "$beton" --workers 2)
+	for ((i = 0; i < RUNS; i++)); do
+		b=$(bin/ffcvfeed decode-bench --data "$beton" --workers 2 | images_per_s) || die "ffcvfeed decode-bench failed"
+		p=$(steady_rate bin/ffcvfeed bench --data "$beton" "${pipe[@]}" --epochs 3)
+		x=$(steady_rate bin/ffcvfeed bench --data "$beton" "${pipe[@]}" --exact --epochs 3)
+		[[ -n $b && -n $p && -n $x ]] || die "no images/s figure from ffcvfeed decode-bench or bench"
+		bases+=("$b") pipes+=("$p") exacts+=("$x")
+		rp+=("$(echo "$p / $b" | bc -l)") rx+=("$(echo "$x / $b" | bc -l)")
+	done
+	base=$(printf '%s\n' "${bases[@]}" | median)
 	printf '%-52s %10.0f %-9s %8s\n' "ffcvfeed decode-bench --workers 2 (baseline)" "$base" "images/s" "1.00"
-	r=$(rate_of bin/ffcvfeed bench --data "$beton" "${pipe[@]}")
-	printf '%-52s %10.0f %-9s %8.3f\n' "ffcvfeed bench (pipeline)" "$r" "images/s" "$(echo "$r / $base" | bc -l)"
+	printf '%-52s %10.0f %-9s %8.3f\n' "ffcvfeed bench (pipeline, m/8 scaling)" "$(printf '%s\n' "${pipes[@]}" | median)" "images/s" "$(printf '%s\n' "${rp[@]}" | median)"
+	printf '%-52s %10.0f %-9s %8.3f\n' "ffcvfeed bench --exact (pipeline, full-size crops)" "$(printf '%s\n' "${exacts[@]}" | median)" "images/s" "$(printf '%s\n' "${rx[@]}" | median)"
+	echo "  per run, decode / m/8 / exact images/s: $(for ((i = 0; i < RUNS; i++)); do printf '%.0f/%.0f/%.0f ' "${bases[i]}" "${pipes[i]}" "${exacts[i]}"; done)"
 	r=$(rate_of /usr/bin/python3 scripts/torch_loader_bench.py "$folder" --workers 2 --batch-size 256 --resolution 160)
 	printf '%-52s %10.0f %-9s %8.3f\n' "torchvision ImageFolder + DataLoader" "$r" "images/s" "$(echo "$r / $base" | bc -l)"
 	local -a peaks

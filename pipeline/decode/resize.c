@@ -15,8 +15,82 @@
 #define H_HALF (1 << (H_SHIFT - 1))
 #define VCHUNK 256
 
-/* The vertical pass is plain loops over bytes that the compiler vectorizes;
- * on x86-64 it is also built for AVX2 and picked at load time. */
+/* On x86-64 both passes have AVX2 versions, used where the CPU has AVX2
+ * (checked once, at load time); the plain passes below do the rest. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define FFR_AVX2 1
+
+static int ffr_have_avx2;
+
+__attribute__((constructor)) static void ffr_init(void) {
+	__builtin_cpu_init();
+	ffr_have_avx2 = __builtin_cpu_supports("avx2");
+}
+
+/* vpass for n >= 2 taps, 16 elements at a time: pairs of rows, widened to
+ * int16 and interleaved, [a0 b0 a1 b1 ..], times the pair of weights in
+ * one multiply-add; the same int32 sums as vpass. Returns the elements
+ * done. */
+__attribute__((target("avx2"))) static int vpass_avx2(int16_t *acc, const unsigned char *src,
+                                                      int stride, int width, int n, const int32_t *w) {
+	const __m256i half = _mm256_set1_epi32(V_HALF);
+	int i, t;
+	for (i = 0; i + 16 <= width; i += 16) {
+		__m256i lo = half, hi = half;
+		for (t = 0; t < n; t += 2) {
+			const unsigned char *r = src + (long)t * stride + i;
+			__m256i a = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)r));
+			__m256i b = _mm256_setzero_si256();
+			int32_t wb = 0;
+			if (t + 1 < n) {
+				b = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(r + stride)));
+				wb = w[t + 1];
+			}
+			__m256i wp = _mm256_set1_epi32((int32_t)((uint32_t)w[t] | (uint32_t)wb << 16));
+			lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), wp));
+			hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), wp));
+		}
+		lo = _mm256_srai_epi32(lo, V_SHIFT);
+		hi = _mm256_srai_epi32(hi, V_SHIFT);
+		_mm256_storeu_si256((__m256i *)(acc + i), _mm256_packs_epi32(lo, hi));
+	}
+	return i;
+}
+
+/* hpass for k >= 2 taps (k even), two outputs at a time, one in each
+ * 128-bit lane, the pixels rearranged into pairs with one byte shuffle.
+ * Returns the outputs done; the row's last output, whose 4-byte store
+ * would pass the row's end, is left to hpass. */
+__attribute__((target("avx2"))) static int hpass_avx2(unsigned char *d, const int16_t *acc,
+                                                      int out_w, int k, const int32_t *hx,
+                                                      const int16_t *hw) {
+	const __m256i half = _mm256_set1_epi32(H_HALF);
+	const __m256i pairs = _mm256_setr_epi8(0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, -1, -1, -1, -1,
+	                                       0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, -1, -1, -1, -1);
+	int i = 0, j;
+	for (; i + 2 < out_w; i += 2, d += 6, hw += 8 * k) {
+		const int16_t *p = acc + hx[i], *q = acc + hx[i + 1];
+		__m256i s = half;
+		for (j = 0; j < k; j += 2, p += 6, q += 6) {
+			__m256i x = _mm256_loadu2_m128i((const __m128i *)q, (const __m128i *)p);
+			__m256i w = _mm256_loadu2_m128i((const __m128i *)(hw + 4 * k + 4 * j),
+			                                (const __m128i *)(hw + 4 * j));
+			s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_shuffle_epi8(x, pairs), w));
+		}
+		s = _mm256_srai_epi32(s, H_SHIFT);
+		s = _mm256_packus_epi16(_mm256_packs_epi32(s, s), s);
+		int32_t a = _mm256_extract_epi32(s, 0), b = _mm256_extract_epi32(s, 4);
+		memcpy(d, &a, 4);
+		memcpy(d + 3, &b, 4);
+	}
+	return i;
+}
+
+#endif
+
+/* The plain vertical pass is loops over bytes that the compiler
+ * vectorizes; on x86-64 it is also built for AVX2 and picked at load time. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define FFR_CLONES __attribute__((target_clones("avx2", "default")))
 #else
@@ -96,43 +170,6 @@ static inline void hpixel(unsigned char *d, const int16_t *p, int k, const int16
 	d[2] = (unsigned char)(s2 >> H_SHIFT);
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define FFR_AVX2 1
-
-/* Two outputs at a time, one in each 128-bit lane. */
-__attribute__((target("avx2"))) static int hpass_avx2(unsigned char *d, const int16_t *acc,
-                                                      int out_w, int k, const int32_t *hx,
-                                                      const int16_t *hw) {
-	const __m256i half = _mm256_set1_epi32(H_HALF);
-	const __m256i pairs = _mm256_setr_epi8(0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, -1, -1, -1, -1,
-	                                       0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, -1, -1, -1, -1);
-	int i = 0, j;
-	for (; i + 2 < out_w; i += 2, d += 6, hw += 8 * k) {
-		const int16_t *p = acc + hx[i], *q = acc + hx[i + 1];
-		__m256i s = half;
-		for (j = 0; j < k; j += 2, p += 6, q += 6) {
-			__m256i x = _mm256_loadu2_m128i((const __m128i *)q, (const __m128i *)p);
-			__m256i w = _mm256_loadu2_m128i((const __m128i *)(hw + 4 * k + 4 * j),
-			                                (const __m128i *)(hw + 4 * j));
-			s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_shuffle_epi8(x, pairs), w));
-		}
-		s = _mm256_srai_epi32(s, H_SHIFT);
-		s = _mm256_packus_epi16(_mm256_packs_epi32(s, s), s);
-		int32_t a = _mm256_extract_epi32(s, 0), b = _mm256_extract_epi32(s, 4);
-		memcpy(d, &a, 4);
-		memcpy(d + 3, &b, 4);
-	}
-	return i;
-}
-
-static int ffr_have_avx2;
-
-__attribute__((constructor)) static void ffr_init(void) {
-	__builtin_cpu_init();
-	ffr_have_avx2 = __builtin_cpu_supports("avx2");
-}
-#endif
 
 static void hpass(unsigned char *restrict d, const int16_t *restrict acc,
                   int out_w, int k, const int32_t *restrict hx,
@@ -185,8 +222,14 @@ void ffr_resize(unsigned char *dst, int dst_stride, int out_w, int out_h,
                 int16_t *acc) {
 	int oy;
 	for (oy = 0; oy < out_h; oy++) {
-		vpass(acc, src + (long)ystart[oy] * src_stride + src_off, src_stride,
-		      width, yn[oy], yw + yoff[oy]);
+		const unsigned char *s = src + (long)ystart[oy] * src_stride + src_off;
+		int done = 0;
+#if defined(FFR_AVX2)
+		if (ffr_have_avx2 && yn[oy] >= 2) {
+			done = vpass_avx2(acc, s, src_stride, width, yn[oy], yw + yoff[oy]);
+		}
+#endif
+		vpass(acc + done, s + done, src_stride, width - done, yn[oy], yw + yoff[oy]);
 		hpass(dst + (long)oy * dst_stride, acc, out_w, kx, hx, hw);
 	}
 }
