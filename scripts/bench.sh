@@ -16,7 +16,8 @@
 #                                 scripts/make-bench-data.sh): the pipeline (decode,
 #                                 random-resized crop to 160, flip, uint8 batches of
 #                                 256, 2 workers), with m/8 DCT scaling and --exact,
-#                                 alternating with decoding alone, and vs torchvision
+#                                 alternating with decoding alone, vs FFCV's Loader
+#                                 (when it builds here) and vs torchvision
 #                                 ImageFolder + DataLoader (2 workers) doing the same;
 #                                 then ffcvfeed's peak RSS after epochs 1, 2 and 5
 #   scripts/bench.sh legacy [N]   unchanged torchvision code over the mount: ImageFolder +
@@ -72,7 +73,10 @@
 # MAX_SECONDS (each reading way stops after that long; default 30), READERS
 # (the mount's --readers; default 64), CACHE and FEED_CACHE (the mount's
 # --cache-size for the readers and for ffcvfeed), WAYS (a regular expression:
-# only the reading ways whose names match) and FEED=0 (no ffcvfeed runs).
+# only the reading ways whose names match) and FEED=0 (no ffcvfeed runs). feed
+# reads FFCV_SRC, a checkout of libffcv/ffcv to build FFCV's Loader from
+# (default: ${FFCVFS_CACHE:-~/.cache/ffcvfs}/ffcv-src, cloned at $FFCV_COMMIT when
+# missing; FFCV=0 leaves FFCV out).
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -247,6 +251,32 @@ epoch_peaks_mib() {
 	done
 }
 
+# FFCV 1.0.x, the last release's code.
+FFCV_COMMIT=3a12966b3afe3a81733a732e633317d747bfaac7
+
+# ffcv_src: the folder of FFCV's source with its extension built in place,
+# from Debian's packages (Numba, OpenCV, libturbojpeg); prints nothing, and
+# says why on stderr, when it cannot be had.
+ffcv_src() {
+	local dir=${FFCV_SRC:-${FFCVFS_CACHE:-$HOME/.cache/ffcvfs}/ffcv-src}
+	[[ ${FFCV:-1} != 0 ]] || return 0
+	if [[ ! -f $dir/setup.py ]]; then
+		if ! git clone -q https://github.com/libffcv/ffcv "$dir" >&2 || ! git -C "$dir" checkout -q "$FFCV_COMMIT" >&2; then
+			rm -rf "$dir"
+			log "FFCV left out: cannot clone https://github.com/libffcv/ffcv (set FFCV_SRC to a checkout)"
+			return 0
+		fi
+	fi
+	ensure_apt python3-numba python3-opencv libopencv-dev libturbojpeg0-dev python3-tqdm python3-psutil python3-dev g++ pkg-config
+	if ! compgen -G "$dir/ffcv/_libffcv*.so" >/dev/null; then
+		if ! (cd "$dir" && /usr/bin/python3 setup.py build_ext --inplace) >&2; then
+			log "FFCV left out: its extension did not build in $dir"
+			return 0
+		fi
+	fi
+	echo "$dir"
+}
+
 bench_feed() {
 	local n=${1:-5000}
 	[[ $n =~ ^[0-9]+$ ]] || die "N must be a whole number, got '$n'"
@@ -261,8 +291,9 @@ bench_feed() {
 	echo "decode: full libjpeg-turbo decode of every image (all in memory). pipeline: random-resized crop to"
 	echo "160x160, flip 0.5, uint8 batches of 256, epochs 2-3 of a 3-epoch run (steady), decoding each crop at"
 	echo "the smallest DCT scale m/8 that keeps 160 pixels, or in full with --exact. The three alternate; the ratio"
-	echo "is the median of each run's ratio to its baseline. torchvision does the same crop with ImageFolder +"
-	echo "DataLoader, one epoch (its time includes starting its workers)."
+	echo "is the median of each run's ratio to its baseline. FFCV's Loader (built from Debian's Numba and OpenCV)"
+	echo "reads the same beton from the page cache in random order, epochs 2-3 of 3. torchvision does the same"
+	echo "crop with ImageFolder + DataLoader, one epoch (its time includes starting its workers)."
 	echo "peak RSS: the process's peak resident size after each epoch of one 5-epoch ffcvfeed bench run."
 	printf '%-52s %10s %-9s %8s\n' "what" "value" "unit" "ratio"
 	local base r i b p x
@@ -281,6 +312,12 @@ bench_feed() {
 	printf '%-52s %10.0f %-9s %8.3f\n' "ffcvfeed bench (pipeline, m/8 scaling)" "$(printf '%s\n' "${pipes[@]}" | median)" "images/s" "$(printf '%s\n' "${rp[@]}" | median)"
 	printf '%-52s %10.0f %-9s %8.3f\n' "ffcvfeed bench --exact (pipeline, full-size crops)" "$(printf '%s\n' "${exacts[@]}" | median)" "images/s" "$(printf '%s\n' "${rx[@]}" | median)"
 	echo "  per run, decode / m/8 / exact images/s: $(for ((i = 0; i < RUNS; i++)); do printf '%.0f/%.0f/%.0f ' "${bases[i]}" "${pipes[i]}" "${exacts[i]}"; done)"
+	local ffcv
+	ffcv=$(ffcv_src)
+	if [[ -n $ffcv ]]; then
+		r=$(for ((i = 0; i < RUNS; i++)); do steady_rate /usr/bin/python3 scripts/ffcv_loader_bench.py "$beton" --ffcv "$ffcv" --workers 2 --batch-size 256 --resolution 160 --epochs 3; done | median)
+		printf '%-52s %10.0f %-9s %8.3f\n' "FFCV 1.0 Loader, same crop, epochs 2-3 (JIT done)" "$r" "images/s" "$(echo "$r / $base" | bc -l)"
+	fi
 	r=$(rate_of /usr/bin/python3 scripts/torch_loader_bench.py "$folder" --workers 2 --batch-size 256 --resolution 160)
 	printf '%-52s %10.0f %-9s %8.3f\n' "torchvision ImageFolder + DataLoader" "$r" "images/s" "$(echo "$r / $base" | bc -l)"
 	local -a peaks

@@ -28,12 +28,9 @@ __attribute__((constructor)) static void ffr_init(void) {
 	ffr_have_avx2 = __builtin_cpu_supports("avx2");
 }
 
-/* vpass for n >= 2 taps, 16 elements at a time: pairs of rows, widened to
- * int16 and interleaved, [a0 b0 a1 b1 ..], times the pair of weights in
- * one multiply-add; the same int32 sums as vpass. Returns the elements
- * done. */
-__attribute__((target("avx2"))) static int vpass_avx2(int16_t *acc, const unsigned char *src,
-                                                      int stride, int width, int n, const int32_t *w) {
+__attribute__((target("avx2"), always_inline)) static inline int
+vpass_avx2_n(int16_t *acc, const unsigned char *src, int stride, int width, const int n,
+             const int32_t *w) {
 	const __m256i half = _mm256_set1_epi32(V_HALF);
 	int i, t;
 	for (i = 0; i + 16 <= width; i += 16) {
@@ -58,13 +55,25 @@ __attribute__((target("avx2"))) static int vpass_avx2(int16_t *acc, const unsign
 	return i;
 }
 
-/* hpass for k >= 2 taps (k even), two outputs at a time, one in each
- * 128-bit lane, the pixels rearranged into pairs with one byte shuffle.
- * Returns the outputs done; the row's last output, whose 4-byte store
- * would pass the row's end, is left to hpass. */
-__attribute__((target("avx2"))) static int hpass_avx2(unsigned char *d, const int16_t *acc,
-                                                      int out_w, int k, const int32_t *hx,
-                                                      const int16_t *hw) {
+/* vpass for n >= 2 taps, 16 elements at a time: pairs of rows, widened to
+ * int16 and interleaved, [a0 b0 a1 b1 ..], times the pair of weights in
+ * one multiply-add; the same int32 sums as vpass. The common tap counts
+ * have their loops unrolled. Returns the elements done. */
+__attribute__((target("avx2"))) static int vpass_avx2(int16_t *acc, const unsigned char *src,
+                                                      int stride, int width, int n, const int32_t *w) {
+	switch (n) {
+	case 2:
+		return vpass_avx2_n(acc, src, stride, width, 2, w);
+	case 3:
+		return vpass_avx2_n(acc, src, stride, width, 3, w);
+	default:
+		return vpass_avx2_n(acc, src, stride, width, n, w);
+	}
+}
+
+__attribute__((target("avx2"), always_inline)) static inline int
+hpass_avx2_k(unsigned char *d, const int16_t *acc, int out_w, const int k, const int32_t *hx,
+             const int16_t *hw) {
 	const __m256i half = _mm256_set1_epi32(H_HALF);
 	const __m256i pairs = _mm256_setr_epi8(0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, -1, -1, -1, -1,
 	                                       0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, -1, -1, -1, -1);
@@ -72,8 +81,8 @@ __attribute__((target("avx2"))) static int hpass_avx2(unsigned char *d, const in
 	for (; i + 2 < out_w; i += 2, d += 6, hw += 8 * k) {
 		const int16_t *p = acc + hx[i], *q = acc + hx[i + 1];
 		__m256i s = half;
-		for (j = 0; j < k; j += 2, p += 6, q += 6) {
-			__m256i x = _mm256_loadu2_m128i((const __m128i *)q, (const __m128i *)p);
+		for (j = 0; j < k; j += 2) {
+			__m256i x = _mm256_loadu2_m128i((const __m128i *)(q + 3 * j), (const __m128i *)(p + 3 * j));
 			__m256i w = _mm256_loadu2_m128i((const __m128i *)(hw + 4 * k + 4 * j),
 			                                (const __m128i *)(hw + 4 * j));
 			s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_shuffle_epi8(x, pairs), w));
@@ -85,6 +94,24 @@ __attribute__((target("avx2"))) static int hpass_avx2(unsigned char *d, const in
 		memcpy(d + 3, &b, 4);
 	}
 	return i;
+}
+
+/* hpass for k >= 2 taps (k even), two outputs at a time, one in each
+ * 128-bit lane, the pixels rearranged into pairs with one byte shuffle;
+ * the common tap counts with their loops unrolled. Returns the outputs
+ * done; the row's last output, whose 4-byte store would pass the row's
+ * end, is left to hpass. */
+__attribute__((target("avx2"))) static int hpass_avx2(unsigned char *d, const int16_t *acc,
+                                                      int out_w, int k, const int32_t *hx,
+                                                      const int16_t *hw) {
+	switch (k) {
+	case 2:
+		return hpass_avx2_k(d, acc, out_w, 2, hx, hw);
+	case 4:
+		return hpass_avx2_k(d, acc, out_w, 4, hx, hw);
+	default:
+		return hpass_avx2_k(d, acc, out_w, k, hx, hw);
+	}
 }
 
 #endif
