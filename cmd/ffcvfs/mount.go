@@ -183,23 +183,22 @@ func runMount(c *cli.Context) error {
 		return cli.Exit(err.Error(), 1)
 	}
 	defer view.Close()
+	// Metrics first: once the mount is visible, it can be scraped.
+	if metricsAddr != "" {
+		reg, err := metrics.NewRegistry(append(view.Collectors(), metrics.Cache("ffcvfs", cache, source))...)
+		if err != nil {
+			return cli.Exit(err.Error(), 1)
+		}
+		ms, err := metrics.Serve(metricsAddr, reg, slog.Default())
+		if err != nil {
+			return cli.Exit(err.Error(), 1)
+		}
+		defer ms.Close()
+		slog.Info("serving metrics", "url", "http://"+ms.Addr()+"/metrics")
+	}
 	srv, err := fs.Mount(mnt, view, fs.MountOptions{FsName: source.Name(), AllowOther: c.Bool("allow-other"), Debug: c.Bool("debug-fuse"), SourcePath: localPath})
 	if err != nil {
 		return cli.Exit(err.Error(), 1)
-	}
-	if metricsAddr != "" {
-		reg, err := metrics.NewRegistry(append(view.Collectors(), metrics.Cache("ffcvfs", cache, source))...)
-		if err == nil {
-			var ms *metrics.Server
-			if ms, err = metrics.Serve(metricsAddr, reg, slog.Default()); err == nil {
-				defer ms.Close()
-				slog.Info("serving metrics", "url", "http://"+ms.Addr()+"/metrics")
-			}
-		}
-		if err != nil {
-			srv.Unmount()
-			return cli.Exit(err.Error(), 1)
-		}
 	}
 	st := cache.Stats()
 	slog.Info("mounted", "source", source.Name(), "mountpoint", mnt, "samples", f.NumSamples(), "classes", len(view.Classes()),
