@@ -96,8 +96,9 @@ func (op Op) Crop(rng *rand.Rand, w, h int) (x, y, cw, ch int, flip bool) {
 
 // Apply transforms one image into dst, OutH×OutW×3 bytes (HWC RGB): it picks
 // the crop (Op.Crop), decodes only that region of a JPEG at the DCT scale
-// ChooseScale allows, or takes it straight from Raw pixels, and resizes it
-// into dst, flipped when drawn. For JPEG, w and h may be 0, in which case
+// ChooseScale picks (at full size with Op.Exact), or takes it straight from
+// Raw pixels, and resizes the crop's exact window (scaledWindow) into dst,
+// flipped when drawn. For JPEG, w and h may be 0, in which case
 // they are read from the header; for Raw they are required. rng may be nil
 // for a CenterCrop without random flips.
 func (d *Decoder) Apply(src []byte, mode Mode, w, h int, op Op, rng *rand.Rand, dst []byte) error {
