@@ -64,8 +64,8 @@ func BenchmarkTrainCrop(b *testing.B) {
 				b.Fatal(err)
 			}
 			x, y, cw, ch, _ := op.Crop(rng, w, h)
-			denom := ChooseScale(cw, ch, op.OutW, op.OutH)
-			if _, _, err := d.DecodeRegion(f.data, x, y, cw, ch, denom, buf, cw*3); err != nil {
+			m := ChooseScale(cw, ch, op.OutW, op.OutH)
+			if _, _, err := d.DecodeRegion(f.data, x, y, cw, ch, m, buf, cw*3); err != nil {
 				b.Fatal(err)
 			}
 		}

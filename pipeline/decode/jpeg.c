@@ -20,7 +20,7 @@ struct ffj_decoder {
 	char warn[JMSG_LENGTH_MAX];
 	unsigned char *row; /* one scanline of the (widened) cropped output */
 	size_t rowcap;
-	int libjpeg_idct; /* use libjpeg's IDCT at every scale (ffj_idct.c's otherwise) */
+	int libjpeg_idct; /* use libjpeg's IDCT at every scale (idct.c's otherwise) */
 };
 
 static void ffj_error_exit(j_common_ptr c) {
