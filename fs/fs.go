@@ -129,6 +129,7 @@ type View struct {
 	image int // field index
 	label int // field index
 
+	gid      uint32     // group of every file, the mount process's
 	classes  []string   // folder name per class folder
 	labelOf  []int64    // label of each class folder
 	members  [][]uint32 // sample ids of each class folder, ascending
@@ -171,7 +172,7 @@ func NewView(c *pagecache.Cache, opts Options) (*View, error) {
 		return nil, err
 	}
 	f := c.File()
-	v := &View{cache: c, f: f, opts: opts, image: -1}
+	v := &View{cache: c, f: f, opts: opts, image: -1, gid: uint32(os.Getgid())}
 	v.errs = errorLog{log: opts.Logger, seen: map[string]int{}}
 	v.announcing = map[uint32]*announcement{}
 	if opts.RequestTimes {
