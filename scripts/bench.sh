@@ -31,7 +31,11 @@
 #                                 alternating in one process. Images/s and ratio, the
 #                                 mount's CPU per 1,000 files (/proc/PID/stat) and FUSE
 #                                 requests per file by opcode (stats.json); then the page
-#                                 cache each root holds (fincore) and the mounts' RSS
+#                                 cache each root holds (fincore) and the mounts' RSS.
+#                                 Two more rows read the plain folder and the default
+#                                 mount opening files with open(path, "rb", buffering=4096),
+#                                 which asks no isatty(): the mount's cost without the
+#                                 IOCTL round trip the kernel makes for every isatty()
 #   scripts/bench.sh metrics [N] what --metrics-addr costs: bench.sh legacy's loader over
 #                                 the plain folder, a mount with default flags, and one
 #                                 with --metrics-addr scraped every second
@@ -367,14 +371,16 @@ page_cache_mib() {
 
 # bench_legacy N [WAY...]: the legacy loader over the plain folder and over
 # mounts made each WAY, "NAME|FLAGS" (default: default flags, --kernel-cache,
-# OPEN answered with direct I/O). A FLAGS of --metrics-addr gets a free
-# loopback port and a scraper that fetches /metrics every second.
+# OPEN answered with direct I/O, and the no-isatty rows). A FLAGS of
+# --metrics-addr gets a free loopback port and a scraper that fetches
+# /metrics every second.
 bench_legacy() {
 	local n=${1:-5000}
 	[[ $n =~ ^[0-9]+$ ]] || die "N must be a whole number, got '$n'"
 	shift || true
 	local -a ways=("default flags|" "--kernel-cache|--kernel-cache" "direct I/O, OPEN answered|--fuse-compat=opens")
-	(($# == 0)) || ways=("$@")
+	local -a extra=(--no-isatty)
+	(($# == 0)) || ways=("$@") extra=()
 	local dir=${BENCH_DIR:-${FFCVFS_CACHE:-$HOME/.cache/ffcvfs}/bench}/feed-$n
 	ensure_apt python3-torchvision python3-pil fuse3 util-linux curl
 	scripts/make-bench-data.sh "$n" "$dir" >&2 || die "make-bench-data.sh failed"
@@ -412,9 +418,10 @@ bench_legacy() {
 	echo "DataLoader(num_workers=2, batch_size=64); $n real-photo JPEGs, warm, $(nproc) cores;"
 	echo "epochs alternate between the roots in one process; medians of $RUNS rounds after one of warm-up."
 	echo "cpu: the mount's CPU time per 1,000 files read; req/file: FUSE requests per file, by opcode."
+	((${#extra[@]} == 0)) || echo "no isatty: files opened with buffering=4096 (no isatty()); the mount's ratio is to the plain folder read so."
 	local out
 	out=$(/usr/bin/python3 scripts/legacy_bench.py --plain "$dir/imagefolder" "${specs[@]}" --rounds "$RUNS" \
-		--workers 2 --batch-size 64 --resolution 224 | tee "$tmp/epochs.txt") || die "legacy_bench.py failed"
+		--workers 2 --batch-size 64 --resolution 224 "${extra[@]}" | tee "$tmp/epochs.txt") || die "legacy_bench.py failed"
 	[[ -z ${VERBOSE:-} ]] || cat "$tmp/epochs.txt"
 	printf '%-44s %9s %7s %9s %8s  %s\n' "what" "images/s" "ratio" "cpu ms/1k" "req/file" "by opcode"
 	sed -n 's/^median //p' <<<"$out" | awk '{
