@@ -6,19 +6,21 @@ one root per epoch, the roots taken in turn, round after round.
 
     /usr/bin/python3 scripts/legacy_bench.py --plain DIR
         --mount NAME=MNT:PID [--mount ...] [--rounds 5] [--workers 2]
-        [--batch-size 64] [--resolution 224]
+        [--batch-size 64] [--resolution 224] [--no-isatty]
 
 Each round reads the plain folder with shuffle=True, then each mount with
 shuffle=True and with QuasiRandomSampler (python/ffcvfs_sampler.py), after
-one round of warm-up that is not counted. With --no-isatty it also reads the
-plain folder and the first mount with a loader that opens each image with
-open(path, "rb", buffering=4096): the same buffer as open()'s default here,
-but CPython then asks no isatty(), the TCGETS ioctl that a FUSE kernel
-sends to the mount as an IOCTL request at every open. Those rows' ratios are
-to the plain folder read the same way: what the mount costs without that
-round trip. For a mount epoch it also records
+one round of warm-up that is not counted. For a mount epoch it also records
 the mount process's CPU time (utime + stime from /proc/PID/stat) and the
 FUSE requests the mount served (stats.json's fuse.requests), per file read.
+
+With --no-isatty it also reads the plain folder and the first mount with a
+loader that opens each image with open(path, "rb", buffering=4096): the
+same buffer as open()'s default here, but CPython then asks no isatty(), the
+TCGETS ioctl that the kernel sends to a FUSE mount as an IOCTL request at
+every open. Those rows' ratios are to the plain folder read the same way:
+what the mount costs without that round trip.
+
 Prints one line per epoch, `epoch WHAT: ...`, then one line per WHAT with
 the medians: `median WHAT: R images/s ratio X cpu_us_per_file C req_per_file
 {...}`.
