@@ -78,9 +78,12 @@ mount_pid=$!
 trap 'kill -TERM $mount_pid 2>/dev/null; wait $mount_pid 2>/dev/null || true' EXIT
 for _ in $(seq 100); do [[ -e $mnt/.ffcvfs/stats.json ]] && break; sleep 0.1; done
 [[ -e $mnt/.ffcvfs/stats.json ]] || die "the mount did not come up: $(cat "$demo_dir/mount.log")"
-say "ls $mnt | head -3; ls -l $mnt/$(ls "$mnt" | head -1) | head -4:"
-ls "$mnt" | head -3
-ls -l "$mnt/$(ls "$mnt" | head -1)" | head -4
+# sed, not head: head leaves as soon as it has its lines, and ls, still
+# writing, would die of SIGPIPE, which pipefail makes the demo's failure.
+cls=$(ls "$mnt" | sed -n 1p)
+say "ls $mnt | sed -n 1,3p; ls -l $mnt/$cls | sed -n 1,4p:"
+ls "$mnt" | sed -n 1,3p
+ls -l "$mnt/$cls" | sed -n 1,4p
 
 step "8. torchvision's ImageFolder over the mount"
 say "Unchanged torchvision code reads the mount. A DataLoader with 2 workers reads one" \
