@@ -502,6 +502,22 @@ func (c *Cache) acquire(ctx context.Context, dp int32, sample int) (*Page, error
 			c.stats.PrefetchHits++
 		}
 	}
+	// loaded ends a demand load this reader made, called unlocked: the
+	// load's error, or the wait counted and the read recorded.
+	loaded := func(op *loadOp) error {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if op.err != nil {
+			return op.err
+		}
+		if waited {
+			c.stats.WaitTime += time.Since(start)
+		}
+		if sample >= 0 {
+			c.recordRead(sample)
+		}
+		return nil
+	}
 	for {
 		if c.closed {
 			c.mu.Unlock()
@@ -551,16 +567,9 @@ func (c *Cache) acquire(ctx context.Context, dp int32, sample int) (*Page, error
 				e.pins = 1
 				c.mu.Unlock()
 				c.loadRanges(ctx, []*rangeEntry{e}, lo, lo+int64(n), op)
-				c.mu.Lock()
-				if op.err != nil {
-					c.mu.Unlock()
-					return nil, op.err
+				if err := loaded(op); err != nil {
+					return nil, err
 				}
-				if waited {
-					c.stats.WaitTime += time.Since(start)
-				}
-				c.recordRead(sample)
-				c.mu.Unlock()
 				return &e.pg, nil
 			}
 		}
@@ -576,21 +585,11 @@ func (c *Cache) acquire(ctx context.Context, dp int32, sample int) (*Page, error
 		op := c.startLoad(si, dp, false)
 		c.mu.Unlock()
 		c.load(ctx, si, dp, op)
-		c.mu.Lock()
-		if op.err != nil {
-			c.mu.Unlock()
-			return nil, op.err
-		}
-		if waited {
-			c.stats.WaitTime += time.Since(start)
+		if err := loaded(op); err != nil {
+			return nil, err
 		}
 		// The loader's pin becomes the caller's.
-		s := &c.slots[si]
-		if sample >= 0 {
-			c.recordRead(sample)
-		}
-		c.mu.Unlock()
-		return &s.pg, nil
+		return &c.slots[si].pg, nil
 	}
 }
 
