@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
-	"slices"
 	"strconv"
 	"syscall"
 
@@ -26,11 +25,7 @@ var (
 	_ = (gofs.NodeOpener)((*snapshotNode)(nil))
 	_ = (gofs.NodeReader)((*snapshotNode)(nil))
 	_ = (gofs.NodeGetattrer)((*snapshotNode)(nil))
-	_ = (gofs.NodeOpener)((*announceNode)(nil))
-	_ = (gofs.NodeGetattrer)((*announceNode)(nil))
-	_ = (gofs.NodeSetattrer)((*announceNode)(nil))
-	_ = (gofs.NodeWriter)((*announceNode)(nil))
-	_ = (gofs.NodeReader)((*announceNode)(nil))
+	_ = (gofs.NodeGetattrer)((*announceLink)(nil))
 	_ = (gofs.NodeLookuper)((*ordersNode)(nil))
 	_ = (gofs.NodeGetattrer)((*ordersNode)(nil))
 )
@@ -52,7 +47,7 @@ func (n *ctlNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	return gofs.NewListDirStream([]fuse.DirEntry{
 		{Name: "dataset.beton", Mode: syscall.S_IFREG, Ino: inoDataset},
 		{Name: "stats.json", Mode: syscall.S_IFREG, Ino: inoStats},
-		{Name: "announce", Mode: syscall.S_IFREG, Ino: inoAnnounce},
+		{Name: "announce", Mode: syscall.S_IFLNK, Ino: inoAnnounce},
 		{Name: "orders", Mode: syscall.S_IFDIR, Ino: inoOrders},
 	}), 0
 }
@@ -70,8 +65,8 @@ func (n *ctlNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		return v.snapshot(ctx, &n.Inode, out, v.statsJSON)
 	case "announce":
 		ino = inoAnnounce
-		v.fileAttr(&out.Attr, ino, 0o600, 0)
-		node = &announceNode{v: v}
+		v.linkAttr(&out.Attr, ino, v.announcer.path)
+		node = &announceLink{v: v}
 	case "orders":
 		ino = inoOrders
 		v.dirAttr(&out.Attr, ino, 0o555)
@@ -81,8 +76,11 @@ func (n *ctlNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	}
 	v.entry(out)
 	mode := uint32(syscall.S_IFREG)
-	if name == "orders" {
+	switch name {
+	case "orders":
 		mode = syscall.S_IFDIR
+	case "announce":
+		mode = syscall.S_IFLNK
 	}
 	return n.NewInode(ctx, node, gofs.StableAttr{Mode: mode, Ino: ino}), 0
 }
@@ -213,7 +211,8 @@ type Stats struct {
 	// DataBytes is the size of the data pages, the dataset's share of
 	// what is read from storage.
 	DataBytes int64 `json:"data_bytes"`
-	// Announced counts the orders announced through .ffcvfs/announce.
+	// Announced counts the orders announced through .ffcvfs/announce (the
+	// announce socket).
 	// A plan leaves cache.plans once every sample of it has been read, so
 	// this is how a finished announcement shows.
 	Announced uint64 `json:"announced"`
@@ -253,189 +252,6 @@ func (v *View) viewStats() Stats {
 func (v *View) statsJSON(ctx context.Context) ([]byte, error) {
 	b, err := json.MarshalIndent(v.Stats(), "", "  ")
 	return append(b, '\n'), err
-}
-
-// announceNode is .ffcvfs/announce: writing an order announces it as the
-// writing process's plan.
-//
-// The kernel sends no OPEN, FLUSH or RELEASE for it where the mount uses
-// zero-message opens, so nothing marks the end of a write: the order is
-// announced as it arrives. Each WRITE extends the writing process's
-// announcement by the lines it completes (a last line without a newline
-// counts as complete until more follows), and a WRITE at offset 0 starts a
-// new one. A line that is not a sample fails the WRITE that carries it,
-// with EINVAL, and that announcement with it.
-type announceNode struct {
-	gofs.Inode
-	v *View
-}
-
-// announcement is what a process has written to announce so far.
-type announcement struct {
-	next        int64    // offset the next WRITE must start at
-	order       []uint32 // samples of the complete lines
-	tail        []byte   // an incomplete last line
-	lines       int      // lines read, for errors
-	imagefolder bool     // the first line said "imagefolder"
-	failed      bool     // a line was bad: ignore the rest
-}
-
-func (n *announceNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	n.v.fileAttr(&out.Attr, inoAnnounce, 0o600, 0)
-	out.SetTimeout(n.v.opts.Timeout)
-	return 0
-}
-
-// Setattr accepts the truncation that opening with O_TRUNC asks for.
-func (n *announceNode) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	if sz, ok := in.GetSize(); ok && sz != 0 {
-		return syscall.EINVAL
-	}
-	n.v.fileAttr(&out.Attr, inoAnnounce, 0o600, 0)
-	return 0
-}
-
-func (n *announceNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
-	if flags&syscall.O_ACCMODE == syscall.O_RDONLY && !n.v.noOpen.Load() {
-		return nil, 0, syscall.EACCES
-	}
-	return n.v.openCached(flags, true, false)
-}
-
-// Read refuses: announce is write-only (mode 0600 lets the owner open it
-// for reading, and without OPEN the mount cannot refuse the open).
-func (n *announceNode) Read(ctx context.Context, f gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	return nil, syscall.EACCES
-}
-
-func (n *announceNode) Write(ctx context.Context, f gofs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
-	v := n.v
-	caller, ok := fuse.FromContext(ctx)
-	if !ok || caller.Uid != v.opts.Owner && caller.Uid != 0 {
-		return 0, syscall.EACCES
-	}
-	v.announceMu.Lock()
-	defer v.announceMu.Unlock()
-	a := v.announcing[caller.Pid]
-	if off == 0 {
-		a = &announcement{}
-		v.announcing[caller.Pid] = a
-		v.pruneAnnouncements()
-	}
-	if a == nil || off != a.next {
-		return 0, syscall.EINVAL // written in one go, front to back
-	}
-	a.next += int64(len(data))
-	if a.failed {
-		return 0, syscall.EINVAL
-	}
-	order, err := v.extendAnnouncement(a, data)
-	if err == nil && off == 0 {
-		v.kcopies.dropAll() // the plan must see every read (kernelCopies)
-	}
-	id := fmt.Sprintf("announce:pid-%d", caller.Pid)
-	if err == nil {
-		err = v.cache.Announce(id, order)
-	}
-	if err == nil && off == 0 {
-		v.leases.announced(id, caller.Pid)
-	}
-	if err != nil {
-		a.failed = true
-		return 0, v.errs.toErrno("announce", err)
-	}
-	if off == 0 {
-		v.announced.Add(1)
-	}
-	return uint32(len(data)), 0
-}
-
-// pruneAnnouncements forgets the announcements of processes that have
-// exited. Called with announceMu held.
-func (v *View) pruneAnnouncements() {
-	if len(v.announcing) < 16 {
-		return
-	}
-	for pid := range v.announcing {
-		if err := syscall.Kill(int(pid), 0); err == syscall.ESRCH {
-			delete(v.announcing, pid)
-		}
-	}
-}
-
-// extendAnnouncement parses the lines data completes and returns the
-// order so far, counting a trailing incomplete line.
-func (v *View) extendAnnouncement(a *announcement, data []byte) ([]uint32, error) {
-	buf := append(a.tail, data...)
-	for {
-		i := bytes.IndexByte(buf, '\n')
-		if i < 0 {
-			break
-		}
-		if err := v.announceLine(a, buf[:i]); err != nil {
-			return nil, err
-		}
-		buf = buf[i+1:]
-	}
-	a.tail = append(a.tail[:0:0], buf...)
-	order := slices.Clip(a.order)
-	if line := bytes.TrimSpace(a.tail); len(line) > 0 {
-		if a.lines == 0 && bytes.HasPrefix([]byte("imagefolder"), line) {
-			return order, nil // the first line, still coming
-		}
-		// A number cut short is a number too, and one out of range stays
-		// out of range however it goes on.
-		s, err := v.parseSample(a, line, a.lines+1)
-		if err != nil {
-			return nil, err
-		}
-		if s >= 0 {
-			order = append(order, uint32(s))
-		}
-	}
-	return order, nil
-}
-
-// announceLine parses one complete line.
-func (v *View) announceLine(a *announcement, line []byte) error {
-	a.lines++
-	line = bytes.TrimSpace(line)
-	if len(line) == 0 {
-		return nil
-	}
-	s, err := v.parseSample(a, line, a.lines)
-	if err != nil {
-		return err
-	}
-	if s >= 0 {
-		a.order = append(a.order, uint32(s))
-	} else {
-		a.imagefolder = true
-	}
-	return nil
-}
-
-// parseSample reads line number n: a sample id, or an ImageFolder index
-// after a first line "imagefolder" (for which it returns -1).
-func (v *View) parseSample(a *announcement, line []byte, n int) (int, error) {
-	if n == 1 && string(line) == "imagefolder" {
-		return -1, nil
-	}
-	k, err := strconv.Atoi(string(line))
-	if err != nil {
-		return 0, fmt.Errorf("announce: line %d: %q is not a number: %w", n, line, errBadInput)
-	}
-	if a.imagefolder {
-		s, ok := v.SampleOf(k)
-		if !ok {
-			return 0, fmt.Errorf("announce: line %d: ImageFolder index %d out of range [0, %d): %w", n, k, len(v.ifIndex), errBadInput)
-		}
-		return s, nil
-	}
-	if k < 0 || k >= v.f.NumSamples() {
-		return 0, fmt.Errorf("announce: line %d: sample %d out of range [0, %d): %w", n, k, v.f.NumSamples(), errBadInput)
-	}
-	return k, nil
 }
 
 // ordersNode is a folder of orders/: orders, orders/KIND, orders/KIND/SEED
@@ -478,8 +294,12 @@ func (n *ordersNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut
 		child.seed = num
 	case n.depth == 2 && rankRE.MatchString(name):
 		m := rankRE.FindStringSubmatch(name)
-		child.rank, _ = strconv.Atoi(m[1])
-		child.world, _ = strconv.Atoi(m[2])
+		rank, err1 := strconv.ParseUint(m[1], 10, 32)
+		world, err2 := strconv.ParseUint(m[2], 10, 32)
+		if err1 != nil || err2 != nil || world > order.MaxWorldSize {
+			return nil, v.errs.toErrno("orders", fmt.Errorf("orders/%s/%d/%s: the world size must be 1 to %d: %w", n.kind, n.seed, name, order.MaxWorldSize, errBadInput))
+		}
+		child.rank, child.world = int(rank), int(world)
 		if child.world < 1 || child.rank >= child.world {
 			return nil, syscall.ENOENT
 		}
@@ -527,13 +347,17 @@ func (v *View) orderText(ctx context.Context, o order.Options, from int) ([]byte
 	}
 	ids = ids[from:]
 	v.kcopies.dropAll() // the plan must see every read (kernelCopies)
-	id := fmt.Sprintf("order:%s/%d/%d-of-%d", o.Kind, o.Seed, o.Rank, o.WorldSize)
+	// A plan's id names the user who announced it, so that one user's
+	// orders never replace another's (with --allow-other).
+	caller, ok := fuse.FromContext(ctx)
+	if !ok {
+		return nil, fmt.Errorf("order %s/%d epoch %d: no caller: %w", o.Kind, o.Seed, o.Epoch, errBadInput)
+	}
+	id := fmt.Sprintf("order:uid-%d:%s/%d/%d-of-%d", caller.Uid, o.Kind, o.Seed, o.Rank, o.WorldSize)
 	if err := v.cache.Announce(id, ids); err != nil {
 		return nil, err
 	}
-	if caller, ok := fuse.FromContext(ctx); ok {
-		v.leases.announced(id, caller.Pid)
-	}
+	v.leases.announced(id, caller.Pid)
 	var b bytes.Buffer
 	b.Grow(len(ids) * 8)
 	for _, s := range ids {

@@ -6,7 +6,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,9 +32,13 @@ type Options struct {
 	// Mtime is the time reported for every file (default: now); the
 	// beton's modification time is a good choice.
 	Mtime time.Time
-	// Owner is the uid allowed to write control files (default: the
-	// process's uid).
+	// Owner is the uid allowed to announce orders through the announce
+	// socket, besides root (default: the process's uid).
 	Owner uint32
+	// ControlDir is where the announce socket's folder (0700, removed at
+	// Close) is made: default $XDG_RUNTIME_DIR when set, else the
+	// system's temporary folder.
+	ControlDir string
 	// OrderBatchSize sets the window of quasi-random orders served under
 	// orders/ (default 256; see package order).
 	OrderBatchSize int
@@ -111,6 +114,12 @@ func (o *Options) Validate() error {
 	if o.PlanLease == 0 {
 		o.PlanLease = 10 * time.Minute
 	}
+	if o.ControlDir == "" {
+		o.ControlDir = os.Getenv("XDG_RUNTIME_DIR")
+		if st, err := os.Stat(o.ControlDir); o.ControlDir == "" || err != nil || !st.IsDir() {
+			o.ControlDir = os.TempDir()
+		}
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -153,8 +162,8 @@ type View struct {
 	// protocol is the kernel's FUSE protocol version, from INIT.
 	protocol string
 
-	announceMu sync.Mutex
-	announcing map[uint32]*announcement // by writing process; guarded by announceMu
+	// announcer serves the announce socket (.ffcvfs/announce).
+	announcer *announcer
 	// announced counts the orders announced through .ffcvfs/announce.
 	announced atomic.Uint64
 }
@@ -174,7 +183,6 @@ func NewView(c *pagecache.Cache, opts Options) (*View, error) {
 	f := c.File()
 	v := &View{cache: c, f: f, opts: opts, image: -1, gid: uint32(os.Getgid())}
 	v.errs = errorLog{log: opts.Logger, seen: map[string]int{}}
-	v.announcing = map[uint32]*announcement{}
 	if opts.RequestTimes {
 		v.latencyVec, v.latency = newLatency()
 	}
@@ -206,11 +214,17 @@ func NewView(c *pagecache.Cache, opts Options) (*View, error) {
 	v.kcopies = newKernelCopies(f, c.Stats().Slots >= f.NumPages()) // started by Mount, if files are read through the page cache
 	c.OnEvict(v.kcopies.evict)
 	v.leases = newPlanLeases(v)
+	var err error
+	if v.announcer, err = startAnnouncer(v, v.opts.ControlDir); err != nil {
+		v.leases.close()
+		return nil, err
+	}
 	return v, nil
 }
 
 // Close stops what the view runs in the background, after unmounting.
 func (v *View) Close() {
+	v.announcer.close()
 	v.cache.OnEvict(nil)
 	v.kcopies.close()
 	v.leases.close()

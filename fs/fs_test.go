@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -149,20 +150,26 @@ func TestControlFolderHidden(t *testing.T) {
 	if st, err := os.Stat(filepath.Join(mnt, ".ffcvfs")); err != nil || !st.IsDir() {
 		t.Fatalf(".ffcvfs: %v", err)
 	}
-	st, err := os.Stat(filepath.Join(mnt, ".ffcvfs", "announce"))
-	if err != nil || st.Mode().Perm() != 0o600 {
-		t.Errorf("announce: %v %v", st.Mode(), err)
+	// announce is a symlink to a socket of the owner's alone: 0600, in a
+	// 0700 folder.
+	target, err := os.Readlink(filepath.Join(mnt, ".ffcvfs", "announce"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(target)
+	if err != nil || st.Mode()&os.ModeSocket == 0 || st.Mode().Perm() != 0o600 {
+		t.Errorf("announce socket %s: %v %v, want a socket of mode 0600", target, st.Mode(), err)
+	}
+	if st, err := os.Stat(filepath.Dir(target)); err != nil || st.Mode().Perm() != 0o700 {
+		t.Errorf("the announce socket's folder: %v %v, want 0700", st.Mode(), err)
 	}
 }
 
 func TestAnnounceAndOrders(t *testing.T) {
 	mnt, v := testMount(t, fixture(t, "imagefolder-jpg.beton"), Options{})
 	ctl := filepath.Join(mnt, ".ffcvfs")
-	if err := os.WriteFile(filepath.Join(ctl, "announce"), []byte("imagefolder\n3\n1\n2\n"), 0); err != nil {
+	if err := Announce(t.Context(), mnt, []uint32{3, 1, 2}, true); err != nil {
 		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(ctl, "announce"), []byte("12\nnot a number\n"), 0); !errors.Is(err, syscall.EINVAL) {
-		t.Errorf("garbage announced: %v", err)
 	}
 	order, err := os.ReadFile(filepath.Join(ctl, "orders", "quasi-random", "7", "0"))
 	if err != nil {
@@ -478,4 +485,126 @@ func TestMountpointChecks(t *testing.T) {
 	if err := CheckMountpoint(mnt); err == nil || !strings.Contains(err.Error(), "already a mountpoint") {
 		t.Errorf("mounted: %v", err)
 	}
+}
+
+// Finding 1 of the hardening review: root opened an image O_RDWR and wrote
+// through a MAP_SHARED mapping; later readers got the written bytes. The
+// superblock is read-only, so the kernel refuses the open, and with it the
+// mapping, whoever asks.
+func TestWritableMappingRefused(t *testing.T) {
+	mnt, _ := testMount(t, fixture(t, "imagefolder-jpg.beton"), Options{})
+	files := sampleFiles(t, mnt)
+	before, err := os.ReadFile(files[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fd, err := syscall.Open(files[1], syscall.O_RDWR, 0); err == nil {
+		if m, err := syscall.Mmap(fd, 0, 2, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED); err == nil {
+			copy(m, "XX")
+			syscall.Munmap(m)
+			t.Error("a writable shared mapping of a sample was made")
+		}
+		syscall.Close(fd)
+		t.Error("a sample opened O_RDWR")
+	} else if !errors.Is(err, syscall.EROFS) {
+		t.Errorf("opening a sample O_RDWR: %v, want EROFS", err)
+	}
+	// A private writable mapping of a read-only open is allowed; its
+	// writes stay the mapper's.
+	if fd, err := syscall.Open(files[1], syscall.O_RDONLY, 0); err == nil {
+		if m, err := syscall.Mmap(fd, 0, 2, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE); err == nil {
+			copy(m, "XX")
+			syscall.Munmap(m)
+		}
+		syscall.Close(fd)
+	}
+	after, err := os.ReadFile(files[1])
+	if err != nil || !bytes.Equal(after, before) {
+		t.Errorf("%s reads %q... after the attempts, %q before (%v)", files[1], after[:4], before[:4], err)
+	}
+	var sfs syscall.Statfs_t
+	if err := syscall.Statfs(mnt, &sfs); err != nil || sfs.Flags&0x1 == 0 { // ST_RDONLY
+		t.Errorf("statfs: flags %#x (%v), want ST_RDONLY", sfs.Flags, err)
+	}
+}
+
+// Findings 7 and 13: a huge line without a newline cost the mount time and
+// memory growing with its square, and the writer of a bad order saw only
+// EIO. Announcing is bounded per line and per order, and the writer gets
+// the mount's sentence.
+func TestAnnounceErrors(t *testing.T) {
+	mnt, v := testMount(t, fixture(t, "imagefolder-jpg.beton"), Options{})
+	n := v.f.NumSamples()
+	for _, tc := range []struct {
+		name, input, want string
+	}{
+		{"garbage", "hello\n", `line 1: "hello" is not a number`},
+		{"negative", "1\n-1\n", "line 2: sample -1 out of range"},
+		{"2^64", "18446744073709551616\n", "is not a number"},
+		{"out of range", fmt.Sprintf("%d\n", n), fmt.Sprintf("sample %d out of range [0, %d)", n, n)},
+		{"imagefolder out of range", "imagefolder\n0\n99999\n", "line 3: ImageFolder index 99999 out of range"},
+		{"long line", "1\n" + strings.Repeat(" ", 65) + "2\n", "line 2 is longer than 64 bytes"},
+		{"too long", strings.Repeat("0\n", maxAnnounceFactor*n+1), fmt.Sprintf("line %d: an order may hold at most %d samples", maxAnnounceFactor*n+1, maxAnnounceFactor*n)},
+		{"ok", "imagefolder\n0\n1\n\n2", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reply := announceRaw(t, mnt, func(w io.Writer) { io.WriteString(w, tc.input) })
+			if tc.want == "" {
+				if reply != "ok 3\n" {
+					t.Errorf("reply %q, want ok 3", reply)
+				}
+				return
+			}
+			if !strings.HasPrefix(reply, "error: ") || !strings.Contains(reply, tc.want) {
+				t.Errorf("reply %q, want an error saying %q", reply, tc.want)
+			}
+		})
+	}
+	// 100 MB of spaces without a newline: refused at the first 64 KiB,
+	// however much follows; the connection is closed, so the writer stops.
+	t.Run("100MB of spaces", func(t *testing.T) {
+		var sent int
+		reply := announceRaw(t, mnt, func(w io.Writer) {
+			chunk := bytes.Repeat([]byte(" "), 1<<20)
+			for range 100 {
+				k, err := w.Write(chunk)
+				sent += k
+				if err != nil {
+					return
+				}
+			}
+		})
+		if !strings.Contains(reply, "longer than 64 bytes") {
+			t.Errorf("reply %q", reply)
+		}
+		if sent >= 100<<20 {
+			t.Errorf("the mount took all %d bytes of a line it had refused", sent)
+		}
+	})
+	if got := v.announced.Load(); got != 1 {
+		t.Errorf("%d orders announced, want 1 (the good one)", got)
+	}
+	// The Go client returns the mount's sentence.
+	err := Announce(t.Context(), mnt, []uint32{uint32(n)}, false)
+	if err == nil || !strings.Contains(err.Error(), "out of range") {
+		t.Errorf("Announce of a sample out of range: %v", err)
+	}
+}
+
+// announceRaw connects to the mount's announce socket, lets write send
+// what it likes, closes the writing side and returns the reply.
+func announceRaw(t *testing.T, mnt string, write func(io.Writer)) string {
+	t.Helper()
+	c, err := net.Dial("unix", filepath.Join(mnt, ".ffcvfs", "announce"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	write(c)
+	c.(*net.UnixConn).CloseWrite()
+	b, err := io.ReadAll(c)
+	if err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("reading the reply: %v", err)
+	}
+	return string(b)
 }

@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"testing"
@@ -47,10 +48,10 @@ func TestPlanReplacedBySameReader(t *testing.T) {
 	}
 	time.Sleep(2 * leaseCheck)
 	ids := planIDs(v)
-	if len(ids) != 1 || ids[0] != "order:random/0/0-of-1" {
+	if len(ids) != 1 || ids[0] != fmt.Sprintf("order:uid-%d:random/0/0-of-1", os.Getuid()) {
 		t.Errorf("plans %v, want the second order's alone", ids)
 	}
-	if pid := v.Stats().PlanOwners["order:random/0/0-of-1"]; pid != uint32(os.Getpid()) {
+	if pid := v.Stats().PlanOwners[fmt.Sprintf("order:uid-%d:random/0/0-of-1", os.Getuid())]; pid != uint32(os.Getpid()) {
 		t.Errorf("stats.json plan_owners: pid %d, want this process's %d", pid, os.Getpid())
 	}
 }

@@ -129,8 +129,8 @@ func Mount(dir string, v *View, opts MountOptions) (*Server, error) {
 		MaxWrite:           1 << 20,
 		DisableXAttrs:      true,
 		DisableReadDirPlus: true,
-		// The kernel checks permission bits: data files are 0444, the
-		// announce file 0600 for the owner.
+		// The kernel checks permission bits: every file is 0444. The
+		// superblock is read-only too (mountFUSE).
 		Options: []string{"default_permissions"},
 	}
 	if v.opts.Compat.SmallReads {

@@ -327,8 +327,9 @@ func (s *Server) Wait() {
 	s.detach()
 }
 
-// mountFUSE mounts a FUSE file system at dir and returns the /dev/fuse
-// descriptor to serve it from: by mount(2) as root, else (or if that is
+// mountFUSE mounts a FUSE file system at dir, read-only (MS_RDONLY: the
+// kernel refuses every write open and writable shared mapping itself), and
+// returns the /dev/fuse descriptor to serve it from: by mount(2) as root, else (or if that is
 // refused, as in a user namespace) through the fusermount3 helper, which
 // mounts and passes the descriptor back over a socket (_FUSE_COMMFD).
 func mountFUSE(dir string, mo *fuse.MountOptions) (int, error) {
@@ -348,7 +349,7 @@ func mountFUSE(dir string, mo *fuse.MountOptions) (int, error) {
 			fmt.Sprintf("user_id=%d", os.Geteuid()),
 			fmt.Sprintf("group_id=%d", os.Getegid()),
 		}, opts...)
-		err = unix.Mount(mo.FsName, dir, "fuse."+mo.Name, unix.MS_NOSUID|unix.MS_NODEV, strings.Join(data, ","))
+		err = unix.Mount(mo.FsName, dir, "fuse."+mo.Name, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, strings.Join(data, ","))
 		if err == nil {
 			return fd, nil
 		}
@@ -371,7 +372,7 @@ func mountFUSE(dir string, mo *fuse.MountOptions) (int, error) {
 	if mo.FsName != "" {
 		opts = append(opts, "fsname="+mo.FsName)
 	}
-	opts = append(opts, "subtype="+mo.Name)
+	opts = append(opts, "subtype="+mo.Name, "ro")
 	esc := strings.NewReplacer(`\`, `\\`, `,`, `\,`)
 	for i, o := range opts {
 		opts[i] = esc.Replace(o)

@@ -65,6 +65,14 @@ func (v *View) fileAttr(out *fuse.Attr, ino uint64, mode uint32, size int64) {
 	v.times(out)
 }
 
+func (v *View) linkAttr(out *fuse.Attr, ino uint64, target string) {
+	out.Ino = ino
+	out.Mode = syscall.S_IFLNK | 0o777
+	out.Nlink = 1
+	out.Size = uint64(len(target))
+	v.times(out)
+}
+
 func (v *View) times(out *fuse.Attr) {
 	t := v.opts.Mtime
 	out.SetTimes(&t, &t, &t)

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -113,7 +114,7 @@ func TestMountUnprivileged(t *testing.T) {
 		t.Errorf("read %d files; their SHA-256 sums differ from the %d samples' in the manifest", len(got), len(want))
 	}
 	// The control file is the owner's to write.
-	if out, err := asUser("sh", "-c", `printf 'imagefolder\n0\n1\n2\n' > "$1/.ffcvfs/announce"`, "sh", mnt).CombinedOutput(); err != nil {
+	if out, err := asUser(debianPython(t), "-c", announcePy, mnt, "imagefolder\n0\n1\n2\n").CombinedOutput(); err != nil || string(out) != "ok 3\n" {
 		t.Errorf("announcing as the mount's user: %v: %s", err, out)
 	}
 
@@ -131,5 +132,117 @@ func copyFile(t *testing.T, src, dst string, mode fs.FileMode) {
 	}
 	if err := os.WriteFile(dst, b, mode); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// announcePy announces argv[2] to the mount at argv[1] through its
+// announce socket and prints the reply: the Python one-liner of the README.
+const announcePy = `import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1] + "/.ffcvfs/announce")
+s.sendall(sys.argv[2].encode())
+s.shutdown(socket.SHUT_WR)
+sys.stdout.write(s.makefile().read())`
+
+// TestAllowOtherAsNobody: another user of an --allow-other mount (finding
+// 2 of the hardening review: nobody's read of an order file replaced the
+// owner's plan). Nobody reads every sample byte for byte and may read
+// orders, which become plans of its own; it cannot replace the owner's
+// plan, reach the announce socket, write anything, or map a file
+// writable.
+func TestAllowOtherAsNobody(t *testing.T) {
+	needFUSE(t)
+	if os.Geteuid() != 0 {
+		testenv.Missing(t, "root, to run a reader as another user")
+	}
+	dir, err := os.MkdirTemp("", "ffcvfs-other-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mnt := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fixture := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
+	p := launchMount(t, exec.Command(binary(t, "ffcvfs"), "mount", "--allow-other", fixture, mnt), mnt)
+	waitServing(t, p)
+	asNobody := func(name string, args ...string) *exec.Cmd {
+		cmd := exec.Command(name, args...)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=/"}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+		return cmd
+	}
+
+	// The owner's plan, held by this process.
+	if _, err := os.ReadFile(filepath.Join(mnt, ".ffcvfs", "orders", "random", "0", "0")); err != nil {
+		t.Fatal(err)
+	}
+	ownerPlan := "order:uid-0:random/0/0-of-1"
+	if got := readMountStats(t, mnt).PlanOwners[ownerPlan]; got != uint32(os.Getpid()) {
+		t.Fatalf("plan_owners[%s] = %d, want this process, %d", ownerPlan, got, os.Getpid())
+	}
+	// Nobody's read of the next epoch is a plan of its own.
+	out, err := asNobody("cat", filepath.Join(mnt, ".ffcvfs", "orders", "random", "0", "5")).Output()
+	if err != nil || len(strings.Fields(string(out))) != 200 {
+		t.Fatalf("nobody reading an order: %v, %d lines", err, len(strings.Fields(string(out))))
+	}
+	if got := readMountStats(t, mnt).PlanOwners[ownerPlan]; got != uint32(os.Getpid()) {
+		t.Errorf("after nobody's read, plan_owners[%s] = %d, want this process, %d", ownerPlan, got, os.Getpid())
+	}
+	// Nobody reads every sample, byte for byte.
+	out, err = asNobody("sh", "-c", `cd "$1" && find . -name '*.jpg' -type f -exec sha256sum {} +`, "sh", mnt).Output()
+	if err != nil {
+		t.Fatalf("nobody reading the mount: %v", err)
+	}
+	var got []string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if f := strings.Fields(line); len(f) == 2 {
+			got = append(got, f[0])
+		}
+	}
+	_, images := fixtureManifest(t, fixture)
+	var want []string
+	for _, im := range images {
+		want = append(want, im["image"].SHA256)
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("nobody read %d files; their SHA-256 sums differ from the %d samples'", len(got), len(want))
+	}
+	// Nobody cannot announce, write or map writable.
+	out, err = asNobody(debianPython(t), "-c", announcePy, mnt, "0\n").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "PermissionError") {
+		t.Errorf("nobody announcing: %v: %s, want a PermissionError", err, out)
+	}
+	out, err = asNobody(debianPython(t), "-c", `import mmap, os, sys
+try:
+    fd = os.open(sys.argv[1], os.O_RDWR)
+except OSError as e:
+    print(e.errno); sys.exit(0)
+m = mmap.mmap(fd, 0); m[0:2] = b"XX"; m.flush()
+print("written")`, filepath.Join(mnt, mountedFiles(t, mnt)[0])).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != fmt.Sprint(int(syscall.EROFS)) && strings.TrimSpace(string(out)) != fmt.Sprint(int(syscall.EACCES)) {
+		t.Errorf("nobody opening a sample O_RDWR: %v: %s, want EROFS or EACCES", err, out)
+	}
+	p.stop(t)
+}
+
+// waitServing waits until the mount of p serves its control files.
+func waitServing(t *testing.T, p *mountProc) {
+	t.Helper()
+	for {
+		if _, err := os.Stat(filepath.Join(p.mnt, ".ffcvfs", "stats.json")); err == nil {
+			return
+		}
+		select {
+		case <-p.exited:
+			t.Fatalf("ffcvfs mount exited before serving (%s):\n%s", p.cmd.ProcessState, p.stderr)
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }

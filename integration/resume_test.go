@@ -3,6 +3,7 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -133,7 +134,7 @@ func TestSamplerResume(t *testing.T) {
 		if c.Workers == 0 && c.Ahead != K*B {
 			t.Errorf("%s: without workers the sampler handed out %d samples for %d batches, want %d", name, c.Ahead, K, K*B)
 		}
-		id := fmt.Sprintf("order:%s/7/%d-of-%d", c.Kind, c.Rank, c.World)
+		id := fmt.Sprintf("order:uid-%d:%s/7/%d-of-%d", os.Getuid(), c.Kind, c.Rank, c.World)
 		found := false
 		for _, p := range c.Plans {
 			if p.ID == id {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/cudafeed"
+	"github.com/ffcvfs/ffcvfs/fs"
 	"github.com/ffcvfs/ffcvfs/internal/bytesize"
 	"github.com/ffcvfs/ffcvfs/internal/cacheflags"
 	"github.com/ffcvfs/ffcvfs/internal/metrics"
@@ -171,23 +172,17 @@ func pipelineOptions(c *cli.Context) (pipeline.Options, error) {
 }
 
 // openData opens --data: a source URL or path, or an ffcvfs mount whose
-// dataset.beton is read and whose announce file is told each order.
+// dataset.beton is read and whose announce socket is told each order.
 func openData(c *cli.Context) (*pagecache.Cache, storage.Source, func([]uint32) error, error) {
 	data := c.String("data")
 	var announce func([]uint32) error
 	if st, err := os.Stat(filepath.Join(data, ".ffcvfs")); err == nil && st.IsDir() {
-		ctl := filepath.Join(data, ".ffcvfs")
-		data = filepath.Join(ctl, "dataset.beton")
+		mnt := data
+		data = filepath.Join(mnt, ".ffcvfs", "dataset.beton")
 		announce = func(ids []uint32) error {
-			var b strings.Builder
-			for _, s := range ids {
-				b.WriteString(strconv.Itoa(int(s)))
-				b.WriteByte('\n')
-			}
-			if err := os.WriteFile(filepath.Join(ctl, "announce"), []byte(b.String()), 0); err != nil {
-				return fmt.Errorf("announcing the order to the mount: %w", err)
-			}
-			return nil
+			ctx, cancel := context.WithTimeout(c.Context, time.Minute)
+			defer cancel()
+			return fs.Announce(ctx, mnt, ids, false)
 		}
 	}
 	budget, err := bytesize.Parse(c.String("cache-size"))

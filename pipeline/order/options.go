@@ -21,6 +21,14 @@ func Kinds() []Kind { return []Kind{Sequential, Random, QuasiRandom} }
 // DefaultBatchSize is the batch size assumed when Options.BatchSize is zero.
 const DefaultBatchSize = 256
 
+// MaxWorldSize and MaxBatchSize bound the world size and the batch size an
+// order takes: they size allocations (a counter per rank), and they come
+// from flags, file names and Python code.
+const (
+	MaxWorldSize = 1 << 20
+	MaxBatchSize = 1 << 24
+)
+
 // MinWindow is the smallest default window: with one open page, a
 // quasi-random order would be a sequence of shuffled pages.
 const MinWindow = 2
@@ -100,8 +108,8 @@ func (o *Options) Validate() error {
 	if o.WorldSize == 0 {
 		o.WorldSize = 1
 	}
-	if o.WorldSize < 0 {
-		return fmt.Errorf("world size %d is negative; want at least 1", o.WorldSize)
+	if o.WorldSize < 0 || o.WorldSize > MaxWorldSize {
+		return fmt.Errorf("world size %d is out of range; want 1 to %d", o.WorldSize, MaxWorldSize)
 	}
 	if o.Rank < 0 || o.Rank >= o.WorldSize {
 		return fmt.Errorf("rank %d is out of range for world size %d; want 0 to %d", o.Rank, o.WorldSize, o.WorldSize-1)
@@ -112,8 +120,8 @@ func (o *Options) Validate() error {
 	if o.BatchSize == 0 {
 		o.BatchSize = DefaultBatchSize
 	}
-	if o.BatchSize < 0 {
-		return fmt.Errorf("batch size %d is negative; want at least 1, or 0 for %d", o.BatchSize, DefaultBatchSize)
+	if o.BatchSize < 0 || o.BatchSize > MaxBatchSize {
+		return fmt.Errorf("batch size %d is out of range; want 1 to %d, or 0 for %d", o.BatchSize, MaxBatchSize, DefaultBatchSize)
 	}
 	return nil
 }

@@ -1,0 +1,327 @@
+package fs
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// The announce socket.
+//
+// The mount's superblock is read-only (MS_RDONLY), so that the kernel
+// itself refuses every write open and writable shared mapping of the
+// tree, whoever asks; nothing in the tree can take a write. Orders that
+// are not read from .ffcvfs/orders are announced through a Unix socket
+// instead: .ffcvfs/announce is a symlink to it, so a program connects to
+// MOUNTPOINT/.ffcvfs/announce and the kernel follows the link. The socket
+// lies in a folder of its own (mode 0700, owned by the mount's user) and
+// is itself 0600: only the mount's owner, and root, can connect, and the
+// mount checks the peer's uid again (SO_PEERCRED), which also names the
+// process whose plan the order becomes.
+//
+// The protocol is plain text, so a shell one-liner can speak it:
+//
+//	client: sample ids, one per line (or a first line "imagefolder" and
+//	        then ImageFolder indices); then it closes its side for writing
+//	mount:  "ok N\n" once the N samples are announced, or
+//	        "error: SENTENCE\n" naming the line and the cause; then it
+//	        closes the connection
+//
+// For example: printf 'imagefolder\n3\n1\n' | socat - UNIX-CONNECT:MNT/.ffcvfs/announce
+//
+// Every number is bounded before it is used: a line may hold at most
+// maxAnnounceLine bytes, an order at most maxAnnounceFactor × the samples
+// of the beton, the connections served at once are at most
+// maxAnnounceConns, and a client that sends nothing for announceIdle is
+// dropped. The work per byte received is constant.
+
+const (
+	// maxAnnounceLine bounds a line of an announcement: a number of up to
+	// 20 digits and some spaces.
+	maxAnnounceLine = 64
+	// maxAnnounceFactor bounds the length of an order: each sample up to
+	// this many times.
+	maxAnnounceFactor = 4
+	// maxAnnounceConns bounds the connections served at once; others wait
+	// in the listener's backlog.
+	maxAnnounceConns = 16
+	// announceIdle drops a connection that sends nothing for this long.
+	announceIdle = time.Minute
+	// announceSocketName is the socket's name in its folder.
+	announceSocketName = "announce.sock"
+)
+
+var _ = (gofs.NodeReadlinker)((*announceLink)(nil))
+
+// announceLink is .ffcvfs/announce: a symlink to the announce socket.
+type announceLink struct {
+	gofs.Inode
+	readOnlyFile
+	v *View
+}
+
+func (n *announceLink) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	return []byte(n.v.announcer.path), 0
+}
+
+func (n *announceLink) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.v.linkAttr(&out.Attr, inoAnnounce, n.v.announcer.path)
+	out.SetTimeout(n.v.opts.Timeout)
+	return 0
+}
+
+// announcer serves the announce socket.
+type announcer struct {
+	v    *View
+	dir  string // the socket's folder, 0700; removed at close
+	path string // the socket, 0600
+	ln   *net.UnixListener
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{} // open connections; guarded by mu
+	wg    sync.WaitGroup
+}
+
+// startAnnouncer creates the socket's folder in parent (created 0700 if
+// missing; Options.ControlDir) and starts serving the socket.
+func startAnnouncer(v *View, parent string) (*announcer, error) {
+	if err := os.MkdirAll(parent, 0o700); err != nil {
+		return nil, fmt.Errorf("announce socket: %w", err)
+	}
+	dir, err := os.MkdirTemp(parent, "ffcvfs-")
+	if err != nil {
+		return nil, fmt.Errorf("announce socket: %w", err)
+	}
+	path := filepath.Join(dir, announceSocketName)
+	// The folder is 0700 (MkdirTemp), so the socket is never reachable by
+	// others, even for the moment before its mode is set.
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err == nil {
+		err = os.Chmod(path, 0o600)
+	}
+	if err != nil {
+		if ln != nil {
+			ln.Close()
+		}
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("announce socket %s: %w", path, err)
+	}
+	ln.SetUnlinkOnClose(true)
+	a := &announcer{v: v, dir: dir, path: path, ln: ln, conns: map[net.Conn]struct{}{}}
+	a.wg.Add(1)
+	go a.serve()
+	return a, nil
+}
+
+func (a *announcer) serve() {
+	defer a.wg.Done()
+	sem := make(chan struct{}, maxAnnounceConns)
+	for {
+		sem <- struct{}{}
+		c, err := a.ln.AcceptUnix()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				a.v.opts.Logger.Error("announce socket: accept failed; orders can still be read from .ffcvfs/orders", "err", err)
+			}
+			return
+		}
+		a.mu.Lock()
+		a.conns[c] = struct{}{}
+		a.mu.Unlock()
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			defer func() { <-sem }()
+			a.handle(c)
+			a.mu.Lock()
+			delete(a.conns, c)
+			a.mu.Unlock()
+			c.Close()
+		}()
+	}
+}
+
+// close stops the socket, drops the connections and removes the folder.
+func (a *announcer) close() {
+	a.ln.Close()
+	a.mu.Lock()
+	for c := range a.conns {
+		c.Close()
+	}
+	a.mu.Unlock()
+	a.wg.Wait()
+	os.RemoveAll(a.dir)
+}
+
+// handle reads one announcement from c and answers it.
+func (a *announcer) handle(c *net.UnixConn) {
+	v := a.v
+	cred, err := peerCred(c)
+	if err != nil {
+		fmt.Fprintf(c, "error: %v\n", err)
+		return
+	}
+	if cred.Uid != v.opts.Owner && cred.Uid != 0 {
+		fmt.Fprintf(c, "error: only the mount's owner (uid %d) may announce orders; uid %d may read orders from .ffcvfs/orders\n", v.opts.Owner, cred.Uid)
+		return
+	}
+	order, err := v.readAnnouncement(&idleReader{c: c})
+	if err != nil {
+		v.reads.errors.Add(1)
+		fmt.Fprintf(c, "error: %v\n", err)
+		return
+	}
+	id := fmt.Sprintf("announce:uid-%d:pid-%d", cred.Uid, cred.Pid)
+	v.kcopies.dropAll() // the plan must see every read (kernelCopies)
+	if err := v.cache.Announce(id, order); err != nil {
+		fmt.Fprintf(c, "error: %v\n", err)
+		return
+	}
+	v.leases.announced(id, uint32(cred.Pid))
+	v.announced.Add(1)
+	fmt.Fprintf(c, "ok %d\n", len(order))
+}
+
+// idleReader reads from c, dropping it when nothing arrives for
+// announceIdle.
+type idleReader struct{ c net.Conn }
+
+func (r *idleReader) Read(p []byte) (int, error) {
+	r.c.SetReadDeadline(time.Now().Add(announceIdle))
+	n, err := r.c.Read(p)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		err = fmt.Errorf("nothing received for %v", announceIdle)
+	}
+	return n, err
+}
+
+func peerCred(c *net.UnixConn) (*syscall.Ucred, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var cred *syscall.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	}); err != nil {
+		return nil, err
+	}
+	if cerr != nil {
+		return nil, fmt.Errorf("reading the peer's credentials: %w", cerr)
+	}
+	return cred, nil
+}
+
+// readAnnouncement reads an order from r until EOF: sample ids, one per
+// line, or a first line "imagefolder" and ImageFolder indices. Every line
+// is bounded (maxAnnounceLine), and so is the order's length.
+func (v *View) readAnnouncement(r io.Reader) ([]uint32, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	limit := maxAnnounceFactor * max(v.f.NumSamples(), 1)
+	var order []uint32
+	imagefolder := false
+	for n := 1; ; n++ {
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) || len(line) > maxAnnounceLine+1 || len(line) > maxAnnounceLine && line[len(line)-1] != '\n' {
+			return nil, fmt.Errorf("line %d is longer than %d bytes: %w", n, maxAnnounceLine, errBadInput)
+		}
+		if err != nil && err != io.EOF {
+			return nil, fmt.Errorf("reading line %d: %w", n, err)
+		}
+		if t := bytes.TrimSpace(line); len(t) > 0 {
+			switch {
+			case n == 1 && string(t) == "imagefolder":
+				imagefolder = true
+			case len(order) >= limit:
+				return nil, fmt.Errorf("line %d: an order may hold at most %d samples (%d× the beton's %d): %w", n, limit, maxAnnounceFactor, v.f.NumSamples(), errBadInput)
+			default:
+				s, perr := v.parseSample(t, n, imagefolder)
+				if perr != nil {
+					return nil, perr
+				}
+				order = append(order, uint32(s))
+			}
+		}
+		if err == io.EOF {
+			return order, nil
+		}
+	}
+}
+
+// parseSample reads line number n: a sample id, or an ImageFolder index
+// when imagefolder is set.
+func (v *View) parseSample(line []byte, n int, imagefolder bool) (int, error) {
+	k, err := strconv.ParseInt(string(line), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("line %d: %q is not a number: %w", n, line, errBadInput)
+	}
+	if imagefolder {
+		if k < 0 || k >= int64(len(v.ifIndex)) {
+			return 0, fmt.Errorf("line %d: ImageFolder index %d out of range [0, %d): %w", n, k, len(v.ifIndex), errBadInput)
+		}
+		return int(v.ifIndex[k]), nil
+	}
+	if k < 0 || k >= int64(v.f.NumSamples()) {
+		return 0, fmt.Errorf("line %d: sample %d out of range [0, %d): %w", n, k, v.f.NumSamples(), errBadInput)
+	}
+	return int(k), nil
+}
+
+// Announce announces an order to the ffcvfs mount at mountpoint through
+// its announce socket: sample ids, or ImageFolder indices if imagefolder
+// is set. The order is the calling process's plan until it exits or
+// announces another. The error is the mount's sentence when it refused.
+func Announce(ctx context.Context, mountpoint string, ids []uint32, imagefolder bool) error {
+	path := filepath.Join(mountpoint, ".ffcvfs", "announce")
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return fmt.Errorf("announcing an order to %s: %w", mountpoint, err)
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetDeadline(dl)
+	}
+	w := bufio.NewWriterSize(c, 64<<10)
+	if imagefolder {
+		w.WriteString("imagefolder\n")
+	}
+	var num [24]byte
+	for _, s := range ids {
+		w.Write(strconv.AppendUint(num[:0], uint64(s), 10))
+		w.WriteByte('\n')
+	}
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("announcing an order to %s: %w", mountpoint, err)
+	}
+	c.(*net.UnixConn).CloseWrite()
+	reply, err := io.ReadAll(io.LimitReader(c, 4096))
+	if err != nil {
+		return fmt.Errorf("announcing an order to %s: no answer: %w", mountpoint, err)
+	}
+	msg := string(bytes.TrimSpace(reply))
+	if rest, ok := bytes.CutPrefix(reply, []byte("ok ")); ok && len(bytes.TrimSpace(rest)) > 0 {
+		return nil
+	}
+	if rest, ok := bytes.CutPrefix(reply, []byte("error: ")); ok {
+		msg = string(bytes.TrimSpace(rest))
+	}
+	if msg == "" {
+		msg = "the mount closed the connection without an answer"
+	}
+	return fmt.Errorf("announcing an order to %s: %s", mountpoint, msg)
+}
