@@ -507,6 +507,9 @@ func (f *File) Data(i, field int) (Alloc, error) {
 				return Alloc{}, fmt.Errorf("%s: sample %d, field %q: raw image %dx%d needs %d bytes, allocation has %d: %w", f.name, i, fd.Name, w, h, w*h*3, a.Size, ErrCorrupt)
 			}
 		case ModeJPEG:
+			if a.Size == 0 {
+				return Alloc{}, fmt.Errorf("%s: sample %d, field %q: empty JPEG image: %w", f.name, i, fd.Name, ErrCorrupt)
+			}
 		default:
 			return Alloc{}, fmt.Errorf("%s: sample %d, field %q: unknown image mode %d: %w", f.name, i, fd.Name, uint8(mode), ErrCorrupt)
 		}

@@ -608,3 +608,50 @@ func announceRaw(t *testing.T, mnt string, write func(io.Writer)) string {
 	}
 	return string(b)
 }
+
+// Finding 4 of the hardening review: an allocation-table entry of size 0
+// was served as an empty .jpg. Its file is EIO; the others read.
+func TestEmptyImageIsEIO(t *testing.T) {
+	data, err := os.ReadFile(fixture(t, "imagefolder-jpg.beton"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := binary.LittleEndian.Uint64(data[16:])
+	bad := int(binary.LittleEndian.Uint64(data[at:])) // the first entry's sample
+	binary.LittleEndian.PutUint64(data[at+16:], 0)
+	path := filepath.Join(t.TempDir(), "empty.beton")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mnt, v := testMount(t, path, Options{})
+	files := sampleFiles(t, mnt)
+	if len(files) != v.f.NumSamples() {
+		t.Fatalf("%d files listed for %d samples", len(files), v.f.NumSamples())
+	}
+	for _, p := range files {
+		b, err := os.ReadFile(p)
+		if filepath.Base(p) == v.SampleName(bad) {
+			if !errors.Is(err, syscall.EIO) {
+				t.Errorf("empty sample %s: %d bytes, %v, want EIO", p, len(b), err)
+			}
+		} else if err != nil || len(b) == 0 {
+			t.Errorf("%s: %d bytes, %v", p, len(b), err)
+		}
+	}
+}
+
+// Finding 3 of the hardening review: an order file of world size
+// 99999999999 made the mount allocate a counter per rank until it died.
+// World sizes are bounded before use; the mount stays up.
+func TestOrderWorldSizeBounded(t *testing.T) {
+	mnt, _ := testMount(t, fixture(t, "imagefolder-jpg.beton"), Options{})
+	for _, name := range []string{"0-of-99999999999", "0-of-1048577", "0-of-184467440737095516160"} {
+		_, err := os.ReadFile(filepath.Join(mnt, ".ffcvfs", "orders", "random", "0", name, "0"))
+		if !errors.Is(err, syscall.EINVAL) {
+			t.Errorf("orders/random/0/%s/0: %v, want EINVAL", name, err)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(mnt, ".ffcvfs", "orders", "random", "0", "0")); err != nil || len(b) == 0 {
+		t.Errorf("the mount after the attempts: %v", err)
+	}
+}

@@ -457,9 +457,15 @@ func (p *Pipeline) sample(ctx context.Context, dec *decode.Decoder, rng *rand.Ra
 	if err != nil {
 		return err
 	}
+	if img.Size == 0 || img.Width == 0 || img.Height == 0 {
+		return fmt.Errorf("%s: sample %d: empty image (%dx%d, %d bytes): %w", p.f.Name(), s, img.Width, img.Height, img.Size, beton.ErrCorrupt)
+	}
 	pg, err := p.c.AcquireSample(ctx, s)
 	if err != nil {
 		return err
+	}
+	if pg == nil { // no page: cannot be, with a non-empty image
+		return fmt.Errorf("%s: sample %d: no data page: %w", p.f.Name(), s, beton.ErrCorrupt)
 	}
 	data := pg.Data[int64(img.Ptr)-pg.Off:][:img.Size]
 	mode := decode.JPEG

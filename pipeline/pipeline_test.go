@@ -254,3 +254,30 @@ func TestOptionErrors(t *testing.T) {
 		}
 	}
 }
+
+// Finding 4 of the hardening review: an allocation-table entry of size 0
+// made ffcvfeed dereference a nil page. The sample is an error of its own,
+// counted, and the epoch goes on.
+func TestEmptyImageAllocation(t *testing.T) {
+	orig := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
+	data, err := os.ReadFile(orig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := binary.LittleEndian.Uint64(data[16:])
+	binary.LittleEndian.PutUint64(data[at+16:], 0) // the first entry's size
+	path := filepath.Join(t.TempDir(), "empty.beton")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := openCache(t, path)
+	opts := Options{BatchSize: 8, Workers: 2, Op: decode.Op{Kind: decode.CenterCrop, OutW: 16, OutH: 16}, Order: order.Options{Kind: order.Sequential}}
+	p, err := New(c, opts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := p.RunEpoch(context.Background(), 0, newCollectSink(2, 8*16*16*3, 8))
+	if err != nil || n != c.File().NumSamples() || p.Errors.Load() != 1 {
+		t.Fatalf("%d samples, %v, %d errors; want all, nil, 1", n, err, p.Errors.Load())
+	}
+}

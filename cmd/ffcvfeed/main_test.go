@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ffcvfs/ffcvfs/cudafeed"
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
 	"github.com/urfave/cli/v2"
 )
 
@@ -113,5 +114,15 @@ func TestServeBadDevice(t *testing.T) {
 		"--socket", filepath.Join(t.TempDir(), "feed.sock"), "--device", "cuda:x")
 	if code != 2 || !strings.Contains(out, `--device: device "cuda:x"`) || strings.Contains(out, "missing.beton") {
 		t.Errorf("ffcvfeed serve --device cuda:x: exit %d, output:\n%s\nwant exit 2 and an error about --device only", code, out)
+	}
+}
+
+// Finding 3 of the hardening review: --world-size 99999999999 ran ffcvfeed
+// out of memory. It is a usage error naming the range.
+func TestWorldSizeBounded(t *testing.T) {
+	beton := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
+	out, code := runFfcvfeed(t, "bench", "--data", beton, "--world-size", "99999999999")
+	if code != 2 || !strings.Contains(out, "world size 99999999999 is out of range; want 1 to 1048576") {
+		t.Errorf("exit %d: %s", code, out)
 	}
 }

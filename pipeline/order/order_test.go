@@ -603,3 +603,21 @@ func BenchmarkGenerate(b *testing.B) {
 		}
 	}
 }
+
+// Finding 3 of the hardening review: world sizes and batch sizes size
+// allocations, so they are bounded before use.
+func TestOptionsBounded(t *testing.T) {
+	for _, o := range []Options{
+		{Kind: Random, WorldSize: MaxWorldSize + 1},
+		{Kind: Random, WorldSize: 99999999999},
+		{Kind: QuasiRandom, BatchSize: MaxBatchSize + 1},
+		{Kind: Random, WorldSize: -1},
+	} {
+		if err := o.Validate(); err == nil {
+			t.Errorf("%+v validated", o)
+		}
+	}
+	if o := (Options{Kind: Random, WorldSize: MaxWorldSize, Rank: MaxWorldSize - 1}); o.Validate() != nil {
+		t.Errorf("the largest world size refused")
+	}
+}
