@@ -2,13 +2,17 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"image"
 	_ "image/jpeg"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
@@ -222,4 +226,135 @@ func TestWriteRawPixelsMatchReference(t *testing.T) {
 		t.Fatalf("only %d raw samples compared", compared)
 	}
 	t.Logf("%d raw images equal the reference's pixels", compared)
+}
+
+// TestWriteHostileTrees: findings 5, 6 and 12 of the hardening review.
+// A symlink to /dev/zero grew ffcvfs write to 24 GB, a FIFO hung it, both
+// ignoring SIGTERM and leaving a temporary file; a class folder with a
+// newline made --classes-out write two lines. Each is now a clear error
+// naming the file, and nothing is left behind.
+func TestWriteHostileTrees(t *testing.T) {
+	ffcvfs := binary(t, "ffcvfs")
+	photo := filepath.Join(testenv.Fixture(t, "imagefolder-small", "class000"), firstFile(t, testenv.Fixture(t, "imagefolder-small", "class000")))
+	for _, tc := range []struct {
+		name  string
+		make  func(cls string) error
+		flags []string
+		want  string
+	}{
+		{"symlink to /dev/zero", func(cls string) error { return os.Symlink("/dev/zero", filepath.Join(cls, "z.jpg")) }, nil,
+			"z.jpg is not a regular file but a character device"},
+		{"FIFO", func(cls string) error { return syscall.Mkfifo(filepath.Join(cls, "f.jpg"), 0o644) }, nil,
+			"f.jpg is not a regular file but a FIFO"},
+		{"class name with a newline", func(cls string) error {
+			return os.Mkdir(filepath.Join(filepath.Dir(cls), "b\nevil"), 0o755)
+		}, []string{"--classes-out", "classes.txt"}, "has a line break in its name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cls := filepath.Join(dir, "tree", "cls")
+			if err := os.MkdirAll(cls, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(photo, filepath.Join(cls, "a.jpg")); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.make(cls); err != nil {
+				t.Fatal(err)
+			}
+			out := filepath.Join(dir, "out.beton")
+			args := append(append([]string{"write"}, tc.flags...), filepath.Join(dir, "tree"), out)
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute) // a hang fails, not blocks
+			defer cancel()
+			cmd := exec.CommandContext(ctx, ffcvfs, args...)
+			cmd.Dir = dir
+			b, err := cmd.CombinedOutput()
+			if ctx.Err() != nil {
+				t.Fatalf("ffcvfs write hung: %s", b)
+			}
+			if code := cmd.ProcessState.ExitCode(); err == nil || code != 1 || !strings.Contains(string(b), tc.want) {
+				t.Errorf("exit %d: %s\nwant exit 1 and %q", code, b, tc.want)
+			}
+			ents, _ := os.ReadDir(dir)
+			if len(ents) != 1 {
+				t.Errorf("left behind: %v", names(ents))
+			}
+		})
+	}
+}
+
+// TestWriteStopsOnSIGTERM: a write told to stop ends with status 130 and
+// removes its temporary file.
+func TestWriteStopsOnSIGTERM(t *testing.T) {
+	ffcvfs := binary(t, "ffcvfs")
+	src := testenv.Fixture(t, "imagefolder-small", "class000")
+	dir := t.TempDir()
+	// A tree large enough to be caught writing: links to the photos.
+	for c := range 4 {
+		cls := filepath.Join(dir, "tree", fmt.Sprintf("c%d", c))
+		if err := os.MkdirAll(cls, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		ents, err := os.ReadDir(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range 500 {
+			e := ents[k%len(ents)]
+			if err := os.Symlink(filepath.Join(src, e.Name()), filepath.Join(cls, fmt.Sprintf("%04d-%s", k, e.Name()))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	out := filepath.Join(dir, "out.beton")
+	cmd := exec.Command(ffcvfs, "write", "--workers", "1", "--mode", "raw", "--max-resolution", "512", filepath.Join(dir, "tree"), out)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	// Wait for the temporary file: the write has begun.
+	for {
+		if m, _ := filepath.Glob(filepath.Join(dir, ".out.beton.tmp-*")); len(m) > 0 {
+			break
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("ffcvfs write ended (%v) before it could be stopped: %s", err, stderr.String())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(time.Minute):
+		cmd.Process.Kill()
+		t.Fatal("ffcvfs write still running a minute after SIGTERM")
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 130 || !strings.Contains(stderr.String(), "interrupted") {
+		t.Errorf("exit %d after SIGTERM: %s", code, stderr.String())
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 {
+		t.Errorf("left behind: %v", names(ents))
+	}
+}
+
+func firstFile(t *testing.T, dir string) string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil || len(ents) == 0 {
+		t.Fatalf("%s: %v", dir, err)
+	}
+	return ents[0].Name()
+}
+
+func names(ents []os.DirEntry) []string {
+	var s []string
+	for _, e := range ents {
+		s = append(s, e.Name())
+	}
+	return s
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"syscall"
 	"time"
 
 	"github.com/ffcvfs/ffcvfs/beton"
@@ -100,7 +102,7 @@ func Convert(ctx context.Context, root, out string, opts ConvertOptions) (Result
 			for i := range jobs {
 				s := tree.Samples[i]
 				r := prepared{i: i}
-				src, err := os.ReadFile(s.Path)
+				src, err := readImageFile(s.Path)
 				if err != nil {
 					r.err = err
 				} else {
@@ -185,4 +187,59 @@ func convertLoop(ctx context.Context, w *beton.Writer, tree *Tree, jobs chan<- i
 		}
 	}
 	return nil
+}
+
+// MaxImageFileBytes bounds the size of one image file that Convert reads.
+const MaxImageFileBytes = 1 << 30
+
+// readImageFile reads the regular file at path (a symbolic link to one
+// counts), never more bytes than its size said when it was opened. A FIFO,
+// a device or a socket is an error naming what it is: reading one could
+// block forever (a FIFO nobody writes) or never end (/dev/zero). The open
+// does not block on a FIFO (O_NONBLOCK), so the type is checked first.
+func readImageFile(path string) ([]byte, error) {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file but %s; an image must be a file", path, fileKind(st.Mode()))
+	}
+	size := st.Size()
+	if size > MaxImageFileBytes {
+		return nil, fmt.Errorf("%s: %d bytes; an image file may have at most %d", path, size, int64(MaxImageFileBytes))
+	}
+	// Back to blocking reads, which a regular file always does anyway.
+	if err := syscall.SetNonblock(fd, false); err != nil {
+		return nil, err
+	}
+	b := make([]byte, size)
+	n, err := io.ReadFull(f, b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: read %d of the %d bytes its size says: %w", path, n, size, err)
+	}
+	return b, nil
+}
+
+// fileKind names the type of a file that is not a regular one.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m&os.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&os.ModeCharDevice != 0:
+		return "a character device"
+	case m&os.ModeDevice != 0:
+		return "a block device"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	case m.IsDir():
+		return "a folder"
+	}
+	return "not a file (" + m.Type().String() + ")"
 }

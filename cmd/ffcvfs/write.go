@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 
 	"github.com/ffcvfs/ffcvfs/beton/imagefolder"
@@ -86,6 +88,20 @@ func runWrite(c *cli.Context) error {
 		return usageError("%v", err)
 	}
 	root, out := c.Args().Get(0), c.Args().Get(1)
+	if c.String("classes-out") != "" {
+		// A class list holds a name per line: a folder whose name has a
+		// line break cannot be in it, and mount --classes would misname
+		// every folder after it. Said before anything is written.
+		ents, err := os.ReadDir(root)
+		if err != nil {
+			return cli.Exit(fmt.Sprintf("reading %s: %v", root, err), 1)
+		}
+		for _, e := range ents {
+			if strings.ContainsAny(e.Name(), "\n\r") {
+				return cli.Exit(fmt.Sprintf("class folder %q has a line break in its name, which a class list (--classes-out) cannot hold: rename it, or write without --classes-out", filepath.Join(root, e.Name())), 1)
+			}
+		}
+	}
 
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
