@@ -238,33 +238,37 @@ func fieldNames(f *beton.File) string {
 	return strings.Join(s, ", ")
 }
 
+// maxLabel bounds the labels the view serves: a label names a class
+// folder (and, with Options.Classes, a line of the class list).
+const maxLabel = 1 << 24
+
 // buildClasses groups samples by label into class folders and numbers them
 // as ImageFolder will: by sorted folder name, then by sorted file name.
+// Its memory and time grow with the samples, never with the labels' values:
+// only labels that samples have get a folder (a beton of one sample
+// labelled 2^24 makes one folder, not 2^24).
 func (v *View) buildClasses() error {
 	f := v.f
 	n := f.NumSamples()
-	var maxLabel int64 = -1
-	for s := 0; s < n; s++ {
+	labels := make([]int64, n)
+	for s := range n {
 		l := f.Int(s, v.label)
-		if l < 0 || l > 1<<24 {
-			return fmt.Errorf("%s: sample %d has label %d; labels must be in [0, %d]", f.Name(), s, l, 1<<24)
+		if l < 0 || l > maxLabel {
+			return fmt.Errorf("%s: sample %d has label %d; labels must be in [0, %d]", f.Name(), s, l, maxLabel)
 		}
-		maxLabel = max(maxLabel, l)
+		labels[s] = l
 	}
-	byLabel := make([][]uint32, maxLabel+1)
-	for s := 0; s < n; s++ {
-		l := f.Int(s, v.label)
-		byLabel[l] = append(byLabel[l], uint32(s))
+	// The distinct labels, ascending, and each sample's rank among them.
+	distinct := slices.Clone(labels)
+	slices.Sort(distinct)
+	distinct = slices.Compact(distinct)
+	maxL := int64(-1)
+	if len(distinct) > 0 {
+		maxL = distinct[len(distinct)-1]
 	}
 	names := v.opts.Classes
-	if names == nil {
-		w := len(fmt.Sprint(max(maxLabel, 0)))
-		for l := int64(0); l <= maxLabel; l++ {
-			names = append(names, fmt.Sprintf("%0*d", w, l))
-		}
-	}
-	if int64(len(names)) < maxLabel+1 {
-		return fmt.Errorf("%d class names given, but labels go up to %d", len(names), maxLabel)
+	if names != nil && int64(len(names)) < maxL+1 {
+		return fmt.Errorf("%d class names given, but labels go up to %d", len(names), maxL)
 	}
 	for i, name := range names {
 		if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") || name == ".ffcvfs" {
@@ -274,29 +278,40 @@ func (v *View) buildClasses() error {
 			return fmt.Errorf("class names must sort in label order, since ImageFolder numbers classes by sorted name: %q (label %d) sorts before or equal to %q (label %d)", name, i, names[i-1], i-1)
 		}
 	}
+	w := len(fmt.Sprint(max(maxL, 0)))
+	nameOf := func(l int64) string {
+		if names != nil {
+			return names[l]
+		}
+		return fmt.Sprintf("%0*d", w, l)
+	}
+	members := make([][]uint32, len(distinct))
+	for s, l := range labels {
+		ci, _ := slices.BinarySearch(distinct, l)
+		members[ci] = append(members[ci], uint32(s))
+	}
 	v.classIdx = make([]int32, n)
 	v.ifOf = make([]int32, n)
-	for i := range v.classIdx {
-		v.classIdx[i], v.ifOf[i] = -1, -1
-	}
-	var empty []string
-	for l := int64(0); l <= maxLabel; l++ {
-		if len(byLabel[l]) == 0 {
-			empty = append(empty, names[l])
-			continue
-		}
-		ci := int32(len(v.classes))
-		v.classes = append(v.classes, names[l])
+	v.ifIndex = make([]uint32, 0, n)
+	for ci, l := range distinct {
+		v.classes = append(v.classes, nameOf(l))
 		v.labelOf = append(v.labelOf, l)
-		v.members = append(v.members, byLabel[l])
-		for _, s := range byLabel[l] {
-			v.classIdx[s] = ci
+		v.members = append(v.members, members[ci])
+		for _, s := range members[ci] {
+			v.classIdx[s] = int32(ci)
 			v.ifOf[s] = int32(len(v.ifIndex))
 			v.ifIndex = append(v.ifIndex, s)
 		}
 	}
-	if len(empty) > 0 {
-		v.opts.Logger.Warn("labels without samples get no folder, so ImageFolder's class indices will not equal these labels", "empty", len(empty), "first", empty[0])
+	if empty := maxL + 1 - int64(len(distinct)); empty > 0 {
+		first := int64(0)
+		for i, l := range distinct {
+			if l != int64(i) {
+				first = int64(i)
+				break
+			}
+		}
+		v.opts.Logger.Warn("labels without samples get no folder, so ImageFolder's class indices will not equal these labels", "empty", empty, "first", nameOf(first))
 	}
 	v.idWidth = len(fmt.Sprint(max(n-1, 0)))
 	return nil

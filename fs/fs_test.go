@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -653,5 +654,63 @@ func TestOrderWorldSizeBounded(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(mnt, ".ffcvfs", "orders", "random", "0", "0")); err != nil || len(b) == 0 {
 		t.Errorf("the mount after the attempts: %v", err)
+	}
+}
+
+// Finding 8 of the hardening review: one sample labelled 2^24 in a 6 MB
+// beton took 14 s and 3.1 GB to mount (a slice and a name per label up to
+// the largest). Only labels that samples have make folders; the work grows
+// with the samples.
+func TestLargeLabelMakesOneFolder(t *testing.T) {
+	orig := fixture(t, "imagefolder-jpg.beton")
+	data, err := os.ReadFile(orig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := beton.Open(bytes.NewReader(data), int64(len(data)), orig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	label := f.FieldIndex("label")
+	const s = 7
+	rec := beton.HeaderSize + beton.DescriptorSize*len(f.Fields()) + s*f.Layout().RecordSize + f.Layout().Offsets[label]
+	binary.LittleEndian.PutUint64(data[rec:], 1<<24)
+	path := filepath.Join(t.TempDir(), "label.beton")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	mnt, v := testMount(t, path, Options{})
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {
+		t.Errorf("mounting allocated %d MiB", grew>>20)
+	}
+	classes := v.Classes()
+	if len(classes) != 11 || classes[10] != "16777216" || classes[0] != "00000000" {
+		t.Errorf("classes %v, want 00000000…00000009 and 16777216", classes)
+	}
+	ents, err := os.ReadDir(filepath.Join(mnt, "16777216"))
+	if err != nil || len(ents) != 1 || ents[0].Name() != v.SampleName(s) {
+		t.Errorf("folder 16777216: %v, %v", names(ents), err)
+	}
+	// Beyond the bound, a clear refusal.
+	binary.LittleEndian.PutUint64(data[rec:], 1<<24+1)
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	src, bf, err := storage.OpenBeton(t.Context(), path, storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	c, err := pagecache.New(src, bf, pagecache.Options{Budget: 2 * bf.PageSize()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := NewView(c, Options{}); err == nil || !strings.Contains(err.Error(), "sample 7 has label 16777217") {
+		t.Errorf("NewView with label 2^24+1: %v", err)
 	}
 }
