@@ -321,6 +321,11 @@ func (s *Server) Unmount() error {
 	return nil
 }
 
+// Abort closes the FUSE device: the kernel aborts the connection, so reads
+// of files still open fail with ENOTCONN, and the server's loops end once
+// the requests they serve are answered.
+func (s *Server) Abort() { s.detach() }
+
 // Wait returns once the mount is gone and every request is answered.
 func (s *Server) Wait() {
 	s.loops.Wait()

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -808,5 +809,87 @@ time.sleep(600)
 			t.Fatalf("10 s after its reader was killed, stats.json still lists plans %+v, owners %v", st.Cache.Plans, st.PlanOwners)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestStopServesOpenFiles: finding 9 of the hardening review. SIGTERM
+// while a reader held a file open: the log said open files are served
+// until closed, but the reader's read() got EIO. Now the mount is detached
+// at once and the open files read byte for byte until the last is closed;
+// then the process exits with status 0.
+func TestStopServesOpenFiles(t *testing.T) {
+	fixture := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
+	p := startMount(t, nil, fixture, "--stop-grace", "10m")
+	files := mountedFiles(t, p.mnt)
+	_, images := fixtureManifest(t, fixture)
+	var open []*os.File
+	var want []string
+	for _, name := range []string{files[3], files[150]} {
+		fh, err := os.Open(filepath.Join(p.mnt, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fh.Close()
+		open = append(open, fh)
+		id, _ := strconv.Atoi(strings.TrimSuffix(filepath.Base(name), ".jpg"))
+		want = append(want, images[id]["image"].SHA256)
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	for isMountpoint(t, p.mnt) {
+		select {
+		case <-p.exited:
+			t.Fatalf("the mount exited with files open:\n%s", p.stderr)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	for i, fh := range open {
+		b, err := io.ReadAll(fh)
+		if err != nil {
+			t.Fatalf("reading an open file after SIGTERM: %v\n%s", err, p.stderr)
+		}
+		if got := fmt.Sprintf("%x", sha256.Sum256(b)); got != want[i] {
+			t.Errorf("file %d read after SIGTERM: sha256 %s, want %s", i, got, want[i])
+		}
+		fh.Close()
+		if i == 0 {
+			select {
+			case <-p.exited:
+				t.Fatalf("the mount exited with a file still open:\n%s", p.stderr)
+			default:
+			}
+		}
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the mount still runs with no file open:\n%s", p.stderr)
+	}
+	if !p.cmd.ProcessState.Success() || !strings.Contains(p.stderr.String(), "serving them until they are closed") {
+		t.Errorf("%s:\n%s", p.cmd.ProcessState, p.stderr)
+	}
+}
+
+// TestStopGraceAborts: a file kept open past --stop-grace no longer holds
+// the mount: the connection is aborted, its reads fail with ENOTCONN, and
+// the process exits with status 0.
+func TestStopGraceAborts(t *testing.T) {
+	fixture := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
+	p := startMount(t, nil, fixture, "--stop-grace", "1s")
+	fh, err := os.Open(filepath.Join(p.mnt, mountedFiles(t, p.mnt)[7]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the mount still runs 2 minutes after SIGTERM with --stop-grace 1s:\n%s", p.stderr)
+	}
+	if !p.cmd.ProcessState.Success() || !strings.Contains(p.stderr.String(), "--stop-grace is over") {
+		t.Errorf("%s:\n%s", p.cmd.ProcessState, p.stderr)
+	}
+	if _, err := io.ReadAll(fh); !errors.Is(err, syscall.ENOTCONN) {
+		t.Errorf("reading a file open past the grace period: %v, want ENOTCONN", err)
 	}
 }

@@ -29,8 +29,9 @@ func mountCommand() *cli.Command {
 		Usage:     "mount a .beton read-only as an ImageFolder tree",
 		ArgsUsage: "SRC MOUNTPOINT",
 		Description: `Serves SRC (a path, file://, s3://bucket/key or http(s)://) at MOUNTPOINT as
-<class>/<sample>.jpg (or .ppm for raw images), in the foreground, until
-Ctrl-C, SIGTERM or 'ffcvfs umount MOUNTPOINT'. Any program reads it; for
+<class>/<sample>.jpg (or .ppm for raw images), read-only, in the foreground,
+until Ctrl-C, SIGTERM or 'ffcvfs umount MOUNTPOINT'. At Ctrl-C or SIGTERM,
+files still open are served until they are closed, up to --stop-grace. Any program reads it; for
 torchvision:
 
    ImageFolder("MOUNTPOINT")
@@ -40,7 +41,8 @@ order you will read in, and it fetches ahead what that order needs: use
 python/ffcvfs_sampler.py's QuasiRandomSampler (each page read from storage
 about once per epoch) or RandomSampler (a uniform shuffle, as
 shuffle=True), read an order from MOUNTPOINT/.ffcvfs/orders/KIND/SEED/EPOCH,
-or write your own to MOUNTPOINT/.ffcvfs/announce. MOUNTPOINT/.ffcvfs/stats.json shows what
+or send your own to the socket MOUNTPOINT/.ffcvfs/announce (one sample id a
+line; the mount answers "ok N" or "error: ..."). MOUNTPOINT/.ffcvfs/stats.json shows what
 the cache does ('ffcvfs stats MOUNTPOINT' shows it live, --metrics-addr
 serves it to Prometheus); MOUNTPOINT/.ffcvfs/dataset.beton is the whole file.
 
@@ -90,6 +92,7 @@ Examples:
 			&cli.StringFlag{Name: "metrics-addr", Usage: metrics.FlagUsage, Category: "monitoring"},
 			&cli.BoolFlag{Name: "allow-other", Usage: "let other users read the mount (needs user_allow_other in /etc/fuse.conf)", Category: "mount"},
 			&cli.BoolFlag{Name: "debug-fuse", Usage: "log every FUSE request", Category: "mount"},
+			&cli.DurationFlag{Name: "stop-grace", Value: 30 * time.Second, Usage: "at Ctrl-C or SIGTERM, serve the files programs still have open until they close them, for at most this long; then their reads fail (ENOTCONN)", Category: "mount"},
 			&cli.StringFlag{Name: "fuse-compat", Usage: "do without kernel features, as on an older kernel; comma-separated: opens (answer OPEN, read files with direct I/O, instead of zero-message opens), flush (answer FLUSH at every close), small-reads (READs of 128 KiB, not 1 MiB)", Category: "mount", Hidden: true},
 		}, append(cacheflags.Flags("cache"), sourceFlags()...)...),
 		Action: runMount,
@@ -207,26 +210,7 @@ func runMount(c *cli.Context) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	go func() {
-		sig := <-sigs
-		slog.Info("unmounting", "signal", sig.String(), "mountpoint", mnt)
-		if err := srv.Unmount(); err != nil {
-			// Busy: programs still have files open. Detach the mount now, so
-			// no new path resolves and no stale mount can remain; the server
-			// ends when the last open file is closed. Close the source too:
-			// a read waiting on storage that has stopped answering would
-			// keep its file, and so the server, open until the read
-			// deadline. Reads of cached pages still succeed.
-			slog.Warn("mount busy; detached it, serving the files still open from the cache until they close", "err", err)
-			if err := lazyUnmount(mnt); err != nil {
-				slog.Error("detaching the mount failed", "err", err)
-			}
-			source.Close()
-		}
-		sig = <-sigs
-		slog.Warn("second signal: exiting with files still open", "signal", sig.String())
-		os.Exit(1)
-	}()
+	go stopOnSignal(sigs, srv, source, mnt, c.Duration("stop-grace"))
 	srv.Wait()
 	slog.Info("unmounted", "mountpoint", mnt)
 	return nil
@@ -281,5 +265,40 @@ func umountCommand() *cli.Command {
 			}
 			return nil
 		},
+	}
+}
+
+// stopOnSignal unmounts at the first signal. While programs have files of
+// the mount open, the unmount fails (EBUSY): the mount is then detached,
+// so that no new path resolves, and the files still open are served, from
+// the cache and from storage, until they are closed, for at most grace.
+// Then the connection is aborted: their reads fail with ENOTCONN, and the
+// server ends. A second signal ends the process at once.
+func stopOnSignal(sigs <-chan os.Signal, srv *fs.Server, source storage.Source, mnt string, grace time.Duration) {
+	sig := <-sigs
+	slog.Info("unmounting", "signal", sig.String(), "mountpoint", mnt)
+	if err := srv.Unmount(); err == nil {
+		return
+	} else {
+		slog.Warn("files of the mount are still open: detached it, and serving them until they are closed", "grace", grace, "err", err)
+	}
+	if err := lazyUnmount(mnt); err != nil {
+		slog.Error("detaching the mount failed", "err", err)
+	}
+	served := make(chan struct{})
+	go func() { srv.Wait(); close(served) }()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-served:
+	case <-t.C:
+		slog.Warn("--stop-grace is over: aborting the mount; reads of the files still open fail with ENOTCONN", "grace", grace)
+		srv.Abort()
+		// A read waiting on storage would hold the server up until its
+		// deadline.
+		source.Close()
+	case sig = <-sigs:
+		slog.Warn("second signal: exiting with files still open", "signal", sig.String())
+		os.Exit(1)
 	}
 }
