@@ -1,10 +1,14 @@
 package cudafeed
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -165,6 +169,70 @@ func CreateRing(name string, layout Layout) (*Ring, error) {
 		}
 	}
 	return r, nil
+}
+
+// ringPrefix begins the name of every ring CreateServerRing makes:
+// ffcvfeed-PID-RANDOM.
+const ringPrefix = "ffcvfeed-"
+
+// CreateServerRing creates a ring under a name nobody can guess or plant
+// ahead of it, ffcvfeed-PID-RANDOM (128 random bits), created exclusively
+// and retried under a new name if one exists all the same. The PID in the
+// name lets CleanStaleRings find the rings of servers that died.
+func CreateServerRing(layout Layout) (*Ring, error) {
+	var err error
+	for range 8 {
+		var b [16]byte
+		if _, rerr := rand.Read(b[:]); rerr != nil {
+			return nil, fmt.Errorf("cudafeed: choosing a ring name: %w", rerr)
+		}
+		var r *Ring
+		r, err = CreateRing(fmt.Sprintf("%s%d-%s", ringPrefix, os.Getpid(), hex.EncodeToString(b[:])), layout)
+		if !errors.Is(err, ErrExists) {
+			return r, err
+		}
+	}
+	return nil, err
+}
+
+// CleanStaleRings removes the rings in ShmDir that servers of this user
+// left when they died (SIGKILL, a crash): files named ffcvfeed-PID-… or
+// ffcvfeed-PID, owned by this user, whose PID is no running process. It
+// never touches another user's files, nor those of a live PID. It returns
+// the paths removed.
+func CleanStaleRings() ([]string, error) {
+	ents, err := os.ReadDir(ShmDir)
+	if err != nil {
+		return nil, err
+	}
+	uid := uint32(os.Getuid())
+	var removed []string
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), ringPrefix)
+		if !ok || !e.Type().IsRegular() {
+			continue
+		}
+		pidText, _, _ := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if err != nil || pid <= 0 {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue
+		}
+		if st, ok := info.Sys().(*syscall.Stat_t); !ok || st.Uid != uid {
+			continue
+		}
+		if err := unix.Kill(pid, 0); !errors.Is(err, unix.ESRCH) {
+			continue // alive (or not ours to signal): in use, maybe
+		}
+		path := ShmDir + "/" + e.Name()
+		if err := os.Remove(path); err == nil {
+			removed = append(removed, path)
+		}
+	}
+	return removed, nil
 }
 
 // Path returns the shared-memory file's path.

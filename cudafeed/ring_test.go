@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 )
@@ -120,5 +123,79 @@ func TestRingBadLayout(t *testing.T) {
 	}
 	if _, err := CreateRing("a/b", testLayout()); err == nil {
 		t.Error("name with a slash accepted")
+	}
+}
+
+// Finding 10 of the hardening review: the ring was always
+// /dev/shm/ffcvfeed-PID, so a file planted under that name stopped the
+// server, and a killed server's ring stayed forever. Server rings have
+// unguessable names, and CleanStaleRings removes those of dead servers of
+// this user alone.
+func TestServerRingNamesAndStaleRings(t *testing.T) {
+	planted := fmt.Sprintf("%s/ffcvfeed-%d", ShmDir, os.Getpid())
+	if err := os.WriteFile(planted, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(planted)
+	r1, err := CreateServerRing(testLayout())
+	if err != nil {
+		t.Fatalf("with %s planted: %v", planted, err)
+	}
+	defer r1.Close()
+	r2, err := CreateServerRing(testLayout())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Close()
+	prefix := fmt.Sprintf("%s/ffcvfeed-%d-", ShmDir, os.Getpid())
+	if r1.Path() == r2.Path() || !strings.HasPrefix(r1.Path(), prefix) || len(r1.Path()) != len(prefix)+32 {
+		t.Errorf("ring names %s and %s, want %s and 32 random hex digits", r1.Path(), r2.Path(), prefix)
+	}
+	if st, err := os.Stat(r1.Path()); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("ring %v %v, want mode 0600", st.Mode(), err)
+	}
+
+	// A dead server's rings: the pid of a process that has exited.
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead := cmd.Process.Pid
+	stale := []string{fmt.Sprintf("%s/ffcvfeed-%d-0123abcd", ShmDir, dead), fmt.Sprintf("%s/ffcvfeed-%d", ShmDir, dead)}
+	for _, p := range stale {
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Remove(p)
+	}
+	others := fmt.Sprintf("%s/ffcvfeed-%d-ffff", ShmDir, dead)
+	if os.Getuid() == 0 {
+		if err := os.WriteFile(others, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Remove(others)
+		if err := os.Chown(others, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removed, err := CleanStaleRings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Rings that earlier killed servers left may go too.
+	for _, p := range stale {
+		if !slices.Contains(removed, p) {
+			t.Errorf("removed %v, not %s", removed, p)
+		}
+	}
+	for _, p := range []string{r1.Path(), r2.Path(), planted} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s, of a live process, is gone: %v", p, err)
+		}
+	}
+	if os.Getuid() == 0 {
+		if _, err := os.Stat(others); err != nil {
+			t.Errorf("another user's ring was removed: %v", err)
+		}
 	}
 }

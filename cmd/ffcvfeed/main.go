@@ -281,7 +281,12 @@ func serveCommand() *cli.Command {
 			if startBatch < 0 || startBatch >= nb {
 				return cli.Exit(fmt.Sprintf("--start-batch %d: an epoch has batches 0 to %d", startBatch, nb-1), 2)
 			}
-			ring, err := cudafeed.CreateRing(fmt.Sprintf("ffcvfeed-%d", os.Getpid()), cudafeed.Layout{Fields: p.Fields(), Slots: c.Int("slots")})
+			if removed, err := cudafeed.CleanStaleRings(); err != nil {
+				slog.Warn("looking for rings of dead servers", "err", err)
+			} else if len(removed) > 0 {
+				slog.Info("removed the rings of dead servers", "rings", removed)
+			}
+			ring, err := cudafeed.CreateServerRing(cudafeed.Layout{Fields: p.Fields(), Slots: c.Int("slots")})
 			if err != nil {
 				return err
 			}
