@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -74,7 +75,23 @@ func OpenDisk(dir string, src Source, geom Geometry, opts Options) (*Store, erro
 	id, hexID := idOf(src.Identity)
 	sub := filepath.Join(dir, hexID)
 	if err := ownDir(sub, false); err != nil {
-		return nil, err
+		if !errors.Is(err, errForeign) {
+			return nil, err
+		}
+		// Planted by another user while the folder was open to others:
+		// moved aside (the parent is this user's), never used.
+		aside := filepath.Join(dir, fmt.Sprintf(".foreign-%s-%d", hexID, time.Now().UnixNano()))
+		if rerr := os.Rename(sub, aside); rerr != nil {
+			return nil, fmt.Errorf("%w; moving it aside failed: %v", err, rerr)
+		}
+		logger := opts.Logger
+		if logger == nil {
+			logger = slog.Default()
+		}
+		logger.Warn("disk cache: a folder of another user was in the cache folder; moved it aside, unused (remove it as root)", "folder", aside)
+		if err := ownDir(sub, false); err != nil {
+			return nil, err
+		}
 	}
 	lock, err := os.OpenFile(filepath.Join(sub, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
@@ -127,15 +144,26 @@ func ownDir(dir string, parents bool) error {
 		return fmt.Errorf("disk cache: %s is not a folder", dir)
 	}
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Getuid() {
-		return fmt.Errorf("disk cache: %s belongs to user %d, not to this one (%d); give a folder of your own", dir, sys.Uid, os.Getuid())
+		return fmt.Errorf("disk cache: %s belongs to user %d, not to this one (%d); give a folder of your own: %w", dir, sys.Uid, os.Getuid(), errForeign)
 	}
-	if !parents && st.Mode().Perm()&0o077 != 0 {
-		if err := os.Chmod(dir, 0o700); err != nil {
+	// A version folder is this user's alone. The cache folder may be
+	// readable by others, but no one else may write it: another user could
+	// plant version folders and entries in it. Tightened, since it is ours.
+	if perm := st.Mode().Perm(); !parents && perm&0o077 != 0 || parents && perm&0o022 != 0 {
+		if err := os.Chmod(dir, perm&^0o022&^0o7000); err != nil {
 			return fmt.Errorf("disk cache: %w", err)
+		}
+		if !parents {
+			if err := os.Chmod(dir, 0o700); err != nil {
+				return fmt.Errorf("disk cache: %w", err)
+			}
 		}
 	}
 	return nil
 }
+
+// errForeign marks a folder of the disk cache that another user owns.
+var errForeign = errors.New("a folder of another user")
 
 func writeMeta(sub string, m meta) error {
 	b, _ := json.MarshalIndent(m, "", "  ")

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -233,5 +235,62 @@ func TestDiskStore(t *testing.T) {
 	}
 	if fs, _ := List(dir); len(fs) != 1 || fs[0].Identity != "s3://b/k etag=2" {
 		t.Fatalf("folders after a new version: %+v", fs)
+	}
+}
+
+// Finding 11 of the hardening review: a --disk-cache folder of mode 0777
+// was accepted and left so, and a version folder planted there by another
+// user stopped every later mount. The folder is tightened (it is ours),
+// and a planted version folder is moved aside, never used.
+func TestDiskFolderOpenToOthers(t *testing.T) {
+	const ps = 64 << 10
+	dir := filepath.Join(t.TempDir(), "cache")
+	if err := os.Mkdir(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	_, l := testPage(ps, 1)
+	geom := Geometry{PageSize: ps, NumPages: 1, Layout: func(int32) []Chunk { return l }}
+	src := Source{Name: "s3://b/k", Identity: "s3://b/k etag=1"}
+	_, hexID := idOf(src.Identity)
+	planted := filepath.Join(dir, hexID)
+	if os.Getuid() == 0 {
+		// Another user's version folder, planted while the folder was open.
+		if err := os.Mkdir(planted, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(planted, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := OpenDisk(dir, src, geom, Options{Budget: 1 << 20})
+	if err != nil {
+		t.Fatalf("OpenDisk: %v", err)
+	}
+	defer s.Close()
+	st, err := os.Stat(dir)
+	if err != nil || st.Mode().Perm()&0o022 != 0 || st.Mode()&os.ModeSticky != 0 {
+		t.Errorf("cache folder %v after OpenDisk, want no write for group and others", st.Mode())
+	}
+	st, err = os.Stat(planted)
+	if err != nil || st.Mode().Perm() != 0o700 || st.Sys().(*syscall.Stat_t).Uid != uint32(os.Getuid()) {
+		t.Errorf("version folder %v (%v), want this user's, 0700", st.Mode(), err)
+	}
+	if os.Getuid() == 0 {
+		aside, _ := filepath.Glob(filepath.Join(dir, ".foreign-"+hexID+"-*"))
+		if len(aside) != 1 {
+			t.Errorf("the planted folder was not moved aside: %v", aside)
+		}
+	}
+	// A folder of another user is refused with a sentence.
+	if os.Getuid() == 0 {
+		other := filepath.Join(t.TempDir(), "other")
+		os.Mkdir(other, 0o777)
+		os.Chown(other, 65534, 65534)
+		if _, err := OpenDisk(other, src, geom, Options{Budget: 1 << 20}); err == nil || !strings.Contains(err.Error(), "belongs to user 65534") {
+			t.Errorf("OpenDisk of another user's folder: %v", err)
+		}
 	}
 }
