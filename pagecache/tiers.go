@@ -30,6 +30,19 @@ import (
 // free, a read goes to storage as it would without tiers, and nothing
 // waits for a tier.
 
+//
+// # Backfill
+//
+// A page the tiers want but cannot take at once (no fill buffer free, or
+// a tier's queue full, as when its writer is slow on a busy machine) is
+// owed: a goroutine reads it from storage again once a fill buffer is free
+// and offers it, one page at a time, so that the tiers end up with every
+// page they were offered while under budget, and a later epoch finds them
+// there. It backfills only into a tier with room for the page without
+// evicting (tier.Store.HasRoom): a full tier would take it only in place
+// of another, and reading pages again to churn a full tier is no saving.
+// Nothing in a reader's path waits for it.
+
 // fillBuffers is how many slots become fill buffers with a disk tier;
 // a compressed RAM tier alone takes one.
 const fillBuffers = 2
@@ -44,11 +57,18 @@ type tiered struct {
 	numPages  int64
 	free      chan []byte // fill buffers not in use
 
-	mu     sync.Mutex
-	fills  map[int32]*fill // guarded by mu
-	stored atomic.Uint64   // bytes read from storage
-	reqs   atomic.Uint64   // requests to storage
-	filled atomic.Uint64   // pages read whole for the tiers
+	mu        sync.Mutex
+	fills     map[int32]*fill // guarded by mu
+	owed      []bool          // pages to backfill; guarded by mu
+	owedQueue []int32         // the owed pages, oldest first; guarded by mu
+	stored    atomic.Uint64   // bytes read from storage
+	reqs      atomic.Uint64   // requests to storage
+	filled    atomic.Uint64   // pages read whole for the tiers
+	backfills atomic.Uint64   // pages read again for the tiers (backfill)
+
+	kick   chan struct{} // wakes the backfill; capacity 1
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the backfill has ended
 }
 
 // fill is a page on its way from storage to the tiers.
@@ -67,8 +87,13 @@ type TierStats struct {
 	StorageRequests uint64 `json:"storage_requests"`
 	// PageFills counts pages read whole from storage for the tiers, to
 	// serve a range.
-	PageFills uint64       `json:"page_fills"`
-	Tiers     []tier.Stats `json:"tiers"`
+	PageFills uint64 `json:"page_fills"`
+	// Backfills counts pages read from storage again because the tiers
+	// could not take them when they were first read (see Backfill).
+	Backfills uint64 `json:"backfills"`
+	// Owed counts the pages waiting to be backfilled.
+	Owed  int          `json:"owed"`
+	Tiers []tier.Stats `json:"tiers"`
 }
 
 // layouts cuts each data page of f into chunks for the tiers: one per
@@ -131,6 +156,7 @@ func newTiered(src storage.Source, f *beton.File, opts Options, memBudget int64,
 	t := &tiered{
 		Source: src, pageSize: f.PageSize(), firstPage: f.FirstPage(), numPages: int64(f.NumPages()),
 		free: make(chan []byte, len(fills)), fills: map[int32]*fill{},
+		owed: make([]bool, f.NumPages()), kick: make(chan struct{}, 1), done: make(chan struct{}),
 	}
 	for _, b := range fills {
 		t.free <- b
@@ -151,7 +177,89 @@ func newTiered(src storage.Source, f *beton.File, opts Options, memBudget int64,
 		}
 		t.stores = append(t.stores, d)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.cancel = cancel
+	go t.backfill(ctx)
 	return t, nil
+}
+
+// owe records that the tiers want page dp but could not take it, and
+// wakes the backfill. Called with mu held.
+func (t *tiered) owe(dp int32) {
+	if !t.owed[dp] {
+		t.owed[dp] = true
+		t.owedQueue = append(t.owedQueue, dp)
+	}
+	t.wake()
+}
+
+// wake wakes the backfill, without waiting.
+func (t *tiered) wake() {
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+}
+
+// backfill reads owed pages from storage into free fill buffers and
+// offers them, until ctx ends. See Backfill.
+func (t *tiered) backfill(ctx context.Context) {
+	defer close(t.done)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.kick:
+		}
+		for ctx.Err() == nil {
+			dp, buf, ok := t.nextOwed()
+			if !ok {
+				break // nothing owed, or no buffer free: wait for a kick
+			}
+			_, err := t.fromStorage(ctx, buf, (int64(dp)+t.firstPage)*t.pageSize)
+			f := &fill{done: make(chan struct{}), buf: buf, refs: 1}
+			close(f.done)
+			t.mu.Lock()
+			if err == nil {
+				t.backfills.Add(1)
+				t.offer(dp, f)
+			}
+			t.unref(f)
+			t.mu.Unlock()
+		}
+	}
+}
+
+// nextOwed takes the oldest owed page that a tier has room for, and a
+// free fill buffer for it. Pages no tier wants any more, or has room for,
+// are forgotten; the rest stay owed while no buffer is free.
+func (t *tiered) nextOwed() (int32, []byte, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for len(t.owedQueue) > 0 {
+		dp := t.owedQueue[0]
+		if t.fills[dp] != nil {
+			return 0, nil, false // being filled: offered when done; look again then
+		}
+		room := false
+		for _, s := range t.stores {
+			room = room || s.HasRoom(dp)
+		}
+		if room {
+			select {
+			case buf := <-t.free:
+				t.owedQueue = t.owedQueue[1:]
+				t.owed[dp] = false
+				return dp, buf, true
+			default:
+				return 0, nil, false
+			}
+		}
+		t.owedQueue = t.owedQueue[1:]
+		t.owed[dp] = false
+	}
+	t.owedQueue = nil // let the array go
+	return 0, nil, false
 }
 
 // locate returns the data page and the offset in it of bytes [off,
@@ -222,6 +330,7 @@ func (t *tiered) fillRead(ctx context.Context, dp int32, lo int64, p []byte) boo
 			f = &fill{done: make(chan struct{}), buf: buf, refs: 1}
 			t.fills[dp] = f
 		default:
+			t.owe(dp)
 			t.mu.Unlock()
 			return false
 		}
@@ -269,6 +378,9 @@ func (t *tiered) offer(dp int32, f *fill) {
 			t.mu.Unlock()
 		}) {
 			f.refs--
+			if s.Wants(dp) {
+				t.owe(dp) // its queue was full
+			}
 		}
 	}
 }
@@ -279,6 +391,9 @@ func (t *tiered) unref(f *fill) {
 	f.refs--
 	if f.refs == 0 {
 		t.free <- f.buf
+		if len(t.owedQueue) > 0 {
+			t.wake()
+		}
 	}
 }
 
@@ -293,6 +408,9 @@ func (t *tiered) offerCopy(dp int32, page []byte) {
 	select {
 	case buf = <-t.free:
 	default:
+		t.mu.Lock()
+		t.owe(dp)
+		t.mu.Unlock()
 		return
 	}
 	copy(buf, page)
@@ -312,7 +430,10 @@ func (t *tiered) setRank(rank func(dp int32) int) {
 }
 
 func (t *tiered) stats() *TierStats {
-	st := &TierStats{StorageBytes: t.stored.Load(), StorageRequests: t.reqs.Load(), PageFills: t.filled.Load()}
+	st := &TierStats{StorageBytes: t.stored.Load(), StorageRequests: t.reqs.Load(), PageFills: t.filled.Load(), Backfills: t.backfills.Load()}
+	t.mu.Lock()
+	st.Owed = len(t.owedQueue)
+	t.mu.Unlock()
 	for _, s := range t.stores {
 		st.Tiers = append(st.Tiers, s.Stats())
 	}
@@ -322,6 +443,10 @@ func (t *tiered) stats() *TierStats {
 // close stores what the tiers took and closes them. The fill buffers are
 // free afterwards.
 func (t *tiered) close() error {
+	if t.cancel != nil {
+		t.cancel()
+		<-t.done
+	}
 	var errs []error
 	for _, s := range t.stores {
 		errs = append(errs, s.Close())

@@ -201,3 +201,42 @@ func TestDiskTierCorruptEntry(t *testing.T) {
 		t.Errorf("after corrupting every entry: %+v", st)
 	}
 }
+
+// A page the tiers want but cannot take when it is read (no fill buffer
+// free, a writer behind) is owed and backfilled once a buffer frees: the
+// disk tier ends up with every page it was offered while under budget, so
+// a later epoch reads nothing from storage. Here every fill buffer is held
+// while an epoch is read, so each page read is owed; then they are given
+// back.
+func TestDiskTierBackfillsSkippedPages(t *testing.T) {
+	path, data := rawPhotos(t, 256)
+	ps := int64(beton.MinPageSize)
+	c, f := openTiered(t, path, Options{Budget: 6 * ps, DiskDir: filepath.Join(t.TempDir(), "disk"), DiskBudget: 64 * ps})
+	defer c.Close()
+	var held [][]byte
+	for range fillBuffers {
+		held = append(held, <-c.tiers.free)
+	}
+	readAllSamples(t, c, f, data, 1, 4)
+	if st := c.Stats().Tiers; st.Tiers[0].Entries != 0 || st.Owed != f.NumPages() {
+		t.Fatalf("with no fill buffer: %d entries, %d pages owed; want 0 and %d", st.Tiers[0].Entries, st.Owed, f.NumPages())
+	}
+	c.tiers.mu.Lock()
+	for _, b := range held {
+		c.tiers.free <- b
+	}
+	c.tiers.wake()
+	c.tiers.mu.Unlock()
+	for st := c.Stats().Tiers; st.Tiers[0].Entries < f.NumPages(); st = c.Stats().Tiers {
+		time.Sleep(5 * time.Millisecond) // a poll of the condition
+	}
+	st := c.Stats().Tiers
+	if st.Owed != 0 || st.Backfills != uint64(f.NumPages()) {
+		t.Errorf("%d owed, %d backfilled, want 0 and %d", st.Owed, st.Backfills, f.NumPages())
+	}
+	before := st.StorageBytes
+	readAllSamples(t, c, f, data, 2, 4)
+	if got := c.Stats().Tiers.StorageBytes - before; got != 0 {
+		t.Errorf("the next epoch read %d bytes from storage, want 0", got)
+	}
+}

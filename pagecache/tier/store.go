@@ -21,7 +21,8 @@ const Never = math.MaxInt
 const candidates = 16
 
 // queueLen is how many pages may wait to be stored; a page offered while
-// they wait is not stored (it is stored when it is read again).
+// they wait is not taken (the cache offers it again later: see package
+// pagecache's backfill).
 const queueLen = 4
 
 // Geometry is the shape of the pages a Store holds.
@@ -165,6 +166,16 @@ func (s *Store) Wants(dp int32) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return !s.shared && s.off == "" && !s.closed && s.entries[dp] == nil && !s.pending[dp]
+}
+
+// HasRoom reports whether the Store would take page dp now without
+// evicting an entry for it: it wants the page and has a raw page's bytes
+// of its budget free.
+func (s *Store) HasRoom(dp int32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.shared && s.off == "" && !s.closed && s.entries[dp] == nil && !s.pending[dp] &&
+		s.used+blocks(s.geom.PageSize) <= s.opts.Budget
 }
 
 // Read copies bytes [lo, lo+len(p)) of data page dp to p from the Store,
