@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
@@ -175,5 +176,35 @@ func TestDiskCacheFull(t *testing.T) {
 	}
 	if n := logCount(p, "stopped storing pages"); n != 1 {
 		t.Errorf("%d warnings of the full disk, want 1:\n%s", n, p.stderr)
+	}
+}
+
+// Finding 14 of the hardening review: a second mount with --disk-cache on
+// a nearly full disk refused to start, its budget "less than one page",
+// because the first mount's entries counted against free space. A cache's
+// own entries are space it may use.
+func TestDiskCacheSecondMountOnFullDisk(t *testing.T) {
+	r := newStorageRig(t, testenv.Fixture(t, "imagefolder-small"), "second.beton", "2MiB")
+	dir := filepath.Join(t.TempDir(), "tiny")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=3m,mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
+		testenv.Missing(t, "mounting a tmpfs (needs root): %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", dir).Run() })
+	p1 := r.mount(t, r.srv.Endpoint(), r.key, "--cache-size", "6MiB", "--disk-cache", dir)
+	checkReadsAll(t, p1.mnt, r.files, 2)
+	for readTierStats(t, p1.mnt).Cache.Tiers.Tiers[0].Entries == 0 {
+		select {
+		case <-p1.exited:
+			t.Fatalf("the first mount exited:\n%s", p1.stderr)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	p2 := r.mount(t, r.srv.Endpoint(), r.key, "--cache-size", "6MiB", "--disk-cache", dir)
+	checkReadsAll(t, p2.mnt, r.files, 2)
+	if s := readTierStats(t, p2.mnt).Cache.Tiers.Tiers[0]; s.State != "shared" || s.Hits == 0 {
+		t.Errorf("the second mount's disk tier: %+v, want shared, with hits", s)
 	}
 }

@@ -5,6 +5,7 @@ package cacheflags
 
 import (
 	"fmt"
+	"github.com/ffcvfs/ffcvfs/pagecache/tier"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -45,14 +46,30 @@ func Apply(c *cli.Context, o *pagecache.Options, size int64) error {
 		return nil
 	}
 	o.DiskBudget = size
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(existing(o.DiskDir), &st); err == nil {
-		if free := int64(st.Bavail) * st.Bsize * 9 / 10; free < size {
-			o.DiskBudget = free
-			slog.Warn("--disk-cache: the disk has room for part of the beton only", "dir", o.DiskDir, "disk_cache_size", bytesize.Format(free), "beton", bytesize.Format(size))
-		}
+	if room, ok := diskRoom(o.DiskDir); ok && room < size {
+		o.DiskBudget = room
+		slog.Warn("--disk-cache: the disk has room for part of the beton only", "dir", o.DiskDir, "disk_cache_size", bytesize.Format(room), "beton", bytesize.Format(size))
 	}
 	return nil
+}
+
+// diskRoom returns the bytes a disk cache in dir may use: 90 % of the
+// disk's free space, plus what the cache's own entries in dir take
+// already (entries of this beton are its to keep, those of others its to
+// replace), so that a cache that filled the disk is not refused on its
+// next start, or by a second mount of the same beton.
+func diskRoom(dir string) (int64, bool) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(existing(dir), &st); err != nil {
+		return 0, false
+	}
+	room := int64(st.Bavail) * st.Bsize * 9 / 10
+	if folders, err := tier.List(dir); err == nil {
+		for _, f := range folders {
+			room += f.Bytes
+		}
+	}
+	return room, true
 }
 
 // existing returns dir or its nearest parent that exists, whose
