@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -891,5 +893,69 @@ func TestStopGraceAborts(t *testing.T) {
 	}
 	if _, err := io.ReadAll(fh); !errors.Is(err, syscall.ENOTCONN) {
 		t.Errorf("reading a file open past the grace period: %v, want ENOTCONN", err)
+	}
+}
+
+// TestSourceFromStdin: finding 16 of the hardening review. A presigned
+// URL could only be given on the command line, which every local user
+// reads in /proc/PID/cmdline. SRC "-" reads it from standard input; the
+// signature then appears in no command line, log line or mount table.
+func TestSourceFromStdin(t *testing.T) {
+	needFUSE(t)
+	fixture := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
+	const secret = "Signature=s3cr3t-d0-not-leak"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if !strings.Contains(req.URL.RawQuery, secret) {
+			http.Error(w, "AccessDenied", http.StatusForbidden)
+			return
+		}
+		fh, err := os.Open(fixture)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		defer fh.Close()
+		st, _ := fh.Stat()
+		http.ServeContent(w, req, "train.beton", st.ModTime(), fh)
+	}))
+	defer srv.Close()
+	u := srv.URL + "/train.beton?X-Amz-" + secret
+
+	cmd := exec.Command(binary(t, "ffcvfs"), "info", "--json", "-")
+	cmd.Stdin = strings.NewReader(u + "\n")
+	got, err := cmd.Output()
+	if err != nil || len(got) == 0 {
+		t.Fatalf("ffcvfs info - with the URL on stdin: %v", err)
+	}
+
+	mnt := filepath.Join(t.TempDir(), "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mc := exec.Command(binary(t, "ffcvfs"), "mount", "-", mnt)
+	mc.Stdin = strings.NewReader(u + "\n")
+	p := launchMount(t, mc, mnt)
+	waitServing(t, p)
+	if n := len(mountedFiles(t, mnt)); n != 200 {
+		t.Errorf("%d files served, want 200", n)
+	}
+	if _, err := os.ReadFile(filepath.Join(mnt, mountedFiles(t, mnt)[0])); err != nil {
+		t.Error(err)
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", mc.Process.Pid))
+	if err != nil || bytes.Contains(cmdline, []byte("s3cr3t")) {
+		t.Errorf("the mount's command line %q (%v) holds the signature", cmdline, err)
+	}
+	if f := mountinfo(t, mnt); strings.Contains(strings.Join(f, " "), "s3cr3t") {
+		t.Errorf("the mount table shows the signature: %v", f)
+	}
+	p.stop(t)
+	if strings.Contains(p.stderr.String(), "s3cr3t") {
+		t.Errorf("the log holds the signature:\n%s", p.stderr)
+	}
+	// No location on stdin: a sentence, not a hang.
+	_, stderr := run(t, 1, binary(t, "ffcvfs"), "info", "-")
+	if !strings.Contains(stderr, "no location on standard input") {
+		t.Errorf("info - with nothing on stdin: %q", stderr)
 	}
 }

@@ -69,7 +69,7 @@ Examples:
 
 func pipelineFlags() []cli.Flag {
 	return append([]cli.Flag{
-		&cli.StringFlag{Name: "data", Required: true, Usage: "the beton: a path, s3://bucket/key, http(s):// URL, or an ffcvfs mountpoint", Category: "data"},
+		&cli.StringFlag{Name: "data", Required: true, Usage: "the beton: a path, s3://bucket/key, http(s):// URL, or an ffcvfs mountpoint; - reads it from standard input (a presigned URL then stays out of the command line)", Category: "data"},
 		&cli.StringFlag{Name: "cache-size", Value: "512MiB", Usage: "RAM for pages of the beton", Category: "data"},
 		&cli.StringFlag{Name: "image-field", Usage: "RGB image field (default: the first)", Category: "data"},
 		&cli.StringFlag{Name: "label-field", Value: "label", Usage: "int field of labels", Category: "data"},
@@ -175,6 +175,12 @@ func pipelineOptions(c *cli.Context) (pipeline.Options, error) {
 // dataset.beton is read and whose announce socket is told each order.
 func openData(c *cli.Context) (*pagecache.Cache, storage.Source, func([]uint32) error, error) {
 	data := c.String("data")
+	if data == storage.StdinLocation {
+		var err error
+		if data, err = storage.ReadLocation(os.Stdin); err != nil {
+			return nil, nil, nil, cli.Exit(err.Error(), 2)
+		}
+	}
 	var announce func([]uint32) error
 	if st, err := os.Stat(filepath.Join(data, ".ffcvfs")); err == nil && st.IsDir() {
 		mnt := data

@@ -36,7 +36,10 @@ Examples:
 			if c.Int("samples") < 0 {
 				return usageError("--samples must be ≥ 0, got %d", c.Int("samples"))
 			}
-			src := c.Args().First()
+			src, err := srcArg(c.Args().First())
+			if err != nil {
+				return cli.Exit(err.Error(), 1)
+			}
 			f, closer, err := openBeton(c, src)
 			if err != nil {
 				return reportSchemaOnFailure(src, err)

@@ -70,6 +70,10 @@ the programs reading the mount.
 FFCVFS_CPUPROFILE=FILE writes a CPU profile of the mount to FILE (for go
 tool pprof) when it ends.
 
+SRC '-' reads SRC from the first line of standard input, so that a URL
+holding a secret (a presigned one) appears in no command line, which every
+local user can read: ffcvfs mount - /mnt/train < url.txt
+
 S3 credentials, region and endpoint come from the usual AWS environment
 variables and files (AWS_ACCESS_KEY_ID, AWS_PROFILE, AWS_REGION,
 AWS_ENDPOINT_URL, ~/.aws/config) unless given below.
@@ -103,7 +107,11 @@ func runMount(c *cli.Context) error {
 	if err := needArgs(c, "SRC", "MOUNTPOINT"); err != nil {
 		return err
 	}
-	src, mnt := c.Args().Get(0), c.Args().Get(1)
+	src, err := srcArg(c.Args().Get(0))
+	if err != nil {
+		return cli.Exit(err.Error(), 1)
+	}
+	mnt := c.Args().Get(1)
 	if os.Getenv("GOMAXPROCS") == "" {
 		// With more than one P, the runtime wakes a spare thread for
 		// every request the netpoller hands over (fs.Server): twice the

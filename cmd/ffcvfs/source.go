@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"fmt"
 	"io"
 	"log/slog"
@@ -53,4 +54,14 @@ func runQuiet(name string, args ...string) error {
 		return fmt.Errorf("%s: %v: %s", name, err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// srcArg returns the SRC argument, read from standard input when it is
+// "-" (storage.StdinLocation), so that a presigned URL need not appear on
+// the command line.
+func srcArg(src string) (string, error) {
+	if src != storage.StdinLocation {
+		return src, nil
+	}
+	return storage.ReadLocation(os.Stdin)
 }

@@ -30,7 +30,10 @@ Examples:
 			if err := needArgs(c, "SRC"); err != nil {
 				return err
 			}
-			src := c.Args().First()
+			src, err := srcArg(c.Args().First())
+			if err != nil {
+				return cli.Exit(err.Error(), 1)
+			}
 			f, closer, err := openBeton(c, src)
 			if err != nil {
 				return cli.Exit(err.Error(), 1)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/url"
 	"strings"
@@ -282,4 +283,31 @@ type openReader struct {
 
 func (r *openReader) ReadAt(p []byte, off int64) (int, error) {
 	return r.src.ReadAt(*r.ctx.Load(), p, off)
+}
+
+// StdinLocation is the location argument that stands for a location read
+// from standard input (ReadLocation): a URL that holds a secret, such as a
+// presigned one, then never appears in the process's command line, which
+// every local user can read (/proc/PID/cmdline).
+const StdinLocation = "-"
+
+// maxLocationBytes bounds a location read by ReadLocation.
+const maxLocationBytes = 64 << 10
+
+// ReadLocation reads a location from r: its first line, without
+// surrounding space, at most 64 KiB.
+func ReadLocation(r io.Reader) (string, error) {
+	b, err := io.ReadAll(io.LimitReader(r, maxLocationBytes+1))
+	if err != nil {
+		return "", fmt.Errorf("reading the location from standard input: %w", err)
+	}
+	if len(b) > maxLocationBytes {
+		return "", fmt.Errorf("the location on standard input is longer than %d bytes", maxLocationBytes)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	line = strings.TrimSpace(line)
+	if line == "" {
+		return "", errors.New("no location on standard input (SRC '-' reads it from there: a path or URL on the first line)")
+	}
+	return line, nil
 }
