@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -165,20 +166,95 @@ func Mount(dir string, v *View, opts MountOptions) (*Server, error) {
 
 // Unmount unmounts dir with fusermount3 -u (or umount when root), for a
 // mount served by another process.
-func Unmount(dir string) error {
+func Unmount(dir string) error { return unmount(dir, false) }
+
+// UnmountLazy detaches the mount at dir at once, even while programs hold
+// files of it (fusermount3 -u -z, umount -l): no new path resolves, and
+// the mount goes when the last of those files is closed.
+func UnmountLazy(dir string) error { return unmount(dir, true) }
+
+func unmount(dir string, lazy bool) error {
 	if mounted, err := IsMounted(dir); err == nil && !mounted {
 		return fmt.Errorf("%s is not mounted", dir)
 	}
 	var cmd *exec.Cmd
 	if p, err := exec.LookPath("fusermount3"); err == nil {
 		cmd = exec.Command(p, "-u", dir)
+		if lazy {
+			cmd = exec.Command(p, "-u", "-z", dir)
+		}
 	} else if os.Getuid() == 0 {
 		cmd = exec.Command("umount", dir)
+		if lazy {
+			cmd = exec.Command("umount", "-l", dir)
+		}
 	} else {
 		return errors.New("fusermount3 not found: install the fuse3 package (apt-get install fuse3)")
 	}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("unmounting %s: %v: %s", dir, err, strings.TrimSpace(string(out)))
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		return nil
 	}
-	return nil
+	msg := strings.TrimSpace(string(out))
+	if !lazy && strings.Contains(strings.ToLower(msg), "busy") {
+		hint := "close them, or detach the mount now with 'ffcvfs umount --lazy " + dir + "' (it goes once they are closed)"
+		if hs := Holders(dir); len(hs) > 0 {
+			return fmt.Errorf("%s is busy: %s %s files or folders in it; %s", dir, strings.Join(hs, ", "), plural(len(hs), "holds", "hold"), hint)
+		}
+		return fmt.Errorf("%s is busy: programs hold files or folders in it (see fuser -vm %s); %s", dir, dir, hint)
+	}
+	return fmt.Errorf("unmounting %s: %v: %s", dir, err, msg)
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// Holders names the processes ("comm (pid N)") with a file, a working
+// folder or a root under dir, as far as /proc lets this user see. It reads
+// only /proc: nothing under dir, which may be a mount whose server is gone.
+func Holders(dir string) []string {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil
+	}
+	under := func(p string) bool { return p == abs || strings.HasPrefix(p, abs+"/") }
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range procs {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		base := "/proc/" + e.Name()
+		holds := false
+		for _, l := range []string{"cwd", "root"} {
+			if p, err := os.Readlink(base + "/" + l); err == nil && under(p) {
+				holds = true
+			}
+		}
+		if fds, err := os.ReadDir(base + "/fd"); err == nil && !holds {
+			for _, fd := range fds {
+				if p, err := os.Readlink(base + "/fd/" + fd.Name()); err == nil && under(p) {
+					holds = true
+					break
+				}
+			}
+		}
+		if holds {
+			comm, _ := os.ReadFile(base + "/comm")
+			out = append(out, fmt.Sprintf("%s (pid %d)", strings.TrimSpace(string(comm)), pid))
+		}
+		if len(out) >= 10 {
+			out = append(out, "…")
+			break
+		}
+	}
+	return out
 }

@@ -959,3 +959,41 @@ func TestSourceFromStdin(t *testing.T) {
 		t.Errorf("info - with nothing on stdin: %q", stderr)
 	}
 }
+
+// TestUmountBusyNamesHolders: finding 15 of the hardening review. `ffcvfs
+// umount` of a killed mount whose files a reader still held said EBUSY
+// and nothing more. It names the holders and the way out, --lazy, which
+// then clears the mount.
+func TestUmountBusyNamesHolders(t *testing.T) {
+	fixture := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
+	p := startMount(t, nil, fixture)
+	file := filepath.Join(p.mnt, mountedFiles(t, p.mnt)[0])
+	holder := exec.Command("sh", "-c", `exec 3<"$1"; echo open; exec cat`, "sh", file)
+	stdin, err := holder.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Wait()
+	defer stdin.Close()
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "open\n" {
+		t.Fatalf("the holder did not open %s: %q %v", file, line, err)
+	}
+	p.cmd.Process.Kill()
+	<-p.exited
+	_, stderr := run(t, 1, binary(t, "ffcvfs"), "umount", p.mnt)
+	want := fmt.Sprintf("cat (pid %d)", holder.Process.Pid)
+	if !strings.Contains(stderr, "is busy") || !strings.Contains(stderr, want) || !strings.Contains(stderr, "ffcvfs umount --lazy") {
+		t.Errorf("umount of a busy mount: %q, want it busy, naming %s and --lazy", stderr, want)
+	}
+	run(t, 0, binary(t, "ffcvfs"), "umount", "--lazy", p.mnt)
+	if isMountpoint(t, p.mnt) {
+		t.Error("still mounted after umount --lazy")
+	}
+}

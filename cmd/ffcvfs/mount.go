@@ -264,11 +264,22 @@ func umountCommand() *cli.Command {
 		Name:      "umount",
 		Usage:     "unmount a mount made by ffcvfs mount",
 		ArgsUsage: "MOUNTPOINT",
+		Description: `Unmounts MOUNTPOINT. While programs hold files or folders of it, the
+unmount fails and names them; --lazy then detaches the mount at once (no new
+path resolves) and it goes once they are closed. This also clears a mount
+whose process was killed.`,
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "lazy", Aliases: []string{"z"}, Usage: "detach now, even while files are open (fusermount3 -u -z)"},
+		},
 		Action: func(c *cli.Context) error {
 			if err := needArgs(c, "MOUNTPOINT"); err != nil {
 				return err
 			}
-			if err := fs.Unmount(c.Args().First()); err != nil {
+			unmount := fs.Unmount
+			if c.Bool("lazy") {
+				unmount = fs.UnmountLazy
+			}
+			if err := unmount(c.Args().First()); err != nil {
 				return cli.Exit(err.Error(), 1)
 			}
 			return nil
