@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
 
 func testServer(t *testing.T, slots, perEpoch, epochs int) (*Ring, *Server) {
@@ -50,7 +52,7 @@ func dial(t *testing.T, s *Server) *testClient {
 
 func (c *testClient) read() map[string]any {
 	c.t.Helper()
-	c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	c.conn.SetReadDeadline(time.Now().Add(testenv.Patience))
 	line, err := c.rd.ReadBytes('\n')
 	if err != nil {
 		c.t.Fatalf("reading from server: %v", err)
@@ -160,7 +162,7 @@ func TestServerFlow(t *testing.T) {
 		if i != a {
 			t.Errorf("acquired %d after releasing %d", i, a)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(testenv.Patience):
 		t.Fatal("AcquireSlot did not unblock after a release")
 	}
 	if err := s.Publish(a, 1, 0, 5); err != nil {
@@ -231,7 +233,7 @@ func TestServerDisconnectFreesSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	var c3 *testClient
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(testenv.Patience)
 	for {
 		c3 = dial(t, s)
 		if m := c3.read(); m["hello"] != nil {
@@ -263,7 +265,7 @@ func TestServerGarbageClosesOnlyThatConnection(t *testing.T) {
 		m := c.read()
 		c.release(num(m, "slot")) // the valid release works
 		c.conn.Write([]byte(msg))
-		c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		c.conn.SetReadDeadline(time.Now().Add(testenv.Patience))
 		if _, err := c.rd.ReadBytes('\n'); !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
 			t.Errorf("after %.20q: read %v, want the connection closed", msg, err)
 		}

@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"testing"
 	"time"
+
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
 
 // planIDs returns the ids of the cache's live plans.
@@ -25,7 +27,7 @@ func TestPlanWithdrawnWhenReaderExits(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * leaseCheck)
+	deadline := time.Now().Add(testenv.Patience)
 	for len(planIDs(v)) > 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("plans %v still live %v after their reader (pid %d) exited", planIDs(v), 5*leaseCheck, cmd.Process.Pid)
@@ -63,7 +65,7 @@ func TestPlanWithdrawnWhenIdle(t *testing.T) {
 	if _, err := os.ReadFile(mnt + "/.ffcvfs/orders/quasi-random/0/0"); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * leaseCheck)
+	deadline := time.Now().Add(testenv.Patience)
 	for len(planIDs(v)) > 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("plans %v still live %v after a lease of %v with no read", planIDs(v), 5*leaseCheck, leaseCheck)

@@ -227,7 +227,7 @@ func TestKernelCopiesBudget(t *testing.T) {
 	// What the kernel holds, measured with mincore, drops to the budget
 	// once the invalidations are sent (by a goroutine of their own).
 	bound := budget + int64(len(files))*int64(os.Getpagesize()) // files end mid-page
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testenv.Patience)
 	for {
 		held := residentBytes(t, files)
 		if held <= bound && v.kcopies.Bytes() <= budget {

@@ -96,7 +96,7 @@ func startFeed(t *testing.T, data string, args ...string) *feedProc {
 			<-p.exited
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(testenv.Patience)
 	for {
 		if st, err := os.Stat(p.sock); err == nil && st.Mode().Type() == fs.ModeSocket {
 			return p
@@ -107,26 +107,26 @@ func startFeed(t *testing.T, data string, args ...string) *feedProc {
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("ffcvfeed serve: socket %s not there after 30 s:\n%s", p.sock, p.log)
+			t.Fatalf("ffcvfeed serve: socket %s not there in time:\n%s", p.sock, p.log)
 		}
 	}
 }
 
-// waitExit waits up to 30 s for the server to exit by itself and fails the
+// waitExit waits up to testenv.Patience for the server to exit by itself and fails the
 // test unless it exits with status 0.
 func (p *feedProc) waitExit(t *testing.T) {
 	t.Helper()
 	select {
 	case <-p.exited:
-	case <-time.After(30 * time.Second):
+	case <-time.After(testenv.Patience):
 		_ = p.cmd.Process.Signal(syscall.SIGQUIT) // a goroutine dump in the log
 		select {
 		case <-p.exited:
-		case <-time.After(5 * time.Second):
+		case <-time.After(testenv.Patience):
 			_ = p.cmd.Process.Kill()
 			<-p.exited
 		}
-		t.Fatalf("ffcvfeed serve still running 30 s after the consumer finished:\n%s", p.log)
+		t.Fatalf("ffcvfeed serve still running long after the consumer finished:\n%s", p.log)
 	}
 	if !p.cmd.ProcessState.Success() {
 		t.Fatalf("ffcvfeed serve: %s after the consumer finished:\n%s", p.cmd.ProcessState, p.log)

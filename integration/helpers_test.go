@@ -176,7 +176,7 @@ func startMount(t *testing.T, env []string, src string, args ...string) *mountPr
 		cmd.Env = append(cmd.Env, env...)
 	}
 	p := launchMount(t, cmd, mnt)
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(testenv.Patience)
 	for {
 		if _, err := os.Stat(filepath.Join(mnt, ".ffcvfs", "stats.json")); err == nil {
 			return p
@@ -187,7 +187,7 @@ func startMount(t *testing.T, env []string, src string, args ...string) *mountPr
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("ffcvfs mount %s: %s/.ffcvfs/stats.json not there after 20 s:\n%s", src, mnt, p.stderr)
+			t.Fatalf("ffcvfs mount %s: %s/.ffcvfs/stats.json not there in time:\n%s", src, mnt, p.stderr)
 		}
 	}
 }
@@ -209,7 +209,7 @@ func launchMount(t *testing.T, cmd *exec.Cmd, mnt string) *mountProc {
 	return p
 }
 
-// terminate sends SIGTERM and waits up to 10 s for the process to exit. It
+// terminate sends SIGTERM and waits up to testenv.Patience for the process to exit. It
 // reports whether it exited.
 func (p *mountProc) terminate() bool {
 	select {
@@ -221,13 +221,13 @@ func (p *mountProc) terminate() bool {
 	select {
 	case <-p.exited:
 		return true
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Patience):
 		return false
 	}
 }
 
 // stop unmounts with SIGTERM (detaching the mount and killing the process
-// when that does not end it within 10 s) and checks that the process exited
+// when that does not end it in time) and checks that the process exited
 // with status 0 and that no mount, stale or live, remains.
 func (p *mountProc) stop(t *testing.T) {
 	t.Helper()
@@ -238,7 +238,7 @@ func (p *mountProc) stop(t *testing.T) {
 	default:
 	}
 	if !p.terminate() {
-		t.Errorf("ffcvfs mount %s: still running 10 s after SIGTERM; detaching and killing it:\n%s", p.mnt, p.stderr)
+		t.Errorf("ffcvfs mount %s: still running long after SIGTERM; detaching and killing it:\n%s", p.mnt, p.stderr)
 		forceUnmount(p.mnt)
 		_ = p.cmd.Process.Kill()
 		<-p.exited

@@ -69,7 +69,7 @@ func startPrometheus(t *testing.T, targets map[string]string) *prometheusServer 
 		_ = cmd.Process.Kill()
 		<-exited
 	})
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(testenv.Patience)
 	for {
 		resp, err := http.Get(p.url + "/-/ready")
 		if err == nil {
@@ -84,7 +84,7 @@ func startPrometheus(t *testing.T, targets map[string]string) *prometheusServer 
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("prometheus not ready after 30 s:\n%s", p.log)
+			t.Fatalf("prometheus not ready in time:\n%s", p.log)
 		}
 	}
 }
@@ -119,18 +119,18 @@ func (p *prometheusServer) query(q string) (float64, error) {
 	return strconv.ParseFloat(s, 64)
 }
 
-// waitQuery waits up to 30 s until query q gives want, and fails the test
+// waitQuery waits up to testenv.Patience until query q gives want, and fails the test
 // with the last value or error otherwise.
 func (p *prometheusServer) waitQuery(t *testing.T, q string, want float64) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(testenv.Patience)
 	for {
 		v, err := p.query(q)
 		if err == nil && v == want {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("prometheus: %s = %v (err %v), want %v after 30 s", q, v, err, want)
+			t.Fatalf("prometheus: %s = %v (err %v), want %v, in time", q, v, err, want)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

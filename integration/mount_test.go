@@ -526,7 +526,7 @@ func mountFails(t *testing.T, mnt string, args ...string) string {
 	go func() { done <- cmd.Wait() }()
 	select {
 	case <-done:
-	case <-time.After(30 * time.Second):
+	case <-time.After(testenv.Patience):
 		forceUnmount(mnt)
 		_ = cmd.Process.Kill()
 		<-done
@@ -714,11 +714,11 @@ func TestMountSIGTERMWhileReading(t *testing.T) {
 		// The unmount was refused (busy) and the process waits for a
 		// second signal, which detaches the mount lazily: see that this
 		// at least cleans up.
-		t.Errorf("still running 10 s after one SIGTERM while being read (%d reads, %d failed); a busy unmount must not keep the mount up:\n%s", reads.Load(), failed.Load(), p.stderr)
+		t.Errorf("still running long after one SIGTERM while being read (%d reads, %d failed); a busy unmount must not keep the mount up:\n%s", reads.Load(), failed.Load(), p.stderr)
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-p.exited:
-		case <-time.After(10 * time.Second):
+		case <-time.After(testenv.Patience):
 		}
 	}
 	close(stop)
@@ -726,7 +726,7 @@ func TestMountSIGTERMWhileReading(t *testing.T) {
 	select {
 	case <-p.exited:
 	default:
-		t.Fatalf("still running 10 s after a second SIGTERM:\n%s", p.stderr)
+		t.Fatalf("still running long after a second SIGTERM:\n%s", p.stderr)
 	}
 	t.Logf("%d reads, %d failed; %s", reads.Load(), failed.Load(), p.cmd.ProcessState)
 	if !p.cmd.ProcessState.Success() {
@@ -801,14 +801,14 @@ time.sleep(600)
 		t.Fatal(err)
 	}
 	cmd.Wait()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testenv.Patience)
 	for {
 		st := readMountStats(t, mnt)
 		if len(st.Cache.Plans) == 0 && len(st.PlanOwners) == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("10 s after its reader was killed, stats.json still lists plans %+v, owners %v", st.Cache.Plans, st.PlanOwners)
+			t.Fatalf("long after its reader was killed, stats.json still lists plans %+v, owners %v", st.Cache.Plans, st.PlanOwners)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

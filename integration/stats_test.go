@@ -81,10 +81,10 @@ func TestStatsView(t *testing.T) {
 
 	var screen string
 	var busy []string
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(testenv.Patience)
 	for len(busy) < 2 {
 		if time.Now().After(deadline) {
-			t.Fatalf("after 20 s the screen shows %d lines with images read:\n%s", len(busy), screen)
+			t.Fatalf("in time, the screen shows %d lines with images read:\n%s", len(busy), screen)
 		}
 		time.Sleep(500 * time.Millisecond)
 		out, err := tm("capture-pane", "-p", "-J", "-t", "stats")

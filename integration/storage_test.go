@@ -838,7 +838,7 @@ func TestStorageLoad(t *testing.T) {
 		_ = p.cmd.Process.Signal(syscall.SIGQUIT) // its goroutines, into its log
 		select {
 		case <-p.exited:
-		case <-time.After(5 * time.Second):
+		case <-time.After(testenv.Patience):
 		}
 		t.Fatalf("the load did not finish within 3 minutes (a deadlock?):\nffcvfeed bench: %s\nmount:\n%s", benchOut, p.stderr)
 	}
@@ -966,7 +966,7 @@ func TestStorageSIGTERMWhileReading(t *testing.T) {
 			}
 			select {
 			case <-p.exited:
-			case <-time.After(5 * time.Second):
+			case <-time.After(testenv.Patience):
 				t.Errorf("still running 5 s after SIGTERM (%d reads, %d failed):\n%s", reads.Load(), failed.Load(), p.stderr)
 				_ = p.cmd.Process.Signal(syscall.SIGQUIT)
 				<-p.exited

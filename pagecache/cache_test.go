@@ -18,6 +18,8 @@ import (
 	"github.com/ffcvfs/ffcvfs/pagecache/policy"
 	"github.com/ffcvfs/ffcvfs/pagecache/storage"
 	"github.com/ffcvfs/ffcvfs/pagecache/storage/storagetest"
+
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
 
 const (
@@ -553,7 +555,7 @@ func TestCancelledReadStopsItsFetch(t *testing.T) {
 // still running a few seconds on (the time only bounds a leak's wait).
 func checkNoGoroutinesLeft(t *testing.T, base int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(testenv.Patience)
 	for runtime.NumGoroutine() > base && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}

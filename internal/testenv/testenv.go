@@ -9,7 +9,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 )
+
+// Patience is how long a test waits for a condition (a mount to appear, a
+// process to exit, a counter to reach a value) before it fails. Long,
+// because a training machine, and so CI, is busy: a condition that holds
+// ends the wait at once, so only a failing test pays it.
+const Patience = 3 * time.Minute
 
 // InCI reports whether the tests run in CI, where missing prerequisites fail.
 func InCI() bool { return os.Getenv("CI") == "true" }
