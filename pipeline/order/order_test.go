@@ -492,9 +492,9 @@ func TestValidate(t *testing.T) {
 		{Options{Kind: Random, Rank: 1}, "rank 1 is out of range for world size 1; want 0 to 0"},
 		{Options{Kind: Random, Rank: 4, WorldSize: 4}, "rank 4 is out of range for world size 4; want 0 to 3"},
 		{Options{Kind: Random, Rank: -1, WorldSize: 4}, "rank -1 is out of range"},
-		{Options{Kind: Random, WorldSize: -2}, "world size -2 is negative"},
+		{Options{Kind: Random, WorldSize: -2}, "world size -2 is out of range"},
 		{Options{Kind: QuasiRandom, Window: -1}, "window of -1 pages is negative; want at least 1"},
-		{Options{Kind: QuasiRandom, BatchSize: -5}, "batch size -5 is negative"},
+		{Options{Kind: QuasiRandom, BatchSize: -5}, "batch size -5 is out of range"},
 	}
 	for _, c := range cases {
 		o := c.o
