@@ -11,6 +11,7 @@ import (
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/pagecache"
+	"github.com/ffcvfs/ffcvfs/pipeline/order"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -125,6 +126,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Timeout < 0 || o.OrderBatchSize < 0 || o.PlanLease < 0 {
 		return fmt.Errorf("timeout, order batch size and plan lease must not be negative")
+	}
+	if o.OrderBatchSize > order.MaxBatchSize {
+		return fmt.Errorf("order batch size %d is out of range; want 1 to %d", o.OrderBatchSize, order.MaxBatchSize)
 	}
 	return nil
 }

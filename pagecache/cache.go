@@ -22,6 +22,10 @@ import (
 // ErrClosed is returned by operations on a closed Cache.
 var ErrClosed = errors.New("page cache closed")
 
+// MaxReaders bounds Options.Readers, which sizes the prefetch queue and
+// the requests in flight.
+const MaxReaders = 4096
+
 // DefaultReaders is the default of Options.Readers: enough requests in
 // flight to fill a link of about 100 MB/s with 10 ms latency with ranges
 // of 30 KB or more (the bandwidth-delay product is about 1 MB).
@@ -83,8 +87,8 @@ func (o *Options) Validate(pageSize int64) error {
 		o.Logger = slog.Default()
 	}
 	switch {
-	case o.Readers < 0:
-		return fmt.Errorf("readers must be at least 1, got %d", o.Readers)
+	case o.Readers < 0 || o.Readers > MaxReaders:
+		return fmt.Errorf("readers must be 1 to %d, got %d", MaxReaders, o.Readers)
 	case o.InflightBytes < 0:
 		return fmt.Errorf("bytes in flight must be positive, got %d", o.InflightBytes)
 	case o.Window < 0:

@@ -67,6 +67,14 @@ type Options struct {
 	Logger                 *slog.Logger
 }
 
+// MaxWorkers bounds Options.Workers: each worker owns a decoder and its
+// buffers.
+const MaxWorkers = 1024
+
+// MaxBatchBytes bounds the bytes of one batch's images, which the batch
+// buffers (and a ring's slots) are sized by.
+const MaxBatchBytes = 1 << 36
+
 // Validate fills defaults and checks the options.
 func (o *Options) Validate() error {
 	if o.BatchSize == 0 {
@@ -97,10 +105,10 @@ func (o *Options) Validate() error {
 		o.Order.BatchSize = o.BatchSize
 	}
 	switch {
-	case o.BatchSize < 1:
-		return fmt.Errorf("batch size must be at least 1, got %d", o.BatchSize)
-	case o.Workers < 1:
-		return fmt.Errorf("workers must be at least 1, got %d", o.Workers)
+	case o.BatchSize < 1 || o.BatchSize > order.MaxBatchSize:
+		return fmt.Errorf("batch size %d is out of range; want 1 to %d", o.BatchSize, order.MaxBatchSize)
+	case o.Workers < 1 || o.Workers > MaxWorkers:
+		return fmt.Errorf("workers must be 1 to %d, got %d", MaxWorkers, o.Workers)
 	case o.DType != "uint8" && o.DType != "float16" && o.DType != "float32":
 		return fmt.Errorf("dtype %q: want uint8, float16 or float32", o.DType)
 	case o.Layout != "nhwc" && o.Layout != "nchw":
@@ -119,6 +127,11 @@ func (o *Options) Validate() error {
 	}
 	if err := o.Op.Validate(); err != nil {
 		return err
+	}
+	// The sides are bounded (Op.Validate), so one image's bytes cannot
+	// overflow; the batch's are compared by division.
+	if per := int64(o.Op.OutW) * int64(o.Op.OutH) * 3 * 4; int64(o.BatchSize) > MaxBatchBytes/per {
+		return fmt.Errorf("a batch of %d images of %dx%d would take more than %d bytes", o.BatchSize, o.Op.OutW, o.Op.OutH, int64(MaxBatchBytes))
 	}
 	return o.Order.Validate()
 }

@@ -445,7 +445,10 @@ func decodeBenchCommand() *cli.Command {
 					jpegs = append(jpegs, b)
 				}
 			}
-			workers := max(1, c.Int("workers"))
+			workers := c.Int("workers")
+			if workers < 1 || workers > pipeline.MaxWorkers {
+				return cli.Exit(fmt.Sprintf("--workers %d: want 1 to %d", workers, pipeline.MaxWorkers), 2)
+			}
 			next := make(chan []byte, workers)
 			done := make(chan error, workers)
 			start := time.Now()

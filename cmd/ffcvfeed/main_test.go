@@ -118,11 +118,24 @@ func TestServeBadDevice(t *testing.T) {
 }
 
 // Finding 3 of the hardening review: --world-size 99999999999 ran ffcvfeed
-// out of memory. It is a usage error naming the range.
-func TestWorldSizeBounded(t *testing.T) {
+// out of memory. Every number a flag gives is bounded before it sizes an
+// allocation or a loop: a usage error naming the range.
+func TestFlagsBounded(t *testing.T) {
 	beton := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
-	out, code := runFfcvfeed(t, "bench", "--data", beton, "--world-size", "99999999999")
-	if code != 2 || !strings.Contains(out, "world size 99999999999 is out of range; want 1 to 1048576") {
-		t.Errorf("exit %d: %s", code, out)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "--world-size", "99999999999"}, "world size 99999999999 is out of range; want 1 to 1048576"},
+		{[]string{"bench", "--workers", "99999999"}, "workers must be 1 to 1024"},
+		{[]string{"bench", "--batch-size", "99999999999"}, "batch size 99999999999 is out of range"},
+		{[]string{"bench", "--resolution", "99999999"}, "each side must be 1 to 65535"},
+		{[]string{"bench", "--resolution", "60000", "--batch-size", "100000"}, "would take more than 68719476736 bytes"},
+		{[]string{"decode-bench", "--workers", "99999999"}, "--workers 99999999: want 1 to 1024"},
+	} {
+		out, code := runFfcvfeed(t, append(tc.args, "--data", beton)...)
+		if code != 2 || !strings.Contains(out, tc.want) {
+			t.Errorf("ffcvfeed %v: exit %d: %s\nwant exit 2 and %q", tc.args, code, out, tc.want)
+		}
 	}
 }

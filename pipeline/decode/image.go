@@ -45,13 +45,17 @@ type Op struct {
 	Exact bool
 }
 
+// MaxOutputSide bounds the output's sides: a beton's images have sides of
+// at most 65535 pixels, and the output sizes every batch buffer.
+const MaxOutputSide = 65535
+
 // Validate reports whether op can be applied.
 func (op Op) Validate() error {
 	switch {
 	case op.Kind != RandomResizedCrop && op.Kind != CenterCrop:
 		return fmt.Errorf("op: unknown kind %d: %w", op.Kind, ErrArgument)
-	case op.OutW <= 0 || op.OutH <= 0:
-		return fmt.Errorf("op: output size %dx%d: %w", op.OutW, op.OutH, ErrArgument)
+	case op.OutW <= 0 || op.OutH <= 0 || op.OutW > MaxOutputSide || op.OutH > MaxOutputSide:
+		return fmt.Errorf("op: output size %dx%d: each side must be 1 to %d: %w", op.OutW, op.OutH, MaxOutputSide, ErrArgument)
 	case op.FlipProb < 0 || op.FlipProb > 1:
 		return fmt.Errorf("op: flip probability %g: %w", op.FlipProb, ErrArgument)
 	case op.Scale != [2]float64{} && !(0 < op.Scale[0] && op.Scale[0] <= op.Scale[1]):
