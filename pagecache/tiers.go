@@ -33,9 +33,9 @@ import (
 //
 // # Backfill
 //
-// A page the tiers want but cannot take at once (no fill buffer free, or
-// a tier's queue full, as when its writer is slow on a busy machine) is
-// owed: a goroutine reads it from storage again once a fill buffer is free
+// A page read whole that the tiers want but cannot take at once (no fill
+// buffer free, or a tier's queue full, as when its writer is slow on a
+// busy machine) is owed: a goroutine reads it from storage again once a fill buffer is free
 // and offers it, one page at a time, so that the tiers end up with every
 // page they were offered while under budget, and a later epoch finds them
 // there. It backfills only into a tier with room for the page without
@@ -330,7 +330,9 @@ func (t *tiered) fillRead(ctx context.Context, dp int32, lo int64, p []byte) boo
 			f = &fill{done: make(chan struct{}), buf: buf, refs: 1}
 			t.fills[dp] = f
 		default:
-			t.owe(dp)
+			// Not owed: a page read by ranges is missed again by the
+			// next sample of it read, which fills it when a buffer is
+			// free; owing it would read it twice.
 			t.mu.Unlock()
 			return false
 		}
