@@ -8,9 +8,10 @@
 //
 //	.ffcvfs/dataset.beton     the whole beton, byte for byte, from the cache
 //	.ffcvfs/stats.json        cache statistics and read counts
-//	.ffcvfs/announce          write sample ids (or "imagefolder" and then
-//	                          ImageFolder indices), one per line, to announce
-//	                          the order this process will read in
+//	.ffcvfs/announce          a symlink to the announce socket: send sample
+//	                          ids (or "imagefolder" and then ImageFolder
+//	                          indices), one per line, to announce the order
+//	                          this process will read in (see announce.go)
 //	.ffcvfs/orders/KIND/SEED/EPOCH
 //	.ffcvfs/orders/KIND/SEED/RANK-of-WORLD/EPOCH
 //	                          read an order (ImageFolder indices, one per
@@ -40,8 +41,17 @@
 // request (see Server for why and by how much).
 //
 // Control files need no OPEN either: stats.json and the order files are
-// made at lookup, each lookup a new inode whose content never changes, and
-// announce takes an order as its WRITEs arrive.
+// made at lookup, each lookup a new inode whose content never changes.
+//
+// # Read-only
+//
+// The superblock is read-only (MS_RDONLY): the kernel refuses every open
+// for writing and every writable shared mapping, whoever asks, before the
+// mount hears of it (without OPEN, the mount could not refuse them
+// itself). So nothing is written through the tree: orders are announced
+// through a Unix socket outside it, the owner's alone (announce.go). Plans
+// are named by the uid that announced them, so that with allow_other one
+// user's orders never replace another's.
 //
 // # Concurrency
 //
