@@ -159,14 +159,7 @@ func checkPrivate(t *testing.T, dir string) {
 // tier stops storing with one warning.
 func TestDiskCacheFull(t *testing.T) {
 	r := newStorageRig(t, testenv.Fixture(t, "imagefolder-small"), "full.beton", "2MiB")
-	dir := filepath.Join(t.TempDir(), "tiny")
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=3m,mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
-		testenv.Missing(t, "mounting a tmpfs (needs root): %v: %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", dir).Run() })
+	dir := tinyDisk(t)
 	p := r.mount(t, r.srv.Endpoint(), r.key, "--cache-size", "6MiB", "--disk-cache", dir, "--disk-cache-size", "1GiB")
 	checkReadsAll(t, p.mnt, r.files, 2)
 	checkReadsAll(t, p.mnt, r.files, 2)
@@ -185,14 +178,7 @@ func TestDiskCacheFull(t *testing.T) {
 // own entries are space it may use.
 func TestDiskCacheSecondMountOnFullDisk(t *testing.T) {
 	r := newStorageRig(t, testenv.Fixture(t, "imagefolder-small"), "second.beton", "2MiB")
-	dir := filepath.Join(t.TempDir(), "tiny")
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=3m,mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
-		testenv.Missing(t, "mounting a tmpfs (needs root): %v: %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", dir).Run() })
+	dir := tinyDisk(t)
 	p1 := r.mount(t, r.srv.Endpoint(), r.key, "--cache-size", "6MiB", "--disk-cache", dir)
 	checkReadsAll(t, p1.mnt, r.files, 2)
 	for readTierStats(t, p1.mnt).Cache.Tiers.Tiers[0].Entries == 0 {
@@ -207,4 +193,18 @@ func TestDiskCacheSecondMountOnFullDisk(t *testing.T) {
 	if s := readTierStats(t, p2.mnt).Cache.Tiers.Tiers[0]; s.State != "shared" || s.Hits == 0 {
 		t.Errorf("the second mount's disk tier: %+v, want shared, with hits", s)
 	}
+}
+
+// tinyDisk mounts a 3 MiB tmpfs, unmounted at cleanup, and returns it.
+func tinyDisk(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "tiny")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=3m,mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
+		testenv.Missing(t, "mounting a tmpfs (needs root): %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", dir).Run() })
+	return dir
 }

@@ -93,26 +93,7 @@ func TestMountUnprivileged(t *testing.T) {
 		}
 	}
 
-	out, err := asUser("sh", "-c", `cd "$1" && find . -name '*.jpg' -type f -exec sha256sum {} +`, "sh", mnt).Output()
-	if err != nil {
-		t.Fatalf("reading the mount as its user: %v\n%s", err, p.stderr)
-	}
-	var got []string
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if f := strings.Fields(line); len(f) == 2 {
-			got = append(got, f[0])
-		}
-	}
-	_, images := fixtureManifest(t, fixture)
-	var want []string
-	for _, im := range images {
-		want = append(want, im["image"].SHA256)
-	}
-	slices.Sort(got)
-	slices.Sort(want)
-	if !slices.Equal(got, want) {
-		t.Errorf("read %d files; their SHA-256 sums differ from the %d samples' in the manifest", len(got), len(want))
-	}
+	checkReadAllAs(t, asUser, mnt, fixture)
 	// The control file is the owner's to write.
 	if out, err := asUser(debianPython(t), "-c", announcePy, mnt, "imagefolder\n0\n1\n2\n").CombinedOutput(); err != nil || string(out) != "ok 3\n" {
 		t.Errorf("announcing as the mount's user: %v: %s", err, out)
@@ -194,26 +175,7 @@ func TestAllowOtherAsNobody(t *testing.T) {
 		t.Errorf("after nobody's read, plan_owners[%s] = %d, want this process, %d", ownerPlan, got, os.Getpid())
 	}
 	// Nobody reads every sample, byte for byte.
-	out, err = asNobody("sh", "-c", `cd "$1" && find . -name '*.jpg' -type f -exec sha256sum {} +`, "sh", mnt).Output()
-	if err != nil {
-		t.Fatalf("nobody reading the mount: %v", err)
-	}
-	var got []string
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if f := strings.Fields(line); len(f) == 2 {
-			got = append(got, f[0])
-		}
-	}
-	_, images := fixtureManifest(t, fixture)
-	var want []string
-	for _, im := range images {
-		want = append(want, im["image"].SHA256)
-	}
-	slices.Sort(got)
-	slices.Sort(want)
-	if !slices.Equal(got, want) {
-		t.Errorf("nobody read %d files; their SHA-256 sums differ from the %d samples'", len(got), len(want))
-	}
+	checkReadAllAs(t, asNobody, mnt, fixture)
 	// Nobody cannot announce, write or map writable.
 	out, err = asNobody(debianPython(t), "-c", announcePy, mnt, "0\n").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "PermissionError") {
@@ -244,5 +206,31 @@ func waitServing(t *testing.T, p *mountProc) {
 			t.Fatalf("ffcvfs mount exited before serving (%s):\n%s", p.cmd.ProcessState, p.stderr)
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+}
+
+// checkReadAllAs reads every image of the mount at mnt with sha256sum, run
+// by as, and checks the sums against the fixture's manifest.
+func checkReadAllAs(t *testing.T, as func(string, ...string) *exec.Cmd, mnt, fixture string) {
+	t.Helper()
+	out, err := as("sh", "-c", `cd "$1" && find . -name '*.jpg' -type f -exec sha256sum {} +`, "sh", mnt).Output()
+	if err != nil {
+		t.Fatalf("reading the mount: %v", err)
+	}
+	var got []string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if f := strings.Fields(line); len(f) == 2 {
+			got = append(got, f[0])
+		}
+	}
+	_, images := fixtureManifest(t, fixture)
+	var want []string
+	for _, im := range images {
+		want = append(want, im["image"].SHA256)
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("read %d files; their SHA-256 sums differ from the %d samples' in the manifest", len(got), len(want))
 	}
 }
