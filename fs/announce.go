@@ -305,12 +305,17 @@ func Announce(ctx context.Context, mountpoint string, ids []uint32, imagefolder 
 		w.Write(strconv.AppendUint(num[:0], uint64(s), 10))
 		w.WriteByte('\n')
 	}
-	if err := w.Flush(); err != nil {
-		return fmt.Errorf("announcing an order to %s: %w", mountpoint, err)
+	// A mount that refuses a line answers and closes at once, so a write
+	// may fail (EPIPE) before the answer is read: the answer says why.
+	werr := w.Flush()
+	if werr == nil {
+		c.(*net.UnixConn).CloseWrite()
 	}
-	c.(*net.UnixConn).CloseWrite()
 	reply, err := io.ReadAll(io.LimitReader(c, 4096))
-	if err != nil {
+	if len(reply) == 0 && werr != nil {
+		return fmt.Errorf("announcing an order to %s: %w", mountpoint, werr)
+	}
+	if len(reply) == 0 && err != nil {
 		return fmt.Errorf("announcing an order to %s: no answer: %w", mountpoint, err)
 	}
 	msg := string(bytes.TrimSpace(reply))

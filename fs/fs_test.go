@@ -585,10 +585,15 @@ func TestAnnounceErrors(t *testing.T) {
 	if got := v.announced.Load(); got != 1 {
 		t.Errorf("%d orders announced, want 1 (the good one)", got)
 	}
-	// The Go client returns the mount's sentence.
+	// The Go client returns the mount's sentence, also when the mount
+	// refused the order before it was all sent.
 	err := Announce(t.Context(), mnt, []uint32{uint32(n)}, false)
 	if err == nil || !strings.Contains(err.Error(), "out of range") {
 		t.Errorf("Announce of a sample out of range: %v", err)
+	}
+	err = Announce(t.Context(), mnt, make([]uint32, 1<<20), false)
+	if err == nil || !strings.Contains(err.Error(), "an order may hold at most") {
+		t.Errorf("Announce of 2^20 samples: %v", err)
 	}
 }
 
