@@ -242,14 +242,24 @@ func readLines(path string) ([]string, error) {
 	}
 	defer fh.Close()
 	var out []string
-	sc := bufio.NewScanner(fh)
+	sc := bufio.NewScanner(fh) // a line of at most 64 KiB
 	for sc.Scan() {
 		if line := strings.TrimRight(sc.Text(), "\r"); line != "" {
+			if len(out) > maxClassNames {
+				return nil, fmt.Errorf("%s: more than %d class names; labels go up to %d at most", path, maxClassNames, maxClassNames-1)
+			}
 			out = append(out, line)
 		}
 	}
-	return out, sc.Err()
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading class names from %s: %w", path, err)
+	}
+	return out, nil
 }
+
+// maxClassNames bounds a --classes file: a name per label, and labels are
+// at most 2^24.
+const maxClassNames = 1<<24 + 1
 
 // lazyUnmount detaches the mount at dir even while files are open.
 func lazyUnmount(dir string) error {
