@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/ffcvfs/ffcvfs/order"
 	"github.com/ffcvfs/ffcvfs/pagecache"
-	"github.com/ffcvfs/ffcvfs/pipeline/order"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )

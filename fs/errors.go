@@ -9,7 +9,7 @@ import (
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/pagecache"
-	"github.com/ffcvfs/ffcvfs/pagecache/storage"
+	"github.com/ffcvfs/ffcvfs/storage"
 )
 
 // errorLog logs each distinct cause once, so a failing storage backend does

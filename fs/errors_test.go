@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/ffcvfs/ffcvfs/beton"
-	"github.com/ffcvfs/ffcvfs/pagecache/storage"
+	"github.com/ffcvfs/ffcvfs/storage"
 )
 
 // TestReadErrorsLoggedOncePerCause: failed reads whose errors differ only

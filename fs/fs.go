@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/order"
 	"github.com/ffcvfs/ffcvfs/pagecache"
-	"github.com/ffcvfs/ffcvfs/pipeline/order"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

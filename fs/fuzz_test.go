@@ -17,7 +17,7 @@ import (
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 	"github.com/ffcvfs/ffcvfs/pagecache"
-	"github.com/ffcvfs/ffcvfs/pagecache/storage"
+	"github.com/ffcvfs/ffcvfs/storage"
 )
 
 // FuzzMountedBeton mounts mutated betons and reads them whole: every

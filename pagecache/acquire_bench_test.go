@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/ffcvfs/ffcvfs/beton"
-	"github.com/ffcvfs/ffcvfs/pagecache/storage"
+	"github.com/ffcvfs/ffcvfs/storage"
 )
 
 // hollowSource is a beton of whole 2 MiB pages of 76 samples each whose

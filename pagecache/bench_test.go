@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/ffcvfs/ffcvfs/beton"
-	"github.com/ffcvfs/ffcvfs/pagecache/storage"
+	"github.com/ffcvfs/ffcvfs/storage"
 	"golang.org/x/sys/unix"
 )
 

@@ -16,8 +16,8 @@ import (
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/pagecache/policy"
-	"github.com/ffcvfs/ffcvfs/pagecache/storage"
-	"github.com/ffcvfs/ffcvfs/pagecache/storage/storagetest"
+	"github.com/ffcvfs/ffcvfs/storage"
+	"github.com/ffcvfs/ffcvfs/storage/storagetest"
 
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )

@@ -10,8 +10,8 @@ import (
 	"sync/atomic"
 
 	"github.com/ffcvfs/ffcvfs/beton"
-	"github.com/ffcvfs/ffcvfs/pagecache/storage"
 	"github.com/ffcvfs/ffcvfs/pagecache/tier"
+	"github.com/ffcvfs/ffcvfs/storage"
 )
 
 // # Tiers

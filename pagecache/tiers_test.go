@@ -15,8 +15,8 @@ import (
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/beton/imagefolder"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
-	"github.com/ffcvfs/ffcvfs/pagecache/storage"
 	"github.com/ffcvfs/ffcvfs/pagecache/tier"
+	"github.com/ffcvfs/ffcvfs/storage"
 )
 
 // rawPhotos writes the fixture photos as a raw-pixel beton of 2 MiB pages,

@@ -33,9 +33,9 @@ import (
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/cudafeed"
+	"github.com/ffcvfs/ffcvfs/order"
 	"github.com/ffcvfs/ffcvfs/pagecache"
 	"github.com/ffcvfs/ffcvfs/pipeline/decode"
-	"github.com/ffcvfs/ffcvfs/pipeline/order"
 )
 
 // ImageNet's per-channel mean and standard deviation, on the 0–1 scale.

@@ -11,10 +11,10 @@ import (
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
+	"github.com/ffcvfs/ffcvfs/order"
 	"github.com/ffcvfs/ffcvfs/pagecache"
-	"github.com/ffcvfs/ffcvfs/pagecache/storage"
 	"github.com/ffcvfs/ffcvfs/pipeline/decode"
-	"github.com/ffcvfs/ffcvfs/pipeline/order"
+	"github.com/ffcvfs/ffcvfs/storage"
 )
 
 // collectSink keeps a copy of every published batch.

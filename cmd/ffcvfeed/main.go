@@ -24,11 +24,11 @@ import (
 	"github.com/ffcvfs/ffcvfs/internal/bytesize"
 	"github.com/ffcvfs/ffcvfs/internal/cacheflags"
 	"github.com/ffcvfs/ffcvfs/internal/metrics"
+	"github.com/ffcvfs/ffcvfs/order"
 	"github.com/ffcvfs/ffcvfs/pagecache"
-	"github.com/ffcvfs/ffcvfs/pagecache/storage"
 	"github.com/ffcvfs/ffcvfs/pipeline"
 	"github.com/ffcvfs/ffcvfs/pipeline/decode"
-	"github.com/ffcvfs/ffcvfs/pipeline/order"
+	"github.com/ffcvfs/ffcvfs/storage"
 	"github.com/urfave/cli/v2"
 )
 

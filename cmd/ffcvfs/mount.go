@@ -19,7 +19,7 @@ import (
 	"github.com/ffcvfs/ffcvfs/internal/cacheflags"
 	"github.com/ffcvfs/ffcvfs/internal/metrics"
 	"github.com/ffcvfs/ffcvfs/pagecache"
-	"github.com/ffcvfs/ffcvfs/pagecache/storage"
+	"github.com/ffcvfs/ffcvfs/storage"
 	"github.com/urfave/cli/v2"
 )
 

@@ -76,7 +76,7 @@ class QuasiRandomSampler(torch.utils.data.Sampler):
     by padding: a rank with fewer samples repeats some of its own (at most
     about a page's worth), so with ``world_size > 1`` a few samples may be
     seen twice in an epoch (see the documentation of the Go package
-    ``pipeline/order``).
+    ``order/``).
 
     ``len(sampler)`` is the length of the current epoch's order; the order is
     read once per epoch and kept, so ``len()`` and ``iter()`` agree. Iterating

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ffcvfs/ffcvfs/pagecache/storage"
+	"github.com/ffcvfs/ffcvfs/storage"
 )
 
 // Source serves bytes from memory. Its faults may be changed while it is

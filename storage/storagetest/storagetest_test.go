@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ffcvfs/ffcvfs/pagecache/storage"
+	"github.com/ffcvfs/ffcvfs/storage"
 )
 
 func TestSource(t *testing.T) {
