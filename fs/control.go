@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/ffcvfs/ffcvfs/control"
 	"github.com/ffcvfs/ffcvfs/order"
-	"github.com/ffcvfs/ffcvfs/pagecache"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -45,10 +45,10 @@ func (n *ctlNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.Attr
 
 func (n *ctlNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	return gofs.NewListDirStream([]fuse.DirEntry{
-		{Name: "dataset.beton", Mode: syscall.S_IFREG, Ino: inoDataset},
-		{Name: "stats.json", Mode: syscall.S_IFREG, Ino: inoStats},
-		{Name: "announce", Mode: syscall.S_IFLNK, Ino: inoAnnounce},
-		{Name: "orders", Mode: syscall.S_IFDIR, Ino: inoOrders},
+		{Name: control.DatasetFile, Mode: syscall.S_IFREG, Ino: inoDataset},
+		{Name: control.StatsFile, Mode: syscall.S_IFREG, Ino: inoStats},
+		{Name: control.AnnounceFile, Mode: syscall.S_IFLNK, Ino: inoAnnounce},
+		{Name: control.OrdersDir, Mode: syscall.S_IFDIR, Ino: inoOrders},
 	}), 0
 }
 
@@ -57,17 +57,17 @@ func (n *ctlNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	var node gofs.InodeEmbedder
 	var ino uint64
 	switch name {
-	case "dataset.beton":
+	case control.DatasetFile:
 		ino = inoDataset
 		v.fileAttr(&out.Attr, ino, 0o444, v.f.Size())
 		node = &datasetNode{v: v}
-	case "stats.json":
+	case control.StatsFile:
 		return v.snapshot(ctx, &n.Inode, out, v.statsJSON)
-	case "announce":
+	case control.AnnounceFile:
 		ino = inoAnnounce
 		v.linkAttr(&out.Attr, ino, v.announcer.path)
 		node = &announceLink{v: v}
-	case "orders":
+	case control.OrdersDir:
 		ino = inoOrders
 		v.dirAttr(&out.Attr, ino, 0o555)
 		node = &ordersNode{v: v, ino: ino}
@@ -77,9 +77,9 @@ func (n *ctlNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	v.entry(out)
 	mode := uint32(syscall.S_IFREG)
 	switch name {
-	case "orders":
+	case control.OrdersDir:
 		mode = syscall.S_IFDIR
-	case "announce":
+	case control.AnnounceFile:
 		mode = syscall.S_IFLNK
 	}
 	return n.NewInode(ctx, node, gofs.StableAttr{Mode: mode, Ino: ino}), 0
@@ -167,70 +167,16 @@ func (n *snapshotNode) Read(ctx context.Context, f gofs.FileHandle, dest []byte,
 	return fuse.ReadResultData(n.data[off:min(int64(len(n.data)), off+int64(len(dest)))]), 0
 }
 
-// Stats is what stats.json holds.
-type Stats struct {
-	Cache pagecache.Stats `json:"cache"`
-	Reads struct {
-		// Images counts the sample files read from their start: each
-		// read of a file through the mount once. Reads the kernel serves
-		// from its page cache (--kernel-cache) never reach the mount.
-		Images     uint64 `json:"images"`
-		JPG        uint64 `json:"jpg"`
-		JPGBytes   uint64 `json:"jpg_bytes"`
-		PPM        uint64 `json:"ppm"`
-		PPMBytes   uint64 `json:"ppm_bytes"`
-		Beton      uint64 `json:"dataset_beton"`
-		BetonBytes uint64 `json:"dataset_beton_bytes"`
-		// Errors counts lookups and reads answered with an error, EIO
-		// mostly; not those interrupted, which the kernel restarts.
-		Errors uint64 `json:"errors"`
-	} `json:"reads"`
-	// FUSE describes the kernel side: the requests it sent, by opcode
-	// (the mount's round trips), what it was offered, and what of the
-	// mount's files it may hold in its page cache.
-	FUSE struct {
-		Requests map[string]uint64 `json:"requests"`
-		// KernelProtocol is the kernel's FUSE version (7.N).
-		KernelProtocol string `json:"kernel_protocol"`
-		// NoOpen: zero-message opens (no OPEN, RELEASE); NoFlush: no
-		// FLUSH at close.
-		NoOpen  bool `json:"no_open"`
-		NoFlush bool `json:"no_flush"`
-		// KernelCacheBytes bounds what the kernel's page cache holds of
-		// the files read: the sizes of the files, and the dataset.beton
-		// pages, given to it since their page was loaded, or -1 where
-		// unbounded (--kernel-cache). Invalidations counts the files and
-		// ranges dropped from it because their page was evicted.
-		KernelCacheBytes int64  `json:"kernel_cache_bytes"`
-		Invalidations    uint64 `json:"invalidations"`
-	} `json:"fuse"`
-	Samples  int   `json:"samples"`
-	Classes  int   `json:"classes"`
-	Pages    int   `json:"pages"`
-	PageSize int64 `json:"page_size"`
-	// DataBytes is the size of the data pages, the dataset's share of
-	// what is read from storage.
-	DataBytes int64 `json:"data_bytes"`
-	// Announced counts the orders announced through .ffcvfs/announce (the
-	// announce socket).
-	// A plan leaves cache.plans once every sample of it has been read, so
-	// this is how a finished announcement shows.
-	Announced uint64 `json:"announced"`
-	// PlanOwners gives the pid of the process that announced each live
-	// plan (cache.plans); a plan is withdrawn when that process exits.
-	PlanOwners map[string]uint32 `json:"plan_owners"`
-}
-
 // Stats returns the view's statistics.
-func (v *View) Stats() Stats {
+func (v *View) Stats() control.Stats {
 	s := v.viewStats()
 	s.Cache = v.cache.Stats()
 	return s
 }
 
 // viewStats returns the view's own statistics: Stats without Cache.
-func (v *View) viewStats() Stats {
-	var s Stats
+func (v *View) viewStats() control.Stats {
+	var s control.Stats
 	s.Reads.Images = v.reads.images.Load()
 	s.Reads.JPG, s.Reads.JPGBytes = v.reads.jpg.Load(), v.reads.jpgBytes.Load()
 	s.Reads.PPM, s.Reads.PPMBytes = v.reads.ppm.Load(), v.reads.ppmBytes.Load()

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"fmt"
+	"github.com/ffcvfs/ffcvfs/control"
 	"log/slog"
 	"os"
 	"slices"
@@ -275,7 +276,7 @@ func (v *View) buildClasses() error {
 		return fmt.Errorf("%d class names given, but labels go up to %d", len(names), maxL)
 	}
 	for i, name := range names {
-		if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") || name == ".ffcvfs" {
+		if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") || name == control.Dir {
 			return fmt.Errorf("class name %q (line %d) cannot be a folder name", name, i+1)
 		}
 		if i > 0 && names[i-1] >= name {

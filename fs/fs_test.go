@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ffcvfs/ffcvfs/control"
 	"io"
 	"log/slog"
 	"net"
@@ -129,7 +130,7 @@ func TestTreeMatchesBeton(t *testing.T) {
 			t.Errorf("%s: stat size %d mode %v blksize %d", p, st.Size(), st.Mode(), blk)
 		}
 	}
-	whole, err := os.ReadFile(filepath.Join(mnt, ".ffcvfs", "dataset.beton"))
+	whole, err := os.ReadFile(control.Path(mnt, control.DatasetFile))
 	src, _ := os.ReadFile(path)
 	if err != nil || !bytes.Equal(whole, src) {
 		t.Errorf("dataset.beton differs from the file (%v)", err)
@@ -148,12 +149,12 @@ func TestControlFolderHidden(t *testing.T) {
 			t.Errorf("root lists %q", e.Name())
 		}
 	}
-	if st, err := os.Stat(filepath.Join(mnt, ".ffcvfs")); err != nil || !st.IsDir() {
+	if st, err := os.Stat(control.Path(mnt)); err != nil || !st.IsDir() {
 		t.Fatalf(".ffcvfs: %v", err)
 	}
 	// announce is a symlink to a socket of the owner's alone: 0600, in a
 	// 0700 folder.
-	target, err := os.Readlink(filepath.Join(mnt, ".ffcvfs", "announce"))
+	target, err := os.Readlink(control.Path(mnt, control.AnnounceFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,8 +169,8 @@ func TestControlFolderHidden(t *testing.T) {
 
 func TestAnnounceAndOrders(t *testing.T) {
 	mnt, v := testMount(t, fixture(t, "imagefolder-jpg.beton"), Options{})
-	ctl := filepath.Join(mnt, ".ffcvfs")
-	if err := Announce(t.Context(), mnt, []uint32{3, 1, 2}, true); err != nil {
+	ctl := control.Path(mnt)
+	if err := control.Announce(t.Context(), mnt, []uint32{3, 1, 2}, true); err != nil {
 		t.Fatal(err)
 	}
 	order, err := os.ReadFile(filepath.Join(ctl, "orders", "quasi-random", "7", "0"))
@@ -203,7 +204,7 @@ func TestAnnounceAndOrders(t *testing.T) {
 			t.Errorf("%s: %v", bad, err)
 		}
 	}
-	var st Stats
+	var st control.Stats
 	b, err := os.ReadFile(filepath.Join(ctl, "stats.json"))
 	if err != nil || json.Unmarshal(b, &st) != nil {
 		t.Fatalf("stats.json: %v\n%s", err, b)
@@ -254,7 +255,7 @@ func TestReadOnly(t *testing.T) {
 	if got := len(sampleFiles(t, mnt)); got != len(files) {
 		t.Errorf("%d files after the attempts, %d before", got, len(files))
 	}
-	writeFails(t, filepath.Join(mnt, ".ffcvfs", "dataset.beton"))
+	writeFails(t, control.Path(mnt, control.DatasetFile))
 }
 
 // writeFails checks that path cannot be written: it cannot be opened for
@@ -404,7 +405,7 @@ func TestPosixReadOnly(t *testing.T) {
 		}
 	})
 	t.Run("FileLarge", func(t *testing.T) {
-		p := filepath.Join(mnt, ".ffcvfs", "dataset.beton")
+		p := control.Path(mnt, control.DatasetFile)
 		fh, err := os.Open(p)
 		if err != nil {
 			t.Fatal(err)
@@ -587,11 +588,11 @@ func TestAnnounceErrors(t *testing.T) {
 	}
 	// The Go client returns the mount's sentence, also when the mount
 	// refused the order before it was all sent.
-	err := Announce(t.Context(), mnt, []uint32{uint32(n)}, false)
+	err := control.Announce(t.Context(), mnt, []uint32{uint32(n)}, false)
 	if err == nil || !strings.Contains(err.Error(), "out of range") {
 		t.Errorf("Announce of a sample out of range: %v", err)
 	}
-	err = Announce(t.Context(), mnt, make([]uint32, 1<<20), false)
+	err = control.Announce(t.Context(), mnt, make([]uint32, 1<<20), false)
 	if err == nil || !strings.Contains(err.Error(), "an order may hold at most") {
 		t.Errorf("Announce of 2^20 samples: %v", err)
 	}
@@ -601,7 +602,7 @@ func TestAnnounceErrors(t *testing.T) {
 // what it likes, closes the writing side and returns the reply.
 func announceRaw(t *testing.T, mnt string, write func(io.Writer)) string {
 	t.Helper()
-	c, err := net.Dial("unix", filepath.Join(mnt, ".ffcvfs", "announce"))
+	c, err := net.Dial("unix", control.Path(mnt, control.AnnounceFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -652,12 +653,12 @@ func TestEmptyImageIsEIO(t *testing.T) {
 func TestOrderWorldSizeBounded(t *testing.T) {
 	mnt, _ := testMount(t, fixture(t, "imagefolder-jpg.beton"), Options{})
 	for _, name := range []string{"0-of-99999999999", "0-of-1048577", "0-of-184467440737095516160"} {
-		_, err := os.ReadFile(filepath.Join(mnt, ".ffcvfs", "orders", "random", "0", name, "0"))
+		_, err := os.ReadFile(control.Path(mnt, control.OrdersDir, "random", "0", name, "0"))
 		if !errors.Is(err, syscall.EINVAL) {
 			t.Errorf("orders/random/0/%s/0: %v, want EINVAL", name, err)
 		}
 	}
-	if b, err := os.ReadFile(filepath.Join(mnt, ".ffcvfs", "orders", "random", "0", "0")); err != nil || len(b) == 0 {
+	if b, err := os.ReadFile(control.Path(mnt, control.OrdersDir, "random", "0", "0")); err != nil || len(b) == 0 {
 		t.Errorf("the mount after the attempts: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/ffcvfs/ffcvfs/control"
 	"io"
 	"log/slog"
 	"os"
@@ -137,12 +138,12 @@ func mountAndReadAll(t *testing.T, data []byte) {
 	if files != of.NumSamples() {
 		t.Errorf("%d files for %d samples", files, of.NumSamples())
 	}
-	if got, err := os.ReadFile(filepath.Join(mnt, ".ffcvfs", "dataset.beton")); err == nil && !bytes.Equal(got, data) {
+	if got, err := os.ReadFile(control.Path(mnt, control.DatasetFile)); err == nil && !bytes.Equal(got, data) {
 		t.Errorf("dataset.beton: %d bytes, differ from the file's %d", len(got), len(data))
 	} else if err != nil && !errors.Is(err, syscall.EIO) {
 		t.Errorf("dataset.beton: %v", err)
 	}
-	if _, err := os.ReadFile(filepath.Join(mnt, ".ffcvfs", "stats.json")); err != nil {
+	if _, err := os.ReadFile(control.Path(mnt, control.StatsFile)); err != nil {
 		t.Errorf("stats.json: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"fmt"
+	"github.com/ffcvfs/ffcvfs/control"
 	"os"
 	"os/exec"
 	"testing"
@@ -23,7 +24,7 @@ func planIDs(v *View) []string {
 // lease check or two.
 func TestPlanWithdrawnWhenReaderExits(t *testing.T) {
 	mnt, v := testMount(t, fixture(t, "imagefolder-jpg.beton"), Options{})
-	cmd := exec.Command("cat", mnt+"/.ffcvfs/orders/quasi-random/0/0")
+	cmd := exec.Command("cat", control.Path(mnt, control.OrdersDir, "quasi-random/0/0"))
 	if err := cmd.Run(); err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +45,7 @@ func TestPlanWithdrawnWhenReaderExits(t *testing.T) {
 func TestPlanReplacedBySameReader(t *testing.T) {
 	mnt, v := testMount(t, fixture(t, "imagefolder-jpg.beton"), Options{})
 	for _, name := range []string{"quasi-random/0/0", "random/0/0"} {
-		if _, err := os.ReadFile(mnt + "/.ffcvfs/orders/" + name); err != nil {
+		if _, err := os.ReadFile(control.Path(mnt, control.OrdersDir, name)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -62,7 +63,7 @@ func TestPlanReplacedBySameReader(t *testing.T) {
 // reader lives.
 func TestPlanWithdrawnWhenIdle(t *testing.T) {
 	mnt, v := testMount(t, fixture(t, "imagefolder-jpg.beton"), Options{PlanLease: leaseCheck})
-	if _, err := os.ReadFile(mnt + "/.ffcvfs/orders/quasi-random/0/0"); err != nil {
+	if _, err := os.ReadFile(control.Path(mnt, control.OrdersDir, "quasi-random/0/0")); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(testenv.Patience)

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"bytes"
+	"github.com/ffcvfs/ffcvfs/control"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -120,7 +121,7 @@ func TestRequestsPerFile(t *testing.T) {
 	}
 
 	// The cache holds every page, so an announced order keeps the copies.
-	if _, err := os.ReadFile(mnt + "/.ffcvfs/orders/quasi-random/0/0"); err != nil {
+	if _, err := os.ReadFile(control.Path(mnt, control.OrdersDir, "quasi-random/0/0")); err != nil {
 		t.Fatal(err)
 	}
 	if after := requestsPerFile(t, files, v); after["ioctl"] != 1 || after["read"] > 0.2 {
@@ -148,7 +149,7 @@ func TestAnnounceDropsKernelCopies(t *testing.T) {
 	if v.Stats().FUSE.KernelCacheBytes <= 0 {
 		t.Fatalf("the kernel holds nothing after every file was read: %+v", v.Stats().FUSE)
 	}
-	if _, err := os.ReadFile(mnt + "/.ffcvfs/orders/quasi-random/0/0"); err != nil {
+	if _, err := os.ReadFile(control.Path(mnt, control.OrdersDir, "quasi-random/0/0")); err != nil {
 		t.Fatal(err)
 	}
 	if st := v.Stats(); st.FUSE.KernelCacheBytes != 0 {
@@ -199,7 +200,7 @@ func TestRequestsWithoutKernelFeatures(t *testing.T) {
 		t.Errorf("requests per file %v, want open, release and flush 1, read at least 1", first)
 	}
 	for _, name := range []string{"stats.json", "orders/quasi-random/0/0"} {
-		if _, err := os.ReadFile(mnt + "/.ffcvfs/" + name); err != nil {
+		if _, err := os.ReadFile(control.Path(mnt, name)); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 	}

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"github.com/ffcvfs/ffcvfs/control"
 	"strconv"
 	"strings"
 	"syscall"
@@ -118,7 +119,7 @@ func (n *rootNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) 
 
 func (n *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	v := n.v
-	if name == ".ffcvfs" {
+	if name == control.Dir {
 		v.dirAttr(&out.Attr, inoCtl, 0o555)
 		v.entry(out)
 		return n.NewInode(ctx, &ctlNode{v: v}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: inoCtl}), 0

@@ -1,7 +1,7 @@
 package integration
 
 import (
-	"encoding/json"
+	"github.com/ffcvfs/ffcvfs/control"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,35 +12,11 @@ import (
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
 
-// tierStats is the tiers' part of stats.json.
-type tierStats struct {
-	Cache struct {
-		Tiers struct {
-			StorageBytes uint64 `json:"storage_bytes"`
-			Tiers        []struct {
-				Kind             string `json:"kind"`
-				Dir              string `json:"dir"`
-				State            string `json:"state"`
-				BudgetBytes      int64  `json:"budget_bytes"`
-				Bytes            int64  `json:"bytes"`
-				Entries          int    `json:"entries"`
-				Hits             uint64 `json:"hits"`
-				ChecksumFailures uint64 `json:"checksum_failures"`
-				Errors           uint64 `json:"errors"`
-			} `json:"tiers"`
-		} `json:"tiers"`
-	} `json:"cache"`
-}
-
-func readTierStats(t *testing.T, mnt string) tierStats {
+func readTierStats(t *testing.T, mnt string) control.Stats {
 	t.Helper()
-	var s tierStats
-	b, err := os.ReadFile(filepath.Join(mnt, ".ffcvfs", "stats.json"))
-	if err == nil {
-		err = json.Unmarshal(b, &s)
-	}
-	if err != nil || len(s.Cache.Tiers.Tiers) != 1 {
-		t.Fatalf("stats.json: %v\n%s", err, b)
+	s, err := control.ReadStats(mnt)
+	if err != nil || s.Cache.Tiers == nil || len(s.Cache.Tiers.Tiers) != 1 {
+		t.Fatalf("stats.json: %v, tiers %+v", err, s.Cache.Tiers)
 	}
 	return s
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"github.com/ffcvfs/ffcvfs/control"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -178,7 +179,7 @@ func startMount(t *testing.T, env []string, src string, args ...string) *mountPr
 	p := launchMount(t, cmd, mnt)
 	deadline := time.Now().Add(testenv.Patience)
 	for {
-		if _, err := os.Stat(filepath.Join(mnt, ".ffcvfs", "stats.json")); err == nil {
+		if _, err := os.Stat(control.Path(mnt, control.StatsFile)); err == nil {
 			return p
 		}
 		select {

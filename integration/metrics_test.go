@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/ffcvfs/ffcvfs/control"
 	"io"
 	"net"
 	"net/http"
@@ -222,15 +223,7 @@ func TestMetricsPrometheus(t *testing.T) {
 	if v, err := prom.query(`sum(ffcvfs_cache_hits_total) + sum(ffcvfs_cache_misses_total{tier="ram"})`); err != nil || v != float64(len(files)) {
 		t.Errorf("cache hits + misses = %v (err %v), want one per file read (%d)", v, err, len(files))
 	}
-	var st struct {
-		Cache struct {
-			BytesRead uint64 `json:"bytes_read"`
-		}
-	}
-	b, err := os.ReadFile(filepath.Join(mnt, ".ffcvfs", "stats.json"))
-	if err == nil {
-		err = json.Unmarshal(b, &st)
-	}
+	st, err := control.ReadStats(mnt)
 	if err != nil || st.Cache.BytesRead == 0 {
 		t.Fatalf("stats.json: %v; bytes read from storage: %d", err, st.Cache.BytesRead)
 	}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ffcvfs/ffcvfs/control"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -170,7 +171,7 @@ func TestMountFixtureBetons(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := os.ReadFile(filepath.Join(mnt, ".ffcvfs", "dataset.beton"))
+			got, err := os.ReadFile(control.Path(mnt, control.DatasetFile))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -289,36 +290,14 @@ type loaderEpoch struct {
 	Stats      mountStats
 }
 
-// mountStats is the part of .ffcvfs/stats.json the tests look at.
-type mountStats struct {
-	Cache struct {
-		PagesRead  uint64 `json:"pages_read"`
-		RangesRead uint64 `json:"ranges_read"`
-		Requests   uint64 `json:"requests"`
-		Misses     uint64 `json:"misses"`
-		Hits       uint64 `json:"hits"`
-		Slots      int    `json:"slots"`
-		Plans      []struct {
-			ID  string `json:"id"`
-			Len int    `json:"len"`
-		} `json:"plans"`
-	} `json:"cache"`
-	Pages      int               `json:"pages"`
-	DataBytes  int64             `json:"data_bytes"`
-	Announced  uint64            `json:"announced"`
-	Samples    int               `json:"samples"`
-	PlanOwners map[string]uint32 `json:"plan_owners"`
-}
+// mountStats is what stats.json holds.
+type mountStats = control.Stats
 
 func readMountStats(t *testing.T, mnt string) mountStats {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(mnt, ".ffcvfs", "stats.json"))
+	s, err := control.ReadStats(mnt)
 	if err != nil {
 		t.Fatal(err)
-	}
-	var s mountStats
-	if err := json.Unmarshal(b, &s); err != nil {
-		t.Fatalf("stats.json: %v\n%s", err, b)
 	}
 	return s
 }
@@ -343,8 +322,8 @@ class Indexed(ImageFolder):
         n, label = super().__getitem__(i)
         return i, n, label
 
-def stats(mnt):
-    with open(os.path.join(mnt, ".ffcvfs", "stats.json")) as f:
+def stats():
+    with open(sys.argv[3]) as f:
         return json.load(f)
 
 if __name__ == "__main__":
@@ -369,7 +348,7 @@ if __name__ == "__main__":
                 seen.append(i)
                 if k != sizes[i] or k == 0 or l != ds.targets[i]:
                     bad.append(i)
-        out.append({"Seen": seen, "Bad": bad, "SamplerLen": len(sampler) if sampler else len(ds), "Stats": stats(mnt)})
+        out.append({"Seen": seen, "Bad": bad, "SamplerLen": len(sampler) if sampler else len(ds), "Stats": stats()})
     json.dump(out, sys.stdout)
 `
 
@@ -377,7 +356,7 @@ if __name__ == "__main__":
 func runDataLoader(t *testing.T, mnt, mode string) []loaderEpoch {
 	t.Helper()
 	py := installedPython(t, "torch", "torchvision")
-	stdout, _ := run(t, 0, py, "-c", dataLoaderScript, mnt, mode)
+	stdout, _ := run(t, 0, py, "-c", dataLoaderScript, mnt, mode, control.Path(mnt, control.StatsFile))
 	var out []loaderEpoch
 	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
 		t.Fatalf("%v: %.2000s", err, stdout)
@@ -505,7 +484,7 @@ func TestMountS3(t *testing.T) {
 	p := startMount(t, srv.Env(), "s3://datasets/small/train.beton",
 		"--classes", classes, "--s3-endpoint", srv.Endpoint(), "--s3-path-style")
 	checkSameImageFolder(t, p.mnt, src)
-	got, err := os.ReadFile(filepath.Join(p.mnt, ".ffcvfs", "dataset.beton"))
+	got, err := os.ReadFile(control.Path(p.mnt, control.DatasetFile))
 	if err != nil || !bytes.Equal(got, data) {
 		t.Errorf("dataset.beton: %d bytes (%v), differs from the object", len(got), err)
 	}
@@ -584,7 +563,7 @@ func TestMountErrors(t *testing.T) {
 		if stderr := mountFails(t, mnt, fixture, mnt); !strings.Contains(stderr, "already a mountpoint") {
 			t.Errorf("stderr: %q", stderr)
 		}
-		if _, err := os.Stat(filepath.Join(mnt, ".ffcvfs", "stats.json")); err != nil {
+		if _, err := os.Stat(control.Path(mnt, control.StatsFile)); err != nil {
 			t.Errorf("the first mount no longer serves: %v", err)
 		}
 	})
@@ -628,7 +607,7 @@ func TestMountErrors(t *testing.T) {
 		refused("mkdir", os.Mkdir(filepath.Join(mnt, "new"), 0o755))
 		refused("remove", os.Remove(sample))
 		refused("rename", os.Rename(sample, filepath.Join(mnt, "0", "y.jpg")))
-		refused("write to dataset.beton", os.WriteFile(filepath.Join(mnt, ".ffcvfs", "dataset.beton"), nil, 0o644))
+		refused("write to dataset.beton", os.WriteFile(control.Path(mnt, control.DatasetFile), nil, 0o644))
 	})
 	t.Run("control-folder", func(t *testing.T) {
 		ents, err := os.ReadDir(mnt)
@@ -640,11 +619,11 @@ func TestMountErrors(t *testing.T) {
 				t.Errorf("the root lists %s", e.Name())
 			}
 		}
-		if st, err := os.Stat(filepath.Join(mnt, ".ffcvfs")); err != nil || !st.IsDir() {
+		if st, err := os.Stat(control.Path(mnt)); err != nil || !st.IsDir() {
 			t.Errorf("stat .ffcvfs: %v", err)
 		}
-		announce := filepath.Join(mnt, ".ffcvfs", "announce")
-		if out, err := exec.Command(debianPython(t), "-c", announcePy, mnt, "imagefolder\n0\n1\n").CombinedOutput(); err != nil || string(out) != "ok 2\n" {
+		announce := control.Path(mnt, control.AnnounceFile)
+		if out, err := exec.Command(debianPython(t), "-c", announcePy, control.Path(mnt, control.AnnounceFile), "imagefolder\n0\n1\n").CombinedOutput(); err != nil || string(out) != "ok 2\n" {
 			t.Errorf("announcing a valid order: %v: %q", err, out)
 		}
 		found := false
@@ -654,7 +633,7 @@ func TestMountErrors(t *testing.T) {
 		if !found {
 			t.Errorf("stats.json lists no plan of 2 samples after the announce: %+v", readMountStats(t, mnt).Cache.Plans)
 		}
-		if out, _ := exec.Command(debianPython(t), "-c", announcePy, mnt, "not a number\n").CombinedOutput(); !strings.HasPrefix(string(out), `error: line 1: "not a number" is not a number`) {
+		if out, _ := exec.Command(debianPython(t), "-c", announcePy, control.Path(mnt, control.AnnounceFile), "not a number\n").CombinedOutput(); !strings.HasPrefix(string(out), `error: line 1: "not a number" is not a number`) {
 			t.Errorf("announcing garbage: %q, want the mount's sentence", out)
 		}
 		// The path is a symlink to the socket; the tree takes no writes.
@@ -756,7 +735,7 @@ for off in range(0, len(m), 1 << 16):  # page by page, as a loader would
     h.update(m[off:off + (1 << 16)].tobytes())
 print(len(m), h.hexdigest())
 `
-	stdout, _ := run(t, 0, py, "-c", script, filepath.Join(mnt, ".ffcvfs", "dataset.beton"))
+	stdout, _ := run(t, 0, py, "-c", script, control.Path(mnt, control.DatasetFile))
 	if got, exp := strings.TrimSpace(stdout), fmt.Sprintf("%d %x", len(want), sha256.Sum256(want)); got != exp {
 		t.Errorf("numpy memmap of dataset.beton: %s, want %s", got, exp)
 	}

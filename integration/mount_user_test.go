@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"github.com/ffcvfs/ffcvfs/control"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -95,7 +96,7 @@ func TestMountUnprivileged(t *testing.T) {
 
 	checkReadAllAs(t, asUser, mnt, fixture)
 	// The control file is the owner's to write.
-	if out, err := asUser(debianPython(t), "-c", announcePy, mnt, "imagefolder\n0\n1\n2\n").CombinedOutput(); err != nil || string(out) != "ok 3\n" {
+	if out, err := asUser(debianPython(t), "-c", announcePy, control.Path(mnt, control.AnnounceFile), "imagefolder\n0\n1\n2\n").CombinedOutput(); err != nil || string(out) != "ok 3\n" {
 		t.Errorf("announcing as the mount's user: %v: %s", err, out)
 	}
 
@@ -116,11 +117,11 @@ func copyFile(t *testing.T, src, dst string, mode fs.FileMode) {
 	}
 }
 
-// announcePy announces argv[2] to the mount at argv[1] through its
-// announce socket and prints the reply: the Python one-liner of the README.
+// announcePy sends argv[2] to the announce socket at argv[1] (a mount's
+// .ffcvfs/announce) and prints the reply: the README's one-liner.
 const announcePy = `import socket, sys
 s = socket.socket(socket.AF_UNIX)
-s.connect(sys.argv[1] + "/.ffcvfs/announce")
+s.connect(sys.argv[1])
 s.sendall(sys.argv[2].encode())
 s.shutdown(socket.SHUT_WR)
 sys.stdout.write(s.makefile().read())`
@@ -159,7 +160,7 @@ func TestAllowOtherAsNobody(t *testing.T) {
 	}
 
 	// The owner's plan, held by this process.
-	if _, err := os.ReadFile(filepath.Join(mnt, ".ffcvfs", "orders", "random", "0", "0")); err != nil {
+	if _, err := os.ReadFile(control.Path(mnt, control.OrdersDir, "random", "0", "0")); err != nil {
 		t.Fatal(err)
 	}
 	ownerPlan := "order:uid-0:random/0/0-of-1"
@@ -167,7 +168,7 @@ func TestAllowOtherAsNobody(t *testing.T) {
 		t.Fatalf("plan_owners[%s] = %d, want this process, %d", ownerPlan, got, os.Getpid())
 	}
 	// Nobody's read of the next epoch is a plan of its own.
-	out, err := asNobody("cat", filepath.Join(mnt, ".ffcvfs", "orders", "random", "0", "5")).Output()
+	out, err := asNobody("cat", control.Path(mnt, control.OrdersDir, "random", "0", "5")).Output()
 	if err != nil || len(strings.Fields(string(out))) != 200 {
 		t.Fatalf("nobody reading an order: %v, %d lines", err, len(strings.Fields(string(out))))
 	}
@@ -177,7 +178,7 @@ func TestAllowOtherAsNobody(t *testing.T) {
 	// Nobody reads every sample, byte for byte.
 	checkReadAllAs(t, asNobody, mnt, fixture)
 	// Nobody cannot announce, write or map writable.
-	out, err = asNobody(debianPython(t), "-c", announcePy, mnt, "0\n").CombinedOutput()
+	out, err = asNobody(debianPython(t), "-c", announcePy, control.Path(mnt, control.AnnounceFile), "0\n").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "PermissionError") {
 		t.Errorf("nobody announcing: %v: %s, want a PermissionError", err, out)
 	}
@@ -198,7 +199,7 @@ print("written")`, filepath.Join(mnt, mountedFiles(t, mnt)[0])).CombinedOutput()
 func waitServing(t *testing.T, p *mountProc) {
 	t.Helper()
 	for {
-		if _, err := os.Stat(filepath.Join(p.mnt, ".ffcvfs", "stats.json")); err == nil {
+		if _, err := os.Stat(control.Path(p.mnt, control.StatsFile)); err == nil {
 			return
 		}
 		select {

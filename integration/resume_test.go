@@ -3,6 +3,7 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/ffcvfs/ffcvfs/control"
 	"os"
 	"slices"
 	"strings"
@@ -38,7 +39,7 @@ def collate(batch):
     return [index[p] for p, _ in batch]
 
 def plans():
-    with open(mnt + "/.ffcvfs/stats.json") as f:
+    with open(sys.argv[2]) as f:
         return [p for p in json.load(f)["cache"]["plans"] if p["id"].startswith("order:")]
 
 out = []
@@ -97,7 +98,7 @@ type samplerResumeCase struct {
 func TestSamplerResume(t *testing.T) {
 	py := installedPython(t, "torch", "torchvision")
 	mnt := mountBeton(t, testenv.Fixture(t, "beton", "imagefolder-jpg.beton"))
-	stdout, _ := run(t, 0, py, "-c", samplerResumeScript, mnt)
+	stdout, _ := run(t, 0, py, "-c", samplerResumeScript, mnt, control.Path(mnt, control.StatsFile))
 	var cases []samplerResumeCase
 	if err := json.Unmarshal([]byte(stdout), &cases); err != nil {
 		t.Fatalf("%v: %s", err, stdout)

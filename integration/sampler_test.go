@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"github.com/ffcvfs/ffcvfs/control"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -94,7 +95,7 @@ func checkSampler(t *testing.T, py, mnt, out, class, kind string) {
 	if r.Len != n || r.Len1 != n || len(r.Epoch0) != n {
 		t.Errorf("len %d (epoch 1: %d), epoch 0 has %d indices; the beton has %d samples", r.Len, r.Len1, len(r.Epoch0), n)
 	}
-	if want := filepath.Join(mnt, ".ffcvfs", "orders", kind, "0", "0"); r.OrderPath != want {
+	if want := control.Path(mnt, control.OrdersDir, kind, "0", "0"); r.OrderPath != want {
 		t.Errorf("order of epoch 0 read from %s, want %s", r.OrderPath, want)
 	}
 	if !slices.Equal(r.Epoch0, r.Epoch0Again) {

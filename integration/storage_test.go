@@ -3,9 +3,9 @@ package integration
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ffcvfs/ffcvfs/control"
 	"image"
 	"image/color"
 	"image/jpeg"
@@ -197,41 +197,9 @@ func checkReadsAll(t *testing.T, mnt string, files []sampleFile, n int) {
 	}
 }
 
-// storageStats is the part of .ffcvfs/stats.json the storage tests look
-// at.
-type storageStats struct {
-	Cache struct {
-		PagesRead   uint64 `json:"pages_read"`
-		RangesRead  uint64 `json:"ranges_read"`
-		BytesRead   uint64 `json:"bytes_read"`
-		Requests    uint64 `json:"requests"`
-		ReadErrors  uint64 `json:"read_errors"`
-		Slots       int    `json:"slots"`
-		BudgetBytes int64  `json:"budget_bytes"`
-		Resident    int    `json:"resident"`
-		Loading     int    `json:"loading"`
-		Pinned      int    `json:"pinned"`
-	} `json:"cache"`
-	Reads struct {
-		JPG    uint64 `json:"jpg"`
-		Errors uint64 `json:"errors"`
-	} `json:"reads"`
-	PageSize int64 `json:"page_size"`
-}
+func readStorageStats(mnt string) (control.Stats, error) { return control.ReadStats(mnt) }
 
-func readStorageStats(mnt string) (storageStats, error) {
-	var s storageStats
-	b, err := os.ReadFile(filepath.Join(mnt, ".ffcvfs", "stats.json"))
-	if err != nil {
-		return s, err
-	}
-	if err := json.Unmarshal(b, &s); err != nil {
-		return s, fmt.Errorf("stats.json: %v\n%s", err, b)
-	}
-	return s, nil
-}
-
-func mustStorageStats(t *testing.T, mnt string) storageStats {
+func mustStorageStats(t *testing.T, mnt string) control.Stats {
 	t.Helper()
 	s, err := readStorageStats(mnt)
 	if err != nil {
@@ -635,7 +603,7 @@ func checkRandomOrderByRanges(t *testing.T, r *storageRig) {
 	for _, sf := range r.files {
 		byRel[sf.rel] = sf
 	}
-	text, err := os.ReadFile(filepath.Join(p.mnt, ".ffcvfs", "orders", "random", "0", "0"))
+	text, err := os.ReadFile(control.Path(p.mnt, control.OrdersDir, "random", "0", "0"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,10 +7,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/ffcvfs/ffcvfs/control"
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -20,7 +20,6 @@ import (
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/cudafeed"
-	"github.com/ffcvfs/ffcvfs/fs"
 	"github.com/ffcvfs/ffcvfs/internal/bytesize"
 	"github.com/ffcvfs/ffcvfs/internal/cacheflags"
 	"github.com/ffcvfs/ffcvfs/internal/metrics"
@@ -182,13 +181,13 @@ func openData(c *cli.Context) (*pagecache.Cache, storage.Source, func([]uint32) 
 		}
 	}
 	var announce func([]uint32) error
-	if st, err := os.Stat(filepath.Join(data, ".ffcvfs")); err == nil && st.IsDir() {
+	if control.IsMount(data) {
 		mnt := data
-		data = filepath.Join(mnt, ".ffcvfs", "dataset.beton")
+		data = control.Path(mnt, control.DatasetFile)
 		announce = func(ids []uint32) error {
 			ctx, cancel := context.WithTimeout(c.Context, time.Minute)
 			defer cancel()
-			return fs.Announce(ctx, mnt, ids, false)
+			return control.Announce(ctx, mnt, ids, false)
 		}
 	}
 	budget, err := bytesize.Parse(c.String("cache-size"))

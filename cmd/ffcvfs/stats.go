@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ffcvfs/ffcvfs/control"
 	"math"
 	"os"
 	"os/signal"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/ffcvfs/ffcvfs/fs"
 	"github.com/ffcvfs/ffcvfs/internal/bytesize"
 )
 
@@ -76,7 +76,7 @@ func runStats(c *cli.Context) error {
 	if interval < 10*time.Millisecond {
 		return usageError("--interval %v: want at least 10ms", interval)
 	}
-	path := filepath.Join(c.Args().First(), ".ffcvfs", "stats.json")
+	path := control.Path(c.Args().First(), control.StatsFile)
 	prev, err := readStats(path)
 	if err != nil {
 		return cli.Exit(err.Error(), 1)
@@ -122,7 +122,7 @@ func runStats(c *cli.Context) error {
 
 // reading is stats.json at a time.
 type reading struct {
-	fs.Stats
+	control.Stats
 	at time.Time
 }
 
@@ -150,7 +150,7 @@ func readStats(path string) (reading, error) {
 }
 
 // diskTier returns the stats of the disk tier, if any.
-func diskTier(s fs.Stats) (hits, misses uint64, ok bool) {
+func diskTier(s control.Stats) (hits, misses uint64, ok bool) {
 	if s.Cache.Tiers == nil {
 		return 0, 0, false
 	}
@@ -213,7 +213,7 @@ func statsDelta(a, b reading) statsLine {
 
 // statsTitle is the first line: what is mounted, in 79 columns (a long
 // mountpoint is cut at its start).
-func statsTitle(mnt string, s fs.Stats) string {
+func statsTitle(mnt string, s control.Stats) string {
 	what := fmt.Sprintf(": %d samples in %d classes, %d pages of %s, cache %s",
 		s.Samples, s.Classes, s.Pages, bytesize.Format(s.PageSize), bytesize.Format(s.Cache.BudgetBytes))
 	if r := []rune(mnt); len(r)+len(what) > 79 {
@@ -232,7 +232,7 @@ const (
 	statsDiskCol = " %5s"
 )
 
-func statsHeader(s fs.Stats) string {
+func statsHeader(s control.Stats) string {
 	disk := ""
 	if _, _, ok := diskTier(s); ok {
 		disk = fmt.Sprintf(statsDiskCol, "disk%")
@@ -240,7 +240,7 @@ func statsHeader(s fs.Stats) string {
 	return fmt.Sprintf(statsCols, "time", "images/s", "read MB/s", "stor MB/s", "hit%", "RAM/budget", disk, "inflight", "err")
 }
 
-func (l statsLine) columns(s fs.Stats) string {
+func (l statsLine) columns(s control.Stats) string {
 	pct := func(r *float64) string {
 		if r == nil {
 			return "-"

@@ -1,11 +1,11 @@
 package main
 
 import (
+	"github.com/ffcvfs/ffcvfs/control"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/ffcvfs/ffcvfs/fs"
 	"github.com/ffcvfs/ffcvfs/pagecache"
 	"github.com/ffcvfs/ffcvfs/pagecache/tier"
 )
@@ -28,7 +28,7 @@ func TestShortSize(t *testing.T) {
 // TestStatsColumnsFit: the widest figures, with a disk tier, still fit in
 // 79 columns, and the columns stay under their headers.
 func TestStatsColumnsFit(t *testing.T) {
-	var s fs.Stats
+	var s control.Stats
 	s.Cache.Tiers = &pagecache.TierStats{Tiers: []tier.Stats{{Kind: "disk"}}}
 	one := 1.0
 	l := statsLine{Time: time.Date(2026, 1, 2, 23, 59, 59, 0, time.UTC), ImagesPerS: 99999999, ReadMBPerS: 9999999.9,

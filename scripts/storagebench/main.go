@@ -16,10 +16,10 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/ffcvfs/ffcvfs/control"
 	"io"
 	"io/fs"
 	"math/rand/v2"
@@ -392,26 +392,14 @@ func deadlineOf(start time.Time, seconds float64) time.Time {
 // (with tiers, past them), and in how many requests (of the cache: with
 // tiers, some are served by them).
 func fetchedSoFar(mnt string) (bytes, requests int64, err error) {
-	b, err := os.ReadFile(filepath.Join(mnt, ".ffcvfs", "stats.json"))
+	st, err := control.ReadStats(mnt)
 	if err != nil {
 		return 0, 0, err
 	}
-	var st struct {
-		Cache struct {
-			BytesRead int64 `json:"bytes_read"`
-			Requests  int64 `json:"requests"`
-			Tiers     *struct {
-				StorageBytes int64 `json:"storage_bytes"`
-			} `json:"tiers"`
-		} `json:"cache"`
-	}
-	if err := json.Unmarshal(b, &st); err != nil {
-		return 0, 0, fmt.Errorf("%s/.ffcvfs/stats.json: %w", mnt, err)
-	}
 	if st.Cache.Tiers != nil {
-		return st.Cache.Tiers.StorageBytes, st.Cache.Requests, nil
+		return int64(st.Cache.Tiers.StorageBytes), int64(st.Cache.Requests), nil
 	}
-	return st.Cache.BytesRead, st.Cache.Requests, nil
+	return int64(st.Cache.BytesRead), int64(st.Cache.Requests), nil
 }
 
 func mount(args []string) error {
@@ -462,7 +450,7 @@ func mount(args []string) error {
 	switch *kind {
 	case "quasi-random", "random-announced":
 		k := strings.TrimSuffix(*kind, "-announced")
-		path := filepath.Join(mnt, ".ffcvfs", "orders", k, strconv.FormatUint(*seed, 10), strconv.FormatUint(*epoch, 10))
+		path := control.Path(mnt, control.OrdersDir, k, strconv.FormatUint(*seed, 10), strconv.FormatUint(*epoch, 10))
 		text, err := os.ReadFile(path)
 		if err != nil {
 			return err
