@@ -52,17 +52,19 @@ type Options struct {
 	BatchSize int
 	// Op is the crop, resize and flip of every image.
 	Op decode.Op
-	// DType is "uint8", "float16" or "float32"; Layout "nhwc" or "nchw".
-	DType, Layout string
+	// DType is the images' element type (default Uint8), Layout their
+	// dimensions' order (default NHWC).
+	DType  DType
+	Layout Layout
 	// Normalize maps pixels (on the 0–1 scale) to (x - Mean) / Std. Only for
 	// float dtypes.
 	Normalize bool
 	Mean, Std [3]float64
 	// Workers is the number of goroutines that decode (default: all cores).
 	Workers int
-	// OnError is "skip" (replace a sample that cannot be decoded by another
-	// of its batch) or "fail" (end the epoch with the error).
-	OnError                string
+	// OnError is Skip (replace a sample that cannot be decoded by another
+	// of its batch; the default) or Fail (end the epoch with the error).
+	OnError                OnError
 	ImageField, LabelField string
 	Logger                 *slog.Logger
 }
@@ -84,13 +86,13 @@ func (o *Options) Validate() error {
 		o.Workers = runtime.NumCPU()
 	}
 	if o.DType == "" {
-		o.DType = "uint8"
+		o.DType = Uint8
 	}
 	if o.Layout == "" {
-		o.Layout = "nhwc"
+		o.Layout = NHWC
 	}
 	if o.OnError == "" {
-		o.OnError = "skip"
+		o.OnError = Skip
 	}
 	if o.LabelField == "" {
 		o.LabelField = "label"
@@ -109,14 +111,19 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("batch size %d is out of range; want 1 to %d", o.BatchSize, order.MaxBatchSize)
 	case o.Workers < 1 || o.Workers > MaxWorkers:
 		return fmt.Errorf("workers must be 1 to %d, got %d", MaxWorkers, o.Workers)
-	case o.DType != "uint8" && o.DType != "float16" && o.DType != "float32":
-		return fmt.Errorf("dtype %q: want uint8, float16 or float32", o.DType)
-	case o.Layout != "nhwc" && o.Layout != "nchw":
-		return fmt.Errorf("layout %q: want nhwc or nchw", o.Layout)
-	case o.Normalize && o.DType == "uint8":
+	}
+	if _, err := ParseDType(string(o.DType)); err != nil {
+		return err
+	}
+	if _, err := ParseLayout(string(o.Layout)); err != nil {
+		return err
+	}
+	if _, err := ParseOnError(string(o.OnError)); err != nil {
+		return err
+	}
+	switch {
+	case o.Normalize && o.DType == Uint8:
 		return errors.New("normalizing needs a float dtype (float16 or float32)")
-	case o.OnError != "skip" && o.OnError != "fail":
-		return fmt.Errorf("on-error %q: want skip or fail", o.OnError)
 	}
 	if o.Normalize {
 		for c, s := range o.Std {
@@ -199,19 +206,19 @@ func New(c *pagecache.Cache, opts Options, announce func([]uint32) error) (*Pipe
 func (p *Pipeline) Fields() []cudafeed.FieldSpec {
 	o := p.opts
 	shape := []int{o.BatchSize, o.Op.OutH, o.Op.OutW, 3}
-	if o.Layout == "nchw" {
+	if o.Layout == NCHW {
 		shape = []int{o.BatchSize, 3, o.Op.OutH, o.Op.OutW}
 	}
-	return []cudafeed.FieldSpec{{Name: "image", DType: o.DType, Shape: shape}, {Name: "label", DType: "int64", Shape: []int{o.BatchSize}}}
+	return []cudafeed.FieldSpec{{Name: "image", DType: string(o.DType), Shape: shape}, {Name: "label", DType: "int64", Shape: []int{o.BatchSize}}}
 }
 
 // sampleBytes returns the bytes of one sample's image in the output dtype.
 func (p *Pipeline) sampleBytes() int {
 	n := p.opts.Op.OutW * p.opts.Op.OutH * 3
 	switch p.opts.DType {
-	case "float16":
+	case Float16:
 		return 2 * n
-	case "float32":
+	case Float32:
 		return 4 * n
 	}
 	return n
@@ -409,7 +416,7 @@ func (p *Pipeline) getWorkerState() (*workerState, error) {
 		return nil, err
 	}
 	ws := &workerState{dec: dec}
-	if o := p.opts; o.DType != "uint8" || o.Layout != "nhwc" {
+	if o := p.opts; o.DType != Uint8 || o.Layout != NHWC {
 		ws.scratch = make([]byte, o.Op.OutW*o.Op.OutH*3)
 	}
 	return ws, nil
@@ -449,7 +456,7 @@ func (p *Pipeline) worker(ctx context.Context, epoch int, jobs <-chan *batch, do
 				if ctx.Err() == nil {
 					p.opts.Logger.Error("sample failed", "sample", s, "err", err)
 				}
-				if o.OnError == "fail" || ctx.Err() != nil || !errors.Is(err, decode.ErrCorrupt) && !errors.Is(err, beton.ErrCorrupt) {
+				if o.OnError == Fail || ctx.Err() != nil || !errors.Is(err, decode.ErrCorrupt) && !errors.Is(err, beton.ErrCorrupt) {
 					b.errOnce.Do(func() { b.err = fmt.Errorf("sample %d: %w", s, err) })
 				}
 				b.failed[j] = true
@@ -510,25 +517,25 @@ func (p *Pipeline) convert(out, src []byte) {
 	o := p.opts
 	hw := o.Op.OutW * o.Op.OutH
 	idx := func(i, c int) int { // element index of pixel i, channel c
-		if o.Layout == "nchw" {
+		if o.Layout == NCHW {
 			return c*hw + i
 		}
 		return i*3 + c
 	}
 	switch o.DType {
-	case "uint8":
+	case Uint8:
 		for i := 0; i < hw; i++ {
 			for c := 0; c < 3; c++ {
 				out[idx(i, c)] = src[i*3+c]
 			}
 		}
-	case "float16":
+	case Float16:
 		for i := 0; i < hw; i++ {
 			for c := 0; c < 3; c++ {
 				binary.LittleEndian.PutUint16(out[2*idx(i, c):], p.lut16[c][src[i*3+c]])
 			}
 		}
-	case "float32":
+	case Float32:
 		for i := 0; i < hw; i++ {
 			for c := 0; c < 3; c++ {
 				binary.LittleEndian.PutUint32(out[4*idx(i, c):], math.Float32bits(p.lut32[c][src[i*3+c]]))

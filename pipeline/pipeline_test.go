@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ffcvfs/ffcvfs/beton"
@@ -279,5 +280,26 @@ func TestEmptyImageAllocation(t *testing.T) {
 	n, err := p.RunEpoch(context.Background(), 0, newCollectSink(2, 8*16*16*3, 8))
 	if err != nil || n != c.File().NumSamples() || p.Errors.Load() != 1 {
 		t.Fatalf("%d samples, %v, %d errors; want all, nil, 1", n, err, p.Errors.Load())
+	}
+}
+
+func TestParseEnums(t *testing.T) {
+	if d, err := ParseDType("float16"); err != nil || d != Float16 {
+		t.Errorf("ParseDType(float16) = %q, %v", d, err)
+	}
+	if l, err := ParseLayout("nchw"); err != nil || l != NCHW {
+		t.Errorf("ParseLayout(nchw) = %q, %v", l, err)
+	}
+	if e, err := ParseOnError("fail"); err != nil || e != Fail {
+		t.Errorf("ParseOnError(fail) = %q, %v", e, err)
+	}
+	for _, err := range []error{
+		func() error { _, err := ParseDType("int8"); return err }(),
+		func() error { _, err := ParseLayout("chw"); return err }(),
+		func() error { _, err := ParseOnError("ignore"); return err }(),
+	} {
+		if err == nil || !strings.Contains(err.Error(), "want") {
+			t.Errorf("a bad name: %v, want an error naming the choices", err)
+		}
 	}
 }

@@ -128,11 +128,23 @@ func pipelineOptions(c *cli.Context) (pipeline.Options, error) {
 	if err != nil {
 		return pipeline.Options{}, cli.Exit("--order: "+err.Error(), 2)
 	}
+	dtype, err := pipeline.ParseDType(c.String("dtype"))
+	if err != nil {
+		return pipeline.Options{}, cli.Exit("--dtype: "+err.Error(), 2)
+	}
+	layout, err := pipeline.ParseLayout(c.String("layout"))
+	if err != nil {
+		return pipeline.Options{}, cli.Exit("--layout: "+err.Error(), 2)
+	}
+	onError, err := pipeline.ParseOnError(c.String("on-error"))
+	if err != nil {
+		return pipeline.Options{}, cli.Exit("--on-error: "+err.Error(), 2)
+	}
 	o := pipeline.Options{
 		Order:     order.Options{Kind: kind, Seed: c.Uint64("seed"), Rank: c.Int("rank"), WorldSize: c.Int("world-size")},
 		BatchSize: c.Int("batch-size"),
-		DType:     c.String("dtype"), Layout: c.String("layout"),
-		Workers: c.Int("workers"), OnError: c.String("on-error"),
+		DType:     dtype, Layout: layout,
+		Workers: c.Int("workers"), OnError: onError,
 		ImageField: c.String("image-field"), LabelField: c.String("label-field"),
 		Op: decode.Op{OutW: c.Int("resolution"), OutH: c.Int("resolution"), FlipProb: c.Float64("flip"), CenterRatio: c.Float64("center-ratio"), Exact: c.Bool("exact")},
 	}
