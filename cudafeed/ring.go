@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/ffcvfs/ffcvfs/fields"
 	"os"
 	"strconv"
 	"strings"
@@ -25,12 +26,8 @@ var ErrExists = errors.New("shared-memory file already exists")
 // dtypeSizes gives the element size of each supported dtype.
 var dtypeSizes = map[string]int{"uint8": 1, "float16": 2, "float32": 4, "int64": 8}
 
-// FieldSpec describes one field of a batch.
-type FieldSpec struct {
-	Name  string
-	DType string // "uint8", "float16", "float32" or "int64"
-	Shape []int  // per batch; Shape[0] is the batch size, e.g. [B, H, W, 3]
-}
+// FieldSpec describes one field of a batch (package fields).
+type FieldSpec = fields.Spec
 
 // Layout describes a ring: the fields of one batch and the number of slots.
 type Layout struct {

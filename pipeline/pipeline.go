@@ -32,7 +32,7 @@ import (
 	"syscall"
 
 	"github.com/ffcvfs/ffcvfs/beton"
-	"github.com/ffcvfs/ffcvfs/cudafeed"
+	"github.com/ffcvfs/ffcvfs/fields"
 	"github.com/ffcvfs/ffcvfs/order"
 	"github.com/ffcvfs/ffcvfs/pagecache"
 	"github.com/ffcvfs/ffcvfs/pipeline/decode"
@@ -203,13 +203,13 @@ func New(c *pagecache.Cache, opts Options, announce func([]uint32) error) (*Pipe
 }
 
 // Fields returns the ring fields of a batch: "image" and "label".
-func (p *Pipeline) Fields() []cudafeed.FieldSpec {
+func (p *Pipeline) Fields() []fields.Spec {
 	o := p.opts
 	shape := []int{o.BatchSize, o.Op.OutH, o.Op.OutW, 3}
 	if o.Layout == NCHW {
 		shape = []int{o.BatchSize, 3, o.Op.OutH, o.Op.OutW}
 	}
-	return []cudafeed.FieldSpec{{Name: "image", DType: string(o.DType), Shape: shape}, {Name: "label", DType: "int64", Shape: []int{o.BatchSize}}}
+	return []fields.Spec{{Name: "image", DType: string(o.DType), Shape: shape}, {Name: "label", DType: "int64", Shape: []int{o.BatchSize}}}
 }
 
 // sampleBytes returns the bytes of one sample's image in the output dtype.
