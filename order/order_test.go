@@ -584,6 +584,7 @@ func BenchmarkGenerate(b *testing.B) {
 			for p := range int64(l.NumPages()) {
 				out = append(out, l.PageSamples(l.FirstPage()+p)...)
 			}
+			copySink = out
 		}
 		report(b, start)
 	})
@@ -621,3 +622,7 @@ func TestOptionsBounded(t *testing.T) {
 		t.Errorf("the largest world size refused")
 	}
 }
+
+// copySink keeps the baseline's copies alive, so that the compiler cannot
+// drop them.
+var copySink []uint32

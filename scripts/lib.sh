@@ -183,6 +183,25 @@ go_bin() {
 	printf '%s\n' "$gobin"
 }
 
+# The linter scripts/test.sh runs, and the version installed when it is
+# missing (or another version is on PATH).
+FFCVFS_STATICCHECK_MODULE=honnef.co/go/tools/cmd/staticcheck
+FFCVFS_STATICCHECK_VERSION=2026.2.2
+
+# ensure_staticcheck: make sure staticcheck FFCVFS_STATICCHECK_VERSION is in
+# Go's bin folder, 'go install'ing it there if not, and print its path.
+# Needs ensure_go first.
+ensure_staticcheck() {
+	local gobin
+	gobin=$(go_bin) || die "'go env GOPATH' failed"
+	if ! "$gobin/staticcheck" -version 2>/dev/null | grep -q "^staticcheck $FFCVFS_STATICCHECK_VERSION "; then
+		log "installing staticcheck $FFCVFS_STATICCHECK_VERSION into $gobin"
+		(cd / && go install "$FFCVFS_STATICCHECK_MODULE@$FFCVFS_STATICCHECK_VERSION") >&2 ||
+			die "could not install staticcheck: go install $FFCVFS_STATICCHECK_MODULE@$FFCVFS_STATICCHECK_VERSION failed"
+	fi
+	printf '%s\n' "$gobin/staticcheck"
+}
+
 # ensure_deps: everything the tests and the demo need: the Debian packages in
 # FFCVFS_APT_PACKAGES, Go, the Go modules of go.mod, versitygw and toxiproxy.
 ensure_deps() {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the project's checks: installs what is missing (Debian packages, Go
-# modules), then gofmt, go vet and go test. Extra arguments go to go test:
+# modules, staticcheck), then gofmt, go vet, staticcheck and go test. Extra arguments go to go test:
 #
 #   scripts/test.sh                 # everything
 #   scripts/test.sh -run Fixture -v # some tests, verbosely
@@ -56,6 +56,11 @@ echo "${#go_files[@]} Go files are gofmt-clean"
 
 step "go vet"
 go vet ./...
+
+step "staticcheck"
+staticcheck=$(ensure_staticcheck)
+"$staticcheck" ./...
+echo "staticcheck: clean"
 
 if ((busy)); then
 	step "two busy loops, one per core, until the tests end"

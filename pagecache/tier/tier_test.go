@@ -105,8 +105,8 @@ func TestEntryIncompressible(t *testing.T) {
 // read does not need, changes nothing): never wrong bytes.
 func TestEntryFlippedBytes(t *testing.T) {
 	const ps = 16 << 10
-	page, layout := testPage(ps, 2)
-	layout = []Chunk{{Len: 61 * 40 * 3, Width: 61}, {Len: ps - 61*40*3}}
+	page, _ := testPage(ps, 2)
+	layout := []Chunk{{Len: 61 * 40 * 3, Width: 61}, {Len: ps - 61*40*3}}
 	enc, err := encodeEntry(nil, page, 1, 9, layout, true)
 	if err != nil {
 		t.Fatal(err)
