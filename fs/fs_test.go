@@ -279,15 +279,7 @@ func writeFails(t *testing.T, path string) {
 // A sample whose metadata is corrupt fails alone with EIO; the rest of the
 // mount keeps working.
 func TestCorruptSampleIsEIO(t *testing.T) {
-	orig := fixture(t, "imagefolder-jpg.beton")
-	data, err := os.ReadFile(orig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := beton.Open(bytes.NewReader(data), int64(len(data)), orig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data, f := fixtureCopy(t, "imagefolder-jpg.beton")
 	const bad = 5
 	recStart := beton.HeaderSize + beton.DescriptorSize*len(f.Fields()) + bad*f.Layout().RecordSize
 	binary.LittleEndian.PutUint64(data[recStart+f.Layout().Offsets[0]+5:], 12345) // image pointer
@@ -668,15 +660,7 @@ func TestOrderWorldSizeBounded(t *testing.T) {
 // the largest). Only labels that samples have make folders; the work grows
 // with the samples.
 func TestLargeLabelMakesOneFolder(t *testing.T) {
-	orig := fixture(t, "imagefolder-jpg.beton")
-	data, err := os.ReadFile(orig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := beton.Open(bytes.NewReader(data), int64(len(data)), orig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data, f := fixtureCopy(t, "imagefolder-jpg.beton")
 	label := f.FieldIndex("label")
 	const s = 7
 	rec := beton.HeaderSize + beton.DescriptorSize*len(f.Fields()) + s*f.Layout().RecordSize + f.Layout().Offsets[label]
@@ -719,4 +703,20 @@ func TestLargeLabelMakesOneFolder(t *testing.T) {
 	if _, err := NewView(c, Options{}); err == nil || !strings.Contains(err.Error(), "sample 7 has label 16777217") {
 		t.Errorf("NewView with label 2^24+1: %v", err)
 	}
+}
+
+// fixtureCopy returns the bytes of a fixture beton, the test's to change,
+// and the beton they hold.
+func fixtureCopy(t *testing.T, name string) ([]byte, *beton.File) {
+	t.Helper()
+	path := fixture(t, name)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := beton.Open(bytes.NewReader(data), int64(len(data)), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data, f
 }
