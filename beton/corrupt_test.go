@@ -473,7 +473,7 @@ func corruptions() []corruption {
 	}, atVerify, `JPEG: expected a marker`)
 	sample("jpeg-segment-length", func(v *victim) (int, int, bool) { return v.imageOf(beton.ModeJPEG) }, func(v *victim, s, fi int, a beton.Alloc) {
 		v.set(int64(a.Ptr)+4, []byte{0xFF, 0xFF})
-	}, atVerify, `JPEG marker 0x[0-9A-F]{2} segment of 65535 bytes runs past the end`)
+	}, atVerify, `JPEG is truncated: marker 0x[0-9A-F]{2} segment of 65535 bytes runs past the end`)
 	sample("jpeg-size-mismatch", func(v *victim) (int, int, bool) { return v.imageOf(beton.ModeJPEG) }, func(v *victim, s, fi int, a beton.Alloc) {
 		img, _ := v.f.Image(s, fi)
 		v.putU16(v.member(s, fi)+1, uint16(img.Width+1))

@@ -241,8 +241,9 @@ func checkOpen(t *testing.T, sf *sparseFile) {
 	}
 }
 
-// FuzzParseJPEGHeader parses arbitrary bytes as a JPEG's header. Where the
-// standard library's decoder also reads a frame header, both must agree.
+// FuzzParseJPEGHeader parses arbitrary bytes as a JPEG's header, and scans
+// them whole (ScanJPEG). Where the standard library's decoder also reads a
+// frame header, both must agree.
 func FuzzParseJPEGHeader(f *testing.F) {
 	for i, wh := range [][2]int{{1, 1}, {16, 12}, {33, 7}, {640, 2}} {
 		f.Add(testJPEG(wh[0], wh[1], byte(i)))
@@ -256,6 +257,12 @@ func FuzzParseJPEGHeader(f *testing.F) {
 		var h beton.JPEGHeader
 		var err error
 		noPanic(t, "ParseJPEGHeader", func() { h, err = beton.ParseJPEGHeader(b) })
+		var whole beton.JPEGInfo
+		var werr error
+		noPanic(t, "ScanJPEG", func() { whole, werr = beton.ScanJPEG(b) })
+		if werr == nil && (whole.Width <= 0 || whole.Height <= 0 || whole.Components <= 0) {
+			t.Fatalf("ScanJPEG accepted a frame header of %dx%d, %d components", whole.Width, whole.Height, whole.Components)
+		}
 		if err != nil {
 			return
 		}

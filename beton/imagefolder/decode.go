@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/ffcvfs/ffcvfs/beton"
 	"image"
 	"image/color"
 	stdjpeg "image/jpeg"
@@ -69,24 +70,24 @@ func checkPixels(w, h int) error {
 // decode returns src's pixels as packed RGB (stride w*3). owned is true when
 // pix was allocated for this call alone and may be handed to the caller;
 // otherwise it lives in s.
-func decode(src []byte, f format, ji *jpegInfo, s *Scratch) (pix []byte, w, h int, owned bool, err error) {
+func decode(src []byte, f format, ji *beton.JPEGInfo, s *Scratch) (pix []byte, w, h int, owned bool, err error) {
 	switch f {
 	case formatJPEG:
-		switch ji.color {
-		case jpegGray, jpegYCbCr, jpegRGB:
+		switch ji.Color {
+		case beton.JPEGGray, beton.JPEGYCbCr, beton.JPEGRGB:
 			img, err := jpeg.DecodeIntoRGB(bytes.NewReader(src), &jpeg.DecoderOptions{})
 			if err != nil {
 				return nil, 0, 0, false, fmt.Errorf("decoding JPEG: %w", err)
 			}
 			w, h := img.Rect.Dx(), img.Rect.Dy()
-			if w != ji.width || h != ji.height || img.Stride != w*3 || len(img.Pix) < w*h*3 {
-				return nil, 0, 0, false, fmt.Errorf("JPEG decoded to %dx%d, its header says %dx%d", w, h, ji.width, ji.height)
+			if w != ji.Width || h != ji.Height || img.Stride != w*3 || len(img.Pix) < w*h*3 {
+				return nil, 0, 0, false, fmt.Errorf("JPEG decoded to %dx%d, its header says %dx%d", w, h, ji.Width, ji.Height)
 			}
 			return img.Pix, w, h, true, nil
-		case jpegCMYK, jpegYCCK:
+		case beton.JPEGCMYK, beton.JPEGYCCK:
 			return decodeCMYKJPEG(src, ji, s)
 		}
-		return nil, 0, 0, false, fmt.Errorf("%w: JPEG with %d components", ErrFormat, ji.components)
+		return nil, 0, 0, false, fmt.Errorf("%w: JPEG with %d components", ErrFormat, ji.Components)
 	case formatPNG:
 		// A 16-bit grayscale PNG is mode "I;16" in PIL, which convert("RGB")
 		// clips to 255 rather than scaling; Go may give it as Gray16 or, with
@@ -139,9 +140,9 @@ func decodeStd(src []byte, name string,
 // handles Adobe's inverted CMYK and YCCK, then converts as PIL does. PIL
 // assumes Adobe's conventions even without an Adobe segment; the standard
 // library refuses such files, so one is inserted.
-func decodeCMYKJPEG(src []byte, ji *jpegInfo, s *Scratch) ([]byte, int, int, bool, error) {
+func decodeCMYKJPEG(src []byte, ji *beton.JPEGInfo, s *Scratch) ([]byte, int, int, bool, error) {
 	data := src
-	if !ji.adobe {
+	if !ji.Adobe {
 		adobe := []byte{0xFF, 0xEE, 0x00, 0x0E, 'A', 'd', 'o', 'b', 'e', 0x00, 0x64, 0x00, 0x00, 0x00, 0x00, 0x00}
 		data = make([]byte, 0, len(src)+len(adobe))
 		data = append(append(append(data, src[:2]...), adobe...), src[2:]...)
@@ -152,8 +153,8 @@ func decodeCMYKJPEG(src []byte, ji *jpegInfo, s *Scratch) ([]byte, int, int, boo
 	}
 	b := img.Bounds()
 	w, h := b.Dx(), b.Dy()
-	if w != ji.width || h != ji.height {
-		return nil, 0, 0, false, fmt.Errorf("JPEG decoded to %dx%d, its header says %dx%d", w, h, ji.width, ji.height)
+	if w != ji.Width || h != ji.Height {
+		return nil, 0, 0, false, fmt.Errorf("JPEG decoded to %dx%d, its header says %dx%d", w, h, ji.Width, ji.Height)
 	}
 	if _, ok := img.(*image.CMYK); !ok {
 		return nil, 0, 0, false, errors.New("4-component JPEG did not decode to CMYK")

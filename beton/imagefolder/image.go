@@ -198,28 +198,28 @@ func prepare(src []byte, o *Options, rnd *rand.Rand, s *Scratch) (Prepared, erro
 	if f == formatUnknown {
 		return Prepared{}, fmt.Errorf("%w (content starts with % x)", ErrFormat, src[:min(len(src), 8)])
 	}
-	var ji jpegInfo
+	var ji beton.JPEGInfo
 	if f == formatJPEG {
 		var err error
-		if ji, err = scanJPEG(src); err != nil {
+		if ji, err = beton.ScanJPEG(src); err != nil {
 			return Prepared{}, err
 		}
-		if err := checkPixels(ji.width, ji.height); err != nil {
+		if err := checkPixels(ji.Width, ji.Height); err != nil {
 			return Prepared{}, err
 		}
 		// Keep the file when it can be stored as it is.
-		if (mode == WriteJPG || mode == WriteSmart) && !o.AlwaysEncode && ji.verbatimOK() {
-			_, _, resized := ResizedSize(ji.width, ji.height, o.MaxResolution)
-			if !resized && (mode == WriteJPG || ji.width*ji.height*3 > o.SmartThreshold) {
+		if (mode == WriteJPG || mode == WriteSmart) && !o.AlwaysEncode && verbatimOK(&ji) {
+			_, _, resized := ResizedSize(ji.Width, ji.Height, o.MaxResolution)
+			if !resized && (mode == WriteJPG || ji.Width*ji.Height*3 > o.SmartThreshold) {
 				cfg, err := jpeg.DecodeConfig(bytes.NewReader(src))
 				if err != nil {
 					return Prepared{}, fmt.Errorf("reading JPEG header: %w", err)
 				}
-				if cfg.Width != ji.width || cfg.Height != ji.height {
+				if cfg.Width != ji.Width || cfg.Height != ji.Height {
 					return Prepared{}, fmt.Errorf("JPEG header size %dx%d disagrees with libjpeg's %dx%d",
-						ji.width, ji.height, cfg.Width, cfg.Height)
+						ji.Width, ji.Height, cfg.Width, cfg.Height)
 				}
-				return Prepared{JPEG: true, Width: ji.width, Height: ji.height, Data: src, Verbatim: true}, nil
+				return Prepared{JPEG: true, Width: ji.Width, Height: ji.Height, Data: src, Verbatim: true}, nil
 			}
 		}
 	}
@@ -271,9 +271,9 @@ func prepare(src []byte, o *Options, rnd *rand.Rand, s *Scratch) (Prepared, erro
 	return Prepared{JPEG: true, Width: nw, Height: nh, Data: bytes.Clone(s.enc.Bytes())}, nil
 }
 
-// verbatimOK reports whether a JPEG can be stored as it is: 8-bit,
+// verbatimOK reports whether the JPEG j can be stored as it is: 8-bit,
 // Huffman-coded DCT, grayscale or YCbCr, which every JPEG reader decodes to
 // the same RGB pixels libjpeg gives.
-func (j *jpegInfo) verbatimOK() bool {
-	return j.precision == 8 && j.huffmanDCT() && (j.color == jpegGray || j.color == jpegYCbCr)
+func verbatimOK(j *beton.JPEGInfo) bool {
+	return j.Precision == 8 && j.HuffmanDCT() && (j.Color == beton.JPEGGray || j.Color == beton.JPEGYCbCr)
 }
