@@ -403,7 +403,7 @@ func TestMountDataLoaderCache(t *testing.T) {
 	var pages int
 	for perClass := 230; ; perClass += 40 {
 		tree := filepath.Join(dir, fmt.Sprintf("tree%d", perClass))
-		cmd := exec.Command("go", "run", "./scripts/mkimagefolder", "-out", tree, "-classes", "20", "-per-class", strconv.Itoa(perClass), "-seed", "3")
+		cmd := exec.Command("go", "run", "./tools/mkimagefolder", "-out", tree, "-classes", "20", "-per-class", strconv.Itoa(perClass), "-seed", "3")
 		cmd.Dir = ".."
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("mkimagefolder: %v\n%s", err, out)

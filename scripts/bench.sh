@@ -183,7 +183,7 @@ bench_mount() {
 	bin/ffcvfs write --classes-out "$dir/classes.txt" "$dir/folder" "$dir/data.beton" >/dev/null
 	mkdir -p "$mnt"
 	READALL="$dir/readall"
-	go build -o "$READALL" ./scripts/readall
+	go build -o "$READALL" ./tools/readall
 	echo "reading every file: $n real-photo JPEGs, warm, median of $RUNS runs, $(nproc) cores"
 	printf '%-52s %10s %10s %8s\n' "what" "files/s" "MB/s" "ratio"
 	local mode args base1 base4 r
@@ -620,7 +620,7 @@ storage_setup() {
 	for cmd in ffcvfs ffcvfeed; do
 		go build -o "bin/$cmd" "./cmd/$cmd" || die "go build ./cmd/$cmd failed"
 	done
-	go build -o bin/storagebench ./scripts/storagebench || die "go build ./scripts/storagebench failed"
+	go build -o bin/storagebench ./tools/storagebench || die "go build ./tools/storagebench failed"
 	# 2 MiB pages, the smallest: 10 % of a small beton still holds several
 	# (of the 8 MiB pages of bench.beton, it would hold one).
 	beton=$dir/bench-2MiB.beton page=$((2 << 20))
@@ -852,7 +852,7 @@ bench_scan() {
 	mkdir -p "$dir"
 	if [[ ! -e $dir/scan.beton ]]; then
 		echo "writing $dir/scan.beton ($n samples)" >&2
-		go run ./scripts/mkscanbeton -n "$n" -classes 1000 -out "$dir/scan.beton" || die "mkscanbeton failed"
+		go run ./tools/mkscanbeton -n "$n" -classes 1000 -out "$dir/scan.beton" || die "mkscanbeton failed"
 	fi
 	local tmp mnt pid
 	tmp=$(mktemp -d)

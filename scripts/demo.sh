@@ -40,7 +40,7 @@ step "3. a sample ImageFolder tree"
 say "$classes classes × $per_class synthetic images, 160-480 px per side;" \
 	"every 10th image is a PNG, the rest are JPEGs (quality 90)."
 rm -rf "$images"
-go run ./scripts/mkimagefolder -out "$images" -classes "$classes" -per-class "$per_class" -seed 1
+go run ./tools/mkimagefolder -out "$images" -classes "$classes" -per-class "$per_class" -seed 1
 files=("$images"/cls00/*)
 say "cls00/ holds ${#files[@]} files:"
 for f in "${files[@]:0:12}"; do say "  ${f##*/}"; done

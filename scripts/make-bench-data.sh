@@ -35,7 +35,7 @@ Steps:
          pictures.
      What is kept is mostly photographs, plus some rendered artwork with real
      texture and gradients; the list is saved as photos.txt in the cache.
-  3. Runs scripts/mkbenchdata: image i (class i mod 100) is a random crop (aspect
+  3. Runs tools/mkbenchdata: image i (class i mod 100) is a random crop (aspect
      3:4..4:3) of a random kept photo, resized with area averaging so that its
      shorter side is uniform in 300-500 px, and encoded with libjpeg-turbo at a
      quality uniform in 75-95. The same N, seed and photos give the same bytes.
@@ -150,7 +150,7 @@ fetch_wallpapers() {
 select_photos() {
 	local list=$CACHE/photos.txt candidates=()
 	local sum
-	sum=$(cd "$CACHE" && sha256sum ./*.deb "$ROOT/scripts/mkbenchdata/main.go" | sha256sum | cut -c1-16)
+	sum=$(cd "$CACHE" && sha256sum ./*.deb "$ROOT/tools/mkbenchdata/main.go" | sha256sum | cut -c1-16)
 	if [[ -s $list && -e $list.key && "$(cat "$list.key")" == "$sum" ]]; then
 		return 0
 	fi
@@ -158,7 +158,7 @@ select_photos() {
 		\( -iname '*.jpg' -o -iname '*.jpeg' -o -iname '*.png' \) -print0 | sort -z)
 	((${#candidates[@]})) || die "the wallpaper packages hold no JPEG or PNG files under $CACHE/root/usr/share"
 	step "Selecting photographs among ${#candidates[@]} image files"
-	go run ./scripts/mkbenchdata -select -- "${candidates[@]}" 2>"$CACHE/select.log" >"$list.tmp" || {
+	go run ./tools/mkbenchdata -select -- "${candidates[@]}" 2>"$CACHE/select.log" >"$list.tmp" || {
 		cat "$CACHE/select.log" >&2
 		die "selecting the photographs failed"
 	}
@@ -194,7 +194,7 @@ mapfile -t photos <"$CACHE/photos.txt"
 echo "${#photos[@]} source photographs (list: $CACHE/photos.txt)"
 
 photos_sum=$(sha256sum "${photos[@]}" | sed "s|$CACHE/root/||" | sha256sum | cut -c1-16)
-gen_sum=$(sha256sum scripts/mkbenchdata/main.go | cut -c1-16)
+gen_sum=$(sha256sum tools/mkbenchdata/main.go | cut -c1-16)
 params="n=$N seed=$seed photos=$photos_sum generator=$gen_sum"
 
 if [[ -f $OUT/bench.beton && -f $OUT/.params && "$(cat "$OUT/.params")" == "$params" ]]; then
@@ -207,7 +207,7 @@ rm -f "$OUT/.params" "$OUT/bench.beton"
 rm -rf "$OUT/imagefolder"
 step "Writing $N images into $OUT/imagefolder (seed $seed, $(nproc) cores)"
 start=$EPOCHREALTIME
-go run ./scripts/mkbenchdata -n "$N" -out "$OUT/imagefolder" -seed "$seed" -- "${photos[@]}" ||
+go run ./tools/mkbenchdata -n "$N" -out "$OUT/imagefolder" -seed "$seed" -- "${photos[@]}" ||
 	die "mkbenchdata failed"
 took "$start"
 

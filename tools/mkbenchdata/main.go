@@ -5,8 +5,8 @@
 // the source files: the same inputs and seed give the same files, byte for
 // byte, whatever the number of cores.
 //
-//	go run ./scripts/mkbenchdata -n 5000 -out DIR -seed 0 PHOTO...
-//	go run ./scripts/mkbenchdata -select FILE...   # print the files that look like photos
+//	go run ./tools/mkbenchdata -n 5000 -out DIR -seed 0 PHOTO...
+//	go run ./tools/mkbenchdata -select FILE...   # print the files that look like photos
 //
 // scripts/make-bench-data.sh fetches the photos and runs it.
 package main
@@ -105,8 +105,8 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.minColors, "min-colors", 2000, "-select: skip images with fewer distinct colours than this in a sample")
 	fs.Usage = func() {
 		w := fs.Output()
-		fmt.Fprintf(w, `Usage: go run ./scripts/mkbenchdata -n N -out DIR [-seed S] PHOTO...
-       go run ./scripts/mkbenchdata -select FILE...
+		fmt.Fprintf(w, `Usage: go run ./tools/mkbenchdata -n N -out DIR [-seed S] PHOTO...
+       go run ./tools/mkbenchdata -select FILE...
 
 Writes an ImageFolder tree of N JPEGs made from the PHOTO files (JPEG or PNG):
 

@@ -2,7 +2,7 @@
 // and prints files/s and MB/s: the baseline and the measurement of
 // scripts/bench.sh mount.
 //
-//	go run ./scripts/readall -j 4 DIR
+//	go run ./tools/readall -j 4 DIR
 package main
 
 import (

@@ -2,7 +2,7 @@
 // per class, images inside) for demos and tests. The output depends only on the
 // flags: the same flags give the same files, byte for byte.
 //
-//	go run ./scripts/mkimagefolder -out DIR -classes 4 -per-class 25 -seed 1
+//	go run ./tools/mkimagefolder -out DIR -classes 4 -per-class 25 -seed 1
 package main
 
 import (
@@ -69,7 +69,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.pngEvery, "png-every", 10, "write every Nth image of a class as PNG instead of JPEG (0: none)")
 	fs.Usage = func() {
 		w := fs.Output()
-		fmt.Fprintf(w, `Usage: go run ./scripts/mkimagefolder -out DIR [flags]
+		fmt.Fprintf(w, `Usage: go run ./tools/mkimagefolder -out DIR [flags]
 
 Writes a synthetic ImageFolder tree, as torchvision's ImageFolder reads it:
 

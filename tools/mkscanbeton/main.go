@@ -3,7 +3,7 @@
 // classes, sample i of class i mod C, each image the same few bytes. The
 // files' contents do not matter to a scan, only their names and number.
 //
-//	go run ./scripts/mkscanbeton -n 1281167 -classes 1000 -out scan.beton
+//	go run ./tools/mkscanbeton -n 1281167 -classes 1000 -out scan.beton
 package main
 
 import (
