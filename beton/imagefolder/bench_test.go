@@ -2,7 +2,6 @@ package imagefolder
 
 import (
 	"bytes"
-	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -64,38 +63,4 @@ func BenchmarkPrepare(b *testing.B) {
 			report(b)
 		})
 	}
-}
-
-// BenchmarkResizeArea shrinks a 553×445 image (a fixture's size) to the
-// sizes the reference fixtures use; MB/s is source pixels.
-func BenchmarkResizeArea(b *testing.B) {
-	const sw, sh = 553, 445
-	src := make([]byte, sw*sh*3)
-	r := rand.New(rand.NewPCG(1, 2))
-	for i := range src {
-		src[i] = byte(r.Uint32())
-	}
-	for _, m := range []int{320, 96} {
-		dw, dh, _ := ResizedSize(sw, sh, m)
-		b.Run(fmt.Sprintf("to%dx%d", dw, dh), func(b *testing.B) {
-			dst := make([]byte, dw*dh*3)
-			s := new(Scratch)
-			b.SetBytes(int64(len(src)))
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := resizeArea(dst, dw, dh, src, sw, sh, s); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
-	b.Run("half", func(b *testing.B) {
-		dst := make([]byte, sw/2*(sh/2)*3)
-		b.SetBytes(int64(len(src)))
-		for b.Loop() {
-			if err := resizeArea(dst, sw/2, sh/2, src[:sw/2*2*(sh/2)*2*3], sw/2*2, sh/2*2, nil); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
 }

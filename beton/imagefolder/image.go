@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/resize"
 	"image"
 	"math"
 	"math/rand/v2"
@@ -119,15 +120,11 @@ func (p Prepared) Mode() beton.ImageMode {
 // zero value is ready to use; a Scratch must not be used by two Prepare calls
 // at once.
 type Scratch struct {
-	pix   []byte       // decoded RGB pixels, for decoders that do not allocate their own
-	rsz   []byte       // resized RGB pixels on their way to the JPEG encoder
-	lut   []byte       // PNM sample scaling
-	enc   bytes.Buffer // JPEG encoder output, copied out
-	xtab  []areaTab    // area resize: column weights
-	ytab  []areaTab    // area resize: row weights
-	taps  []tap        // area resize: column weights, padded per column
-	hbuf  []float32    // area resize: the output row being summed
-	hrows []float32    // area resize: two source rows after the horizontal pass
+	pix  []byte       // decoded RGB pixels, for decoders that do not allocate their own
+	rsz  []byte       // resized RGB pixels on their way to the JPEG encoder
+	lut  []byte       // PNM sample scaling
+	enc  bytes.Buffer // JPEG encoder output, copied out
+	area resize.AreaScratch
 }
 
 // Prepare turns the image file src (read from path, which only labels errors)
@@ -245,7 +242,7 @@ func prepare(src []byte, o *Options, rnd *rand.Rand, s *Scratch) (Prepared, erro
 		switch {
 		case resized:
 			out = make([]byte, nw*nh*3)
-			if err := resizeArea(out, nw, nh, pix, w, h, s); err != nil {
+			if err := resize.Area(out, nw, nh, pix, w, h, &s.area); err != nil {
 				return Prepared{}, err
 			}
 		case owned:
@@ -258,7 +255,7 @@ func prepare(src []byte, o *Options, rnd *rand.Rand, s *Scratch) (Prepared, erro
 
 	if resized {
 		s.rsz = grow(s.rsz, nw*nh*3)
-		if err := resizeArea(s.rsz, nw, nh, pix, w, h, s); err != nil {
+		if err := resize.Area(s.rsz, nw, nh, pix, w, h, &s.area); err != nil {
 			return Prepared{}, err
 		}
 		pix = s.rsz

@@ -84,30 +84,3 @@ func BenchmarkTrainCrop(b *testing.B) {
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "images/s")
 	})
 }
-
-// BenchmarkResize times Resizer.ResizeWindow alone on random pixels for
-// sizes typical of Apply's RandomResizedCrop to 160×160 (the mean scaled
-// crop is about 235×230; crops under 160 pixels enlarge).
-func BenchmarkResize(b *testing.B) {
-	rng := rand.New(rand.NewPCG(7, 7))
-	for _, c := range []struct {
-		name           string
-		sw, sh, ow, oh int
-	}{
-		{"300x300-160x160", 300, 300, 160, 160},
-		{"235x230-160x160", 235, 230, 160, 160},
-		{"120x130-160x160", 120, 130, 160, 160},
-	} {
-		b.Run(c.name, func(b *testing.B) {
-			src := randomRGB(rng, c.sw, c.sh)
-			dst := make([]byte, c.ow*c.oh*3)
-			var r Resizer
-			for i := 0; b.Loop(); i++ {
-				// Vary the window a little, as Apply does, so tables are rebuilt.
-				f := float64(i%2) * 0.25
-				r.ResizeWindow(dst, c.ow*3, c.ow, c.oh, src, c.sw*3, c.sw, c.sh,
-					f, f, float64(c.sw)-f, float64(c.sh)-f, i%2 == 0)
-			}
-		})
-	}
-}

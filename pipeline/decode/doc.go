@@ -28,7 +28,7 @@
 //     only where that table holds libjpeg's own method for the size, so a
 //     library laid out differently keeps its own. It agrees with libjpeg's
 //     to 62–73 dB (TestIDCTMatchesLibjpeg); no library offers it.
-//   - Resizing (Resizer): area averaging when shrinking, bilinear when
+//   - Resizing (resize.Resizer, package resize): area averaging when shrinking, bilinear when
 //     enlarging, with the horizontal flip folded into the write. The filter
 //     tables are built in Go; the passes over the pixels run in C
 //     (resize.c): the vertical one vectorized by the compiler, the

@@ -2,6 +2,7 @@ package decode
 
 import (
 	"bytes"
+	"github.com/ffcvfs/ffcvfs/resize"
 	"image"
 	"image/color"
 	"math"
@@ -61,7 +62,7 @@ func TestFidelity(t *testing.T) {
 	want := make([]byte, 160*160*3)
 	got := make([]byte, len(want))
 	n := 0
-	var r Resizer
+	var r resize.Resizer
 	for fi, f := range fixtures {
 		pix, stride, w, h := fullDecode(t, f.data)
 		for i := 0; i < per && n < crops; i, n = i+1, n+1 {

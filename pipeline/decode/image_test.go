@@ -2,58 +2,11 @@ package decode
 
 import (
 	"bytes"
+	"github.com/ffcvfs/ffcvfs/resize"
 	"math"
 	"math/rand/v2"
 	"testing"
 )
-
-// refResize is a float reference of Resizer: per axis, area averaging when
-// shrinking, bilinear (half-pixel centers, clamped) otherwise.
-func refResize(src []byte, stride, sw, sh, ow, oh int) []byte {
-	wts := func(n, out int) [][]float64 {
-		s := float64(n) / float64(out)
-		m := make([][]float64, out)
-		for i := range m {
-			m[i] = make([]float64, n)
-			if s > 1 {
-				a, b := float64(i)*s, float64(i+1)*s
-				for j := 0; j < n; j++ {
-					if ov := math.Min(b, float64(j+1)) - math.Max(a, float64(j)); ov > 0 {
-						m[i][j] = ov / s
-					}
-				}
-			} else {
-				c := math.Min(math.Max((float64(i)+0.5)*s-0.5, 0), float64(n-1))
-				j := int(c)
-				f := c - float64(j)
-				m[i][j] += 1 - f
-				if f > 0 {
-					m[i][j+1] += f
-				}
-			}
-		}
-		return m
-	}
-	wx, wy := wts(sw, ow), wts(sh, oh)
-	out := make([]byte, ow*oh*3)
-	for oy := 0; oy < oh; oy++ {
-		for ox := 0; ox < ow; ox++ {
-			for c := 0; c < 3; c++ {
-				var s float64
-				for y := 0; y < sh; y++ {
-					if wy[oy][y] == 0 {
-						continue
-					}
-					for x := 0; x < sw; x++ {
-						s += wy[oy][y] * wx[ox][x] * float64(src[y*stride+x*3+c])
-					}
-				}
-				out[(oy*ow+ox)*3+c] = byte(math.Round(s))
-			}
-		}
-	}
-	return out
-}
 
 func randomRGB(rng *rand.Rand, w, h int) []byte {
 	b := make([]byte, w*h*3)
@@ -61,27 +14,6 @@ func randomRGB(rng *rand.Rand, w, h int) []byte {
 		b[i] = byte(rng.Uint32())
 	}
 	return b
-}
-
-func TestResizeMatchesReference(t *testing.T) {
-	rng := rand.New(rand.NewPCG(9, 9))
-	var r Resizer
-	for _, c := range []struct{ sw, sh, ow, oh int }{
-		{37, 29, 16, 16}, {16, 16, 37, 29}, {50, 10, 20, 30}, {13, 13, 13, 13}, {1, 1, 5, 3}, {64, 64, 7, 9},
-	} {
-		src := randomRGB(rng, c.sw, c.sh)
-		want := refResize(src, c.sw*3, c.sw, c.sh, c.ow, c.oh)
-		got := make([]byte, c.ow*c.oh*3)
-		r.Resize(got, c.ow*3, c.ow, c.oh, src, c.sw*3, c.sw, c.sh, false)
-		for i := range got {
-			if d := int(got[i]) - int(want[i]); d < -1 || d > 1 {
-				t.Fatalf("%+v: byte %d = %d, reference %d", c, i, got[i], want[i])
-			}
-		}
-		if c.sw == c.ow && c.sh == c.oh && !bytes.Equal(got, src) {
-			t.Errorf("%+v: same-size resize is not a copy", c)
-		}
-	}
 }
 
 func TestApplyRawEqualsCropResize(t *testing.T) {
@@ -108,7 +40,7 @@ func TestApplyRawEqualsCropResize(t *testing.T) {
 			for yy := 0; yy < ch; yy++ {
 				copy(crop[yy*cw*3:], src[(y+yy)*w*3+x*3:(y+yy)*w*3+(x+cw)*3])
 			}
-			want := refResize(crop, cw*3, cw, ch, op.OutW, op.OutH)
+			want := resize.Reference(crop, cw*3, cw, ch, op.OutW, op.OutH)
 			if flip {
 				want = mirror(want, op.OutW, op.OutH)
 			}
@@ -191,7 +123,7 @@ func TestApplyJPEG(t *testing.T) {
 			}
 			x, y, cw, ch, flip := op.Crop(rand.New(rand.NewPCG(uint64(i), 1)), w, h)
 			want := make([]byte, len(dst))
-			var r Resizer
+			var r resize.Resizer
 			r.Resize(want, op.OutW*3, op.OutW, op.OutH, pix[y*stride+x*3:], stride, cw, ch, flip)
 			p := psnr(dst, want)
 			worst = min(worst, p)

@@ -1,6 +1,7 @@
 package decode
 
 /*
+#cgo CFLAGS: -O3 -Wno-psabi
 #cgo LDFLAGS: -ljpeg -lm
 #include <stdlib.h>
 #include "jpeg.h"
@@ -10,6 +11,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"github.com/ffcvfs/ffcvfs/resize"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -36,7 +38,7 @@ type Decoder struct {
 
 	// Scratch for Apply, grown as needed and reused.
 	region  []byte
-	resizer Resizer
+	resizer resize.Resizer
 
 	// scale picks Apply's DCT scale; nil means ChooseScale. Tests set it
 	// to compare scale rules.

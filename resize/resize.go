@@ -1,4 +1,4 @@
-package decode
+package resize
 
 /*
 #cgo CFLAGS: -O3 -Wno-psabi
@@ -185,7 +185,7 @@ func (r *Resizer) ResizeWindow(dst []byte, dstStride, outW, outH int, src []byte
 	_ = dst[(outH-1)*dstStride+outW*3-1]
 	_ = src[(srcH-1)*srcStride+srcW*3-1]
 	if srcW*3 > srcStride || outW*3 > dstStride || max(srcStride*srcH, dstStride*outH) > maxCInt {
-		panic("decode: ResizeWindow: bad stride or size")
+		panic("resize: ResizeWindow: bad stride or size")
 	}
 	xt, yt := &r.xt, &r.yt
 	xt.build(srcW, fx, fw, outW)
@@ -239,3 +239,14 @@ func (r *Resizer) ResizeWindow(dst []byte, dstStride, outW, outH int, src []byte
 func i32Ptr(s []int32) *C.int32_t {
 	return (*C.int32_t)(unsafe.Pointer(unsafe.SliceData(s)))
 }
+
+// bytesPtr points C at the first byte of b, or is nil for an empty b.
+func bytesPtr(b []byte) *C.uchar {
+	if len(b) == 0 {
+		return nil
+	}
+	return (*C.uchar)(unsafe.Pointer(unsafe.SliceData(b)))
+}
+
+// maxCInt is the largest C int: strides and sizes handed to C stay below it.
+const maxCInt = 1<<31 - 1

@@ -1,6 +1,7 @@
-package decode
+package resize
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -82,5 +83,61 @@ func TestResizeExact(t *testing.T) {
 				t.Fatalf("%s: byte %d (pixel %d,%d channel %d) = %d, want %d", name, j, j/3%ow, j/3/ow, j%3, got[j], want[j])
 			}
 		}
+	}
+}
+
+func TestResizeMatchesReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	var r Resizer
+	for _, c := range []struct{ sw, sh, ow, oh int }{
+		{37, 29, 16, 16}, {16, 16, 37, 29}, {50, 10, 20, 30}, {13, 13, 13, 13}, {1, 1, 5, 3}, {64, 64, 7, 9},
+	} {
+		src := randomRGB(rng, c.sw, c.sh)
+		want := Reference(src, c.sw*3, c.sw, c.sh, c.ow, c.oh)
+		got := make([]byte, c.ow*c.oh*3)
+		r.Resize(got, c.ow*3, c.ow, c.oh, src, c.sw*3, c.sw, c.sh, false)
+		for i := range got {
+			if d := int(got[i]) - int(want[i]); d < -1 || d > 1 {
+				t.Fatalf("%+v: byte %d = %d, reference %d", c, i, got[i], want[i])
+			}
+		}
+		if c.sw == c.ow && c.sh == c.oh && !bytes.Equal(got, src) {
+			t.Errorf("%+v: same-size resize is not a copy", c)
+		}
+	}
+}
+
+func randomRGB(rng *rand.Rand, w, h int) []byte {
+	b := make([]byte, w*h*3)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}
+
+// BenchmarkResize times Resizer.ResizeWindow alone on random pixels for
+// sizes typical of Apply's RandomResizedCrop to 160×160 (the mean scaled
+// crop is about 235×230; crops under 160 pixels enlarge).
+func BenchmarkResize(b *testing.B) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	for _, c := range []struct {
+		name           string
+		sw, sh, ow, oh int
+	}{
+		{"300x300-160x160", 300, 300, 160, 160},
+		{"235x230-160x160", 235, 230, 160, 160},
+		{"120x130-160x160", 120, 130, 160, 160},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			src := randomRGB(rng, c.sw, c.sh)
+			dst := make([]byte, c.ow*c.oh*3)
+			var r Resizer
+			for i := 0; b.Loop(); i++ {
+				// Vary the window a little, as Apply does, so tables are rebuilt.
+				f := float64(i%2) * 0.25
+				r.ResizeWindow(dst, c.ow*3, c.ow, c.oh, src, c.sw*3, c.sw, c.sh,
+					f, f, float64(c.sw)-f, float64(c.sh)-f, i%2 == 0)
+			}
+		})
 	}
 }
