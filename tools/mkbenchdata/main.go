@@ -18,6 +18,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/ffcvfs/ffcvfs/resize"
 	"image"
 	_ "image/jpeg" // header sizes for image.DecodeConfig
 	_ "image/png"
@@ -120,7 +121,7 @@ Writes an ImageFolder tree of N JPEGs made from the PHOTO files (JPEG or PNG):
 Image i goes to class i mod %d. It is a random crop of a random source photo:
 aspect ratio (width/height) log-uniform in 3:4..4:3, area uniform in
 %.0f%%..100%% of the largest crop of that aspect that fits the photo, then
-resized with area averaging so that its shorter side is uniform in %d-%d
+resized with area averaging (package resize, as ffcvfeed resizes) so that its shorter side is uniform in %d-%d
 pixels, and encoded with libjpeg-turbo (4:2:0) at a quality uniform in %d-%d.
 The crop is at least as large as the output whenever the photo allows, so
 images are shrunk, never blown up, for photos of at least 667 pixels on the
@@ -383,15 +384,16 @@ func decodeRGB(s source) ([]byte, error) {
 
 // renderer holds one worker's buffers.
 type renderer struct {
-	xtab, ytab []tap
-	rows       []float32
-	out        []byte
-	enc        bytes.Buffer
+	resizer resize.Resizer // the crop to the output size, as ffcvfeed resizes
+	out     []byte
+	enc     bytes.Buffer
 }
 
 func (r *renderer) write(dir string, index int, p params, pix []byte, s source) error {
 	r.out = grow(r.out, p.outW*p.outH*3)
-	r.resize(r.out, p.outW, p.outH, pix, s.w, p.crop)
+	c := p.crop
+	r.resizer.ResizeWindow(r.out, p.outW*3, p.outW, p.outH, pix, s.w*3, s.w, s.h,
+		float64(c.Min.X), float64(c.Min.Y), float64(c.Dx()), float64(c.Dy()), false)
 	img := &rgb.Image{Pix: r.out, Stride: p.outW * 3, Rect: image.Rect(0, 0, p.outW, p.outH)}
 	r.enc.Reset()
 	if err := jpeg.Encode(&r.enc, img, &jpeg.EncoderOptions{Quality: p.quality}); err != nil {
@@ -404,90 +406,9 @@ func (r *renderer) write(dir string, index int, p params, pix []byte, s source) 
 	return nil
 }
 
-// tap is one term of a resampling table: output index d takes weight w of
-// source index s.
-type tap struct {
-	d, s int32
-	w    float32
-}
-
-// areaTaps gives the weights that map n source samples onto m output samples
-// by area: output sample d covers source interval [d·n/m, (d+1)·n/m), and
-// each source sample counts by the length it shares with that interval,
-// divided by the interval's length. Terms come sorted by d.
-func areaTaps(tab []tap, n, m int) []tap {
-	tab = tab[:0]
-	scale := float64(n) / float64(m)
-	for d := range m {
-		lo, hi := float64(d)*scale, float64(d+1)*scale
-		for s := int(lo); s < n && float64(s) < hi; s++ {
-			w := math.Min(hi, float64(s+1)) - math.Max(lo, float64(s))
-			if w > 1e-9 {
-				tab = append(tab, tap{int32(d), int32(s), float32(w / scale)})
-			}
-		}
-	}
-	return tab
-}
-
-// resize writes the crop c of the packed RGB image src (stride srcW·3) into
-// dst, dw×dh, by area averaging.
-func (r *renderer) resize(dst []byte, dw, dh int, src []byte, srcW int, c image.Rectangle) {
-	cw, ch := c.Dx(), c.Dy()
-	r.xtab = areaTaps(r.xtab, cw, dw)
-	r.ytab = areaTaps(r.ytab, ch, dh)
-	// Horizontal pass: every crop row to dw samples.
-	r.rows = growF(r.rows, ch*dw*3)
-	clear(r.rows)
-	for y := range ch {
-		row := src[((c.Min.Y+y)*srcW+c.Min.X)*3:]
-		out := r.rows[y*dw*3 : (y+1)*dw*3]
-		for _, t := range r.xtab {
-			s, d := int(t.s)*3, int(t.d)*3
-			out[d] += t.w * float32(row[s])
-			out[d+1] += t.w * float32(row[s+1])
-			out[d+2] += t.w * float32(row[s+2])
-		}
-	}
-	// Vertical pass, one output row at a time.
-	acc := make([]float32, dw*3)
-	i := 0
-	for d := range dh {
-		clear(acc)
-		for ; i < len(r.ytab) && int(r.ytab[i].d) == d; i++ {
-			t := r.ytab[i]
-			in := r.rows[int(t.s)*dw*3 : (int(t.s)+1)*dw*3]
-			for k, v := range in {
-				acc[k] += t.w * v
-			}
-		}
-		out := dst[d*dw*3 : (d+1)*dw*3]
-		for k, v := range acc {
-			out[k] = clamp(v)
-		}
-	}
-}
-
-func clamp(v float32) uint8 {
-	switch {
-	case v <= 0:
-		return 0
-	case v >= 255:
-		return 255
-	}
-	return uint8(v + 0.5)
-}
-
 func grow(b []byte, n int) []byte {
 	if cap(b) < n {
 		return make([]byte, n)
-	}
-	return b[:n]
-}
-
-func growF(b []float32, n int) []float32 {
-	if cap(b) < n {
-		return make([]float32, n)
 	}
 	return b[:n]
 }
