@@ -5,12 +5,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/ffcvfs/ffcvfs/fields"
 	"os"
 	"strconv"
 	"strings"
 	"syscall"
 
+	"github.com/ffcvfs/ffcvfs/fields"
 	"golang.org/x/sys/unix"
 )
 

@@ -2,7 +2,6 @@ package fs
 
 import (
 	"fmt"
-	"github.com/ffcvfs/ffcvfs/control"
 	"log/slog"
 	"os"
 	"slices"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/control"
 	"github.com/ffcvfs/ffcvfs/order"
 	"github.com/ffcvfs/ffcvfs/pagecache"
 	"github.com/prometheus/client_golang/prometheus"

@@ -2,12 +2,12 @@ package fs
 
 import (
 	"fmt"
-	"github.com/ffcvfs/ffcvfs/control"
 	"os"
 	"os/exec"
 	"testing"
 	"time"
 
+	"github.com/ffcvfs/ffcvfs/control"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
 

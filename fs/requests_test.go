@@ -2,7 +2,6 @@ package fs
 
 import (
 	"bytes"
-	"github.com/ffcvfs/ffcvfs/control"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/control"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
 

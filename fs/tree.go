@@ -2,12 +2,12 @@ package fs
 
 import (
 	"context"
-	"github.com/ffcvfs/ffcvfs/control"
 	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/control"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"github.com/ffcvfs/ffcvfs/control"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ffcvfs/ffcvfs/control"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
 

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ffcvfs/ffcvfs/control"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -23,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ffcvfs/ffcvfs/control"
 	"github.com/ffcvfs/ffcvfs/internal/s3test"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"fmt"
-	"github.com/ffcvfs/ffcvfs/control"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ffcvfs/ffcvfs/control"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
 

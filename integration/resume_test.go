@@ -3,12 +3,12 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/ffcvfs/ffcvfs/control"
 	"os"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/ffcvfs/ffcvfs/control"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
 

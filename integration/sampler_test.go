@@ -2,7 +2,6 @@ package integration
 
 import (
 	"encoding/json"
-	"github.com/ffcvfs/ffcvfs/control"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -10,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/control"
 )
 
 // samplerScript exercises a sampler class of ffcvfs_sampler (argv[4]) on

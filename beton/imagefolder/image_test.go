@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ffcvfs/ffcvfs/beton"
 	"hash/crc32"
 	"image"
 	"image/color"
@@ -21,6 +20,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/pixiv/go-libjpeg/jpeg"
 	"golang.org/x/image/bmp"
 	"golang.org/x/image/tiff"

@@ -3,7 +3,6 @@ package imagefolder
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/ffcvfs/ffcvfs/internal/testenv"
 	"image"
 	"image/color"
 	"image/png"
@@ -15,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
 	"golang.org/x/image/bmp"
 	"golang.org/x/image/tiff"
 )

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ffcvfs/ffcvfs/control"
 	"math"
 	"os"
 	"os/signal"
@@ -12,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ffcvfs/ffcvfs/control"
 	"github.com/urfave/cli/v2"
 
 	"github.com/ffcvfs/ffcvfs/internal/bytesize"

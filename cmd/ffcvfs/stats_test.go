@@ -1,11 +1,11 @@
 package main
 
 import (
-	"github.com/ffcvfs/ffcvfs/control"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ffcvfs/ffcvfs/control"
 	"github.com/ffcvfs/ffcvfs/pagecache"
 	"github.com/ffcvfs/ffcvfs/pagecache/tier"
 )

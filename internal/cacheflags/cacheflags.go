@@ -5,12 +5,12 @@ package cacheflags
 
 import (
 	"fmt"
-	"github.com/ffcvfs/ffcvfs/pagecache/tier"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"syscall"
 
+	"github.com/ffcvfs/ffcvfs/pagecache/tier"
 	"github.com/urfave/cli/v2"
 
 	"github.com/ffcvfs/ffcvfs/internal/bytesize"

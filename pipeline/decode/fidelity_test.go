@@ -2,13 +2,13 @@ package decode
 
 import (
 	"bytes"
-	"github.com/ffcvfs/ffcvfs/resize"
 	"image"
 	"image/color"
 	"math"
 	"math/rand/v2"
 	"testing"
 
+	"github.com/ffcvfs/ffcvfs/resize"
 	libjpeg "github.com/pixiv/go-libjpeg/jpeg"
 )
 

@@ -2,10 +2,11 @@ package decode
 
 import (
 	"bytes"
-	"github.com/ffcvfs/ffcvfs/resize"
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/ffcvfs/ffcvfs/resize"
 )
 
 func randomRGB(rng *rand.Rand, w, h int) []byte {

@@ -11,10 +11,11 @@ import "C"
 import (
 	"errors"
 	"fmt"
-	"github.com/ffcvfs/ffcvfs/resize"
 	"runtime"
 	"sync"
 	"unsafe"
+
+	"github.com/ffcvfs/ffcvfs/resize"
 )
 
 // Sentinel errors. Errors returned by this package wrap one of them.

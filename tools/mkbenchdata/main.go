@@ -18,7 +18,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/ffcvfs/ffcvfs/resize"
 	"image"
 	_ "image/jpeg" // header sizes for image.DecodeConfig
 	_ "image/png"
@@ -33,6 +32,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/ffcvfs/ffcvfs/resize"
 	"github.com/pixiv/go-libjpeg/jpeg"
 	"github.com/pixiv/go-libjpeg/rgb"
 

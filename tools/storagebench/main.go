@@ -19,7 +19,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/ffcvfs/ffcvfs/control"
 	"io"
 	"io/fs"
 	"math/rand/v2"
@@ -36,6 +35,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/ffcvfs/ffcvfs/control"
 )
 
 const usage = `usage:
