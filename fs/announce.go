@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ffcvfs/ffcvfs/control"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -134,7 +135,7 @@ func (a *announcer) serve() {
 		c, err := a.ln.AcceptUnix()
 		if err != nil {
 			if !errors.Is(err, net.ErrClosed) {
-				a.v.opts.Logger.Error("announce socket: accept failed; orders can still be read from .ffcvfs/orders", "err", err)
+				a.v.opts.Logger.Error("announce socket: accept failed; orders can still be read from "+control.Dir+"/"+control.OrdersDir, "err", err)
 			}
 			return
 		}
@@ -175,7 +176,7 @@ func (a *announcer) handle(c *net.UnixConn) {
 		return
 	}
 	if cred.Uid != v.opts.Owner && cred.Uid != 0 {
-		fmt.Fprintf(c, "error: only the mount's owner (uid %d) may announce orders; uid %d may read orders from .ffcvfs/orders\n", v.opts.Owner, cred.Uid)
+		fmt.Fprintf(c, "error: only the mount's owner (uid %d) may announce orders; uid %d may read orders from %s/%s\n", v.opts.Owner, cred.Uid, control.Dir, control.OrdersDir)
 		return
 	}
 	order, err := v.readAnnouncement(&idleReader{c: c})

@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/control"
 	"github.com/ffcvfs/ffcvfs/pagecache"
 	"github.com/ffcvfs/ffcvfs/storage"
 )
@@ -67,7 +68,7 @@ func (l *errorLog) logOnce(what, cause string, err error) {
 	l.mu.Unlock()
 	if n == 1 {
 		l.log.Error(what+" failed", "err", err.Error(), "cause", cause,
-			"repeats", "counted in .ffcvfs/stats.json (reads.errors), not logged")
+			"repeats", "counted in "+control.Dir+"/"+control.StatsFile+" (reads.errors), not logged")
 	}
 }
 

@@ -3,6 +3,7 @@ package fs
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ffcvfs/ffcvfs/control"
 	"github.com/ffcvfs/ffcvfs/internal/metrics"
 )
 
@@ -48,7 +49,7 @@ func (v *View) Collectors() []prometheus.Collector {
 		}
 		e.Gauge("kernel_cache_bytes", "Bytes of the mount's files the kernel may hold in its page cache (-1: unbounded, --kernel-cache).", float64(st.FUSE.KernelCacheBytes))
 		e.Counter("kernel_cache_invalidations_total", "Files and ranges dropped from the kernel's page cache with their page.", float64(st.FUSE.Invalidations))
-		e.Counter("announced_total", "Orders announced through .ffcvfs/announce.", float64(st.Announced))
+		e.Counter("announced_total", "Orders announced through "+control.Dir+"/"+control.AnnounceFile+".", float64(st.Announced))
 		e.Gauge("samples", "Samples of the beton.", float64(st.Samples))
 		e.Gauge("data_bytes", "Bytes of the beton's data pages.", float64(st.DataBytes))
 	})}

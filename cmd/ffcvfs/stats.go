@@ -138,7 +138,7 @@ func readStats(path string) (reading, error) {
 		if _, serr := os.Stat(mnt); serr != nil {
 			return reading{}, fmt.Errorf("%s: %v", mnt, serr)
 		}
-		return reading{}, fmt.Errorf("%s is not an ffcvfs mount (it has no .ffcvfs/stats.json); mount one with: ffcvfs mount SRC %s", mnt, mnt)
+		return reading{}, fmt.Errorf("%s is not an ffcvfs mount (it has no %s/%s); mount one with: ffcvfs mount SRC %s", mnt, control.Dir, control.StatsFile, mnt)
 	case err != nil:
 		return reading{}, fmt.Errorf("reading %s: %v", path, err)
 	}
