@@ -165,6 +165,11 @@ func (s *Store) SetRank(rank func(dp int32) int) {
 func (s *Store) Wants(dp int32) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.wants(dp)
+}
+
+// wants is Wants, called with mu held.
+func (s *Store) wants(dp int32) bool {
 	return !s.shared && s.off == "" && !s.closed && s.entries[dp] == nil && !s.pending[dp]
 }
 
@@ -174,8 +179,7 @@ func (s *Store) Wants(dp int32) bool {
 func (s *Store) HasRoom(dp int32) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return !s.shared && s.off == "" && !s.closed && s.entries[dp] == nil && !s.pending[dp] &&
-		s.used+blocks(s.geom.PageSize) <= s.opts.Budget
+	return s.wants(dp) && s.used+blocks(s.geom.PageSize) <= s.opts.Budget
 }
 
 // Read copies bytes [lo, lo+len(p)) of data page dp to p from the Store,
@@ -315,7 +319,7 @@ func (s *Store) drop(e *entry) {
 // queue is full is not taken.
 func (s *Store) Put(dp int32, page []byte, done func()) bool {
 	s.mu.Lock()
-	if s.shared || s.off != "" || s.closed || s.entries[dp] != nil || s.pending[dp] {
+	if !s.wants(dp) {
 		s.mu.Unlock()
 		return false
 	}
