@@ -261,14 +261,6 @@ func readLines(path string) ([]string, error) {
 // at most 2^24.
 const maxClassNames = 1<<24 + 1
 
-// lazyUnmount detaches the mount at dir even while files are open.
-func lazyUnmount(dir string) error {
-	if os.Getuid() == 0 {
-		return syscall.Unmount(dir, syscall.MNT_DETACH)
-	}
-	return runQuiet("fusermount3", "-u", "-z", dir)
-}
-
 func umountCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "umount",
@@ -306,12 +298,12 @@ whose process was killed.`,
 func stopOnSignal(sigs <-chan os.Signal, srv *fs.Server, source storage.Source, mnt string, grace time.Duration) {
 	sig := <-sigs
 	slog.Info("unmounting", "signal", sig.String(), "mountpoint", mnt)
-	if err := srv.Unmount(); err == nil {
+	err := srv.Unmount()
+	if err == nil {
 		return
-	} else {
-		slog.Warn("files of the mount are still open: detached it, and serving them until they are closed", "grace", grace, "err", err)
 	}
-	if err := lazyUnmount(mnt); err != nil {
+	slog.Warn("files of the mount are still open: detached it, and serving them until they are closed", "grace", grace, "err", err)
+	if err := fs.UnmountLazy(mnt); err != nil {
 		slog.Error("detaching the mount failed", "err", err)
 	}
 	served := make(chan struct{})

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -46,14 +43,6 @@ func sourceOptions(c *cli.Context) storage.Options {
 		o.Concurrent = r + 16 // the prefetches, and demand reads
 	}
 	return o
-}
-
-func runQuiet(name string, args ...string) error {
-	out, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s: %v: %s", name, err, strings.TrimSpace(string(out)))
-	}
-	return nil
 }
 
 // srcArg returns the SRC argument, read from standard input when it is
