@@ -149,14 +149,13 @@ func ownDir(dir string, parents bool) error {
 	// A version folder is this user's alone. The cache folder may be
 	// readable by others, but no one else may write it: another user could
 	// plant version folders and entries in it. Tightened, since it is ours.
-	if perm := st.Mode().Perm(); !parents && perm&0o077 != 0 || parents && perm&0o022 != 0 {
-		if err := os.Chmod(dir, perm&^0o022&^0o7000); err != nil {
+	perm, want := st.Mode().Perm(), st.Mode().Perm()&^0o022
+	if !parents {
+		want = 0o700
+	}
+	if !parents && perm&0o077 != 0 || parents && perm&0o022 != 0 {
+		if err := os.Chmod(dir, want); err != nil {
 			return fmt.Errorf("disk cache: %w", err)
-		}
-		if !parents {
-			if err := os.Chmod(dir, 0o700); err != nil {
-				return fmt.Errorf("disk cache: %w", err)
-			}
 		}
 	}
 	return nil
