@@ -184,9 +184,10 @@ go_bin() {
 }
 
 # The linter scripts/test.sh runs, and the version installed when it is
-# missing (or another version is on PATH).
+# missing (or another version is on PATH): staticcheck's release 2026.2.2
+# is the module version v0.8.2, the form the Go module proxy serves.
 FFCVFS_STATICCHECK_MODULE=honnef.co/go/tools/cmd/staticcheck
-FFCVFS_STATICCHECK_VERSION=2026.2.2
+FFCVFS_STATICCHECK_VERSION=v0.8.2
 
 # ensure_staticcheck: make sure staticcheck FFCVFS_STATICCHECK_VERSION is in
 # Go's bin folder, 'go install'ing it there if not, and print its path.
@@ -194,7 +195,7 @@ FFCVFS_STATICCHECK_VERSION=2026.2.2
 ensure_staticcheck() {
 	local gobin
 	gobin=$(go_bin) || die "'go env GOPATH' failed"
-	if ! "$gobin/staticcheck" -version 2>/dev/null | grep -q "^staticcheck $FFCVFS_STATICCHECK_VERSION "; then
+	if ! "$gobin/staticcheck" -version 2>/dev/null | grep -qF "(${FFCVFS_STATICCHECK_VERSION#v})"; then
 		log "installing staticcheck $FFCVFS_STATICCHECK_VERSION into $gobin"
 		(cd / && go install "$FFCVFS_STATICCHECK_MODULE@$FFCVFS_STATICCHECK_VERSION") >&2 ||
 			die "could not install staticcheck: go install $FFCVFS_STATICCHECK_MODULE@$FFCVFS_STATICCHECK_VERSION failed"
