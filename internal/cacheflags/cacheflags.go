@@ -1,6 +1,7 @@
-// Package cacheflags holds the command-line flags of the page cache's
-// tiers, shared by ffcvfs mount and ffcvfeed, and turns them into
-// pagecache.Options.
+// Package cacheflags holds the command-line flags that ffcvfs and ffcvfeed
+// share for reading a beton: the page cache's tiers, turned into
+// pagecache.Options, and how to reach storage, turned into
+// storage.Options.
 package cacheflags
 
 import (
@@ -15,7 +16,33 @@ import (
 
 	"github.com/ffcvfs/ffcvfs/internal/bytesize"
 	"github.com/ffcvfs/ffcvfs/pagecache"
+	"github.com/ffcvfs/ffcvfs/storage"
 )
+
+// SourceFlags are the flags that say how to reach a source: S3's
+// endpoint, region and addressing, and the timeouts of S3 and HTTP.
+func SourceFlags(category string) []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "s3-endpoint", Usage: "S3 endpoint `URL`, for a server other than AWS (default: $AWS_ENDPOINT_URL, else AWS)", Category: category},
+		&cli.StringFlag{Name: "s3-region", Usage: "S3 region (default: $AWS_REGION, else the AWS config)", Category: category},
+		&cli.BoolFlag{Name: "s3-path-style", Usage: "address S3 buckets by path (endpoint/bucket/key), as most servers other than AWS want; an endpoint given by IP address or as localhost is addressed so anyway", Category: category},
+		&cli.DurationFlag{Name: "attempt-timeout", Value: storage.DefaultAttemptTimeout, Usage: "S3, HTTP: cancel and retry a request that receives nothing for this long", Category: category},
+		&cli.DurationFlag{Name: "read-deadline", Value: storage.DefaultReadDeadline, Usage: "S3, HTTP: give up a read of the storage, retries included, after this long (a mount answers EIO to that read alone)", Category: category},
+	}
+}
+
+// SourceOptions turns the flags of SourceFlags into storage.Options.
+func SourceOptions(c *cli.Context) storage.Options {
+	o := storage.Options{
+		Logger:   slog.Default(),
+		Endpoint: c.String("s3-endpoint"), Region: c.String("s3-region"), PathStyle: c.Bool("s3-path-style"),
+		AttemptTimeout: c.Duration("attempt-timeout"), ReadDeadline: c.Duration("read-deadline"),
+	}
+	if r := c.Int("readers"); r > 0 {
+		o.Concurrent = r + 16 // the prefetches, and demand reads
+	}
+	return o
+}
 
 // Flags are --disk-cache, --disk-cache-size and --compress-ram.
 func Flags(category string) []cli.Flag {
