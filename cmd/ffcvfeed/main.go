@@ -1,7 +1,8 @@
 // Command ffcvfeed reads a beton (directly or through an ffcvfs mount),
 // decodes and augments its images, and delivers finished batches to a
 // training process of any framework through shared memory and a Unix
-// socket (see package cudafeed and python/ffcvfeed.py).
+// socket (see package cudafeed, and the Loader of the Python package ffcvfs
+// in python/ffcvfs/feed.py).
 package main
 
 import (
@@ -72,28 +73,25 @@ func pipelineFlags() []cli.Flag {
 		&cli.StringFlag{Name: "cache-size", Value: "512MiB", Usage: "RAM for pages of the beton", Category: "data"},
 		&cli.StringFlag{Name: "image-field", Usage: "RGB image field (default: the first)", Category: "data"},
 		&cli.StringFlag{Name: "label-field", Value: "label", Usage: "int field of labels", Category: "data"},
-		&cli.StringFlag{Name: "s3-endpoint", Usage: "S3 endpoint URL", Category: "data"},
-		&cli.StringFlag{Name: "s3-region", Usage: "S3 region", Category: "data"},
-		&cli.BoolFlag{Name: "s3-path-style", Usage: "path-style S3 addressing", Category: "data"},
-		&cli.IntFlag{Name: "batch-size", Value: 256, Usage: "samples per batch", Category: "batches"},
-		&cli.IntFlag{Name: "resolution", Value: 160, Usage: "output side in pixels (square)", Category: "augment"},
+		&cli.IntFlag{Name: "batch-size", Value: 256, Usage: "`N` samples per batch", Category: "batches"},
+		&cli.IntFlag{Name: "resolution", Value: 160, Usage: "output side in pixels `N` (square)", Category: "augment"},
 		&cli.StringFlag{Name: "crop", Value: "random-resized", Usage: "random-resized (training) or center (validation)", Category: "augment"},
 		&cli.StringFlag{Name: "scale", Value: "0.08,1", Usage: "random-resized: area fraction range", Category: "augment"},
 		&cli.StringFlag{Name: "ratio", Value: "0.75,1.3333333333333333", Usage: "random-resized: aspect ratio range", Category: "augment"},
 		&cli.Float64Flag{Name: "center-ratio", Value: decode.DefaultCenterRatio, Usage: "center: crop side over the shorter side", Category: "augment"},
-		&cli.Float64Flag{Name: "flip", Value: 0.5, Usage: "probability of a horizontal flip", Category: "augment"},
+		&cli.Float64Flag{Name: "flip", Value: 0.5, Usage: "probability `P` of a horizontal flip per sample (0: never, 1: always); not a switch", Category: "augment"},
 		&cli.BoolFlag{Name: "exact", Usage: "decode each crop at full resolution before resizing it: the pixels of a full decode, cropped and\n\tarea-resized, but slower; by default a crop decodes at the smallest JPEG DCT scale m/8 that keeps\n\tthe output's pixels (about 47 dB from the exact pixels on average, never under 30 dB)", Category: "augment"},
 		&cli.StringFlag{Name: "dtype", Value: "uint8", Usage: "uint8, float16 or float32", Category: "output"},
 		&cli.StringFlag{Name: "layout", Value: "nhwc", Usage: "nhwc or nchw", Category: "output"},
 		&cli.StringFlag{Name: "normalize", Value: "none", Usage: "none, imagenet, or M,M,M/S,S,S on the 0-1 scale (float dtypes)", Category: "output"},
 		&cli.StringFlag{Name: "order", Value: "quasi-random", Usage: "quasi-random, random or sequential", Category: "batches"},
 		&cli.Uint64Flag{Name: "seed", Usage: "seed of orders and augmentations", Category: "batches"},
-		&cli.IntFlag{Name: "epochs", Value: 1, Usage: "epochs to deliver", Category: "batches"},
+		&cli.IntFlag{Name: "epochs", Value: 1, Usage: "deliver `N` epochs, then end the stream; a client that reads more is told so", Category: "batches"},
 		&cli.IntFlag{Name: "rank", Usage: "this process's rank (distributed training)", Category: "batches"},
 		&cli.IntFlag{Name: "world-size", Value: 1, Usage: "number of ranks", Category: "batches"},
-		&cli.IntFlag{Name: "workers", Value: runtime.NumCPU(), Usage: "decoding goroutines", Category: "batches"},
+		&cli.IntFlag{Name: "workers", Value: runtime.NumCPU(), DefaultText: "the cores", Usage: "`N` decoding goroutines", Category: "batches"},
 		&cli.StringFlag{Name: "on-error", Value: "skip", Usage: "skip (replace an undecodable sample by another of its batch) or fail", Category: "batches"},
-	}, cacheflags.Flags("data")...)
+	}, append(cacheflags.Flags("data"), cacheflags.SourceFlags("storage")...)...)
 }
 
 func pair(s, name string) ([2]float64, error) {
@@ -208,9 +206,7 @@ func openData(c *cli.Context) (*pagecache.Cache, storage.Source, func([]uint32) 
 	}
 	ctx, cancel := context.WithTimeout(c.Context, 2*time.Minute)
 	defer cancel()
-	src, f, err := storage.OpenBeton(ctx, data, storage.Options{
-		Endpoint: c.String("s3-endpoint"), Region: c.String("s3-region"), PathStyle: c.Bool("s3-path-style"),
-	})
+	src, f, err := storage.OpenBeton(ctx, data, cacheflags.SourceOptions(c))
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -427,7 +423,7 @@ func decodeBenchCommand() *cli.Command {
 		UsageText: "ffcvfeed decode-bench --data SRC [--workers N]",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "data", Required: true, Usage: "the beton"},
-			&cli.IntFlag{Name: "workers", Value: runtime.NumCPU(), Usage: "decoding goroutines"},
+			&cli.IntFlag{Name: "workers", Value: runtime.NumCPU(), DefaultText: "the cores", Usage: "`N` decoding goroutines"},
 		},
 		Action: func(c *cli.Context) error {
 			f, err := beton.OpenFile(c.String("data"))
