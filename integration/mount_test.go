@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +22,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/ffcvfs/ffcvfs/control"
 	"github.com/ffcvfs/ffcvfs/internal/s3test"
@@ -311,7 +314,7 @@ const dataLoaderScript = `
 import json, os, sys
 from torch.utils.data import DataLoader
 from torchvision.datasets import ImageFolder
-from ffcvfs_sampler import QuasiRandomSampler
+from ffcvfs import QuasiRandomSampler
 
 def nbytes(path):
     with open(path, "rb") as f:
@@ -753,7 +756,7 @@ func TestMountPlanOfKilledReader(t *testing.T) {
 	mnt := mountBeton(t, testenv.Fixture(t, "beton", "imagefolder-jpg.beton"))
 	cmd := exec.Command(py, "-c", `
 import sys, time
-from ffcvfs_sampler import QuasiRandomSampler
+from ffcvfs import QuasiRandomSampler
 s = QuasiRandomSampler(sys.argv[1], seed=3)
 s.set_epoch(0)
 it = iter(s)  # reads the order, which announces it
@@ -975,4 +978,94 @@ func TestUmountBusyNamesHolders(t *testing.T) {
 	if isMountpoint(t, p.mnt) {
 		t.Error("still mounted after umount --lazy")
 	}
+}
+
+// TestMountBackground: mount --background returns once the tree can be
+// read, with the mount served on by a process in a session of its own,
+// which ffcvfs umount ends; SRC "-" is handed to it from standard input;
+// and a mount that fails says why and returns its exit status, leaving
+// nothing mounted.
+func TestMountBackground(t *testing.T) {
+	needFUSE(t)
+	fixture := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
+	bin := binary(t, "ffcvfs")
+	dir := t.TempDir()
+
+	for _, viaStdin := range []bool{false, true} {
+		mnt := filepath.Join(dir, fmt.Sprintf("mnt-stdin-%v", viaStdin))
+		if err := os.Mkdir(mnt, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { forceUnmount(mnt) })
+		src := fixture
+		cmd := exec.Command(bin, "mount", "--background", src, mnt)
+		if viaStdin {
+			cmd = exec.Command(bin, "mount", "--background", "-", mnt)
+			cmd.Stdin = strings.NewReader(src + "\n")
+		}
+		// A file, not a pipe: the mount keeps the stderr it shares.
+		logf, err := os.Create(filepath.Join(dir, fmt.Sprintf("log-%v", viaStdin)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stdout, cmd.Stderr = logf, logf
+		err = cmd.Run()
+		logf.Close()
+		log, _ := os.ReadFile(logf.Name())
+		if err != nil {
+			t.Fatalf("mount --background (SRC from stdin: %v): %v\n%s", viaStdin, err, log)
+		}
+		// Returned: the tree is there already, without waiting.
+		if !isMountpoint(t, mnt) {
+			t.Fatalf("mount --background returned 0 but %s is not mounted\n%s", mnt, log)
+		}
+		if files := mountedFiles(t, mnt); len(files) == 0 {
+			t.Errorf("the background mount serves no files")
+		}
+		if _, err := os.Stat(control.Path(mnt, control.StatsFile)); err != nil {
+			t.Errorf("the background mount's control files: %v", err)
+		}
+		m := regexp.MustCompile(`msg=mounted .* pid=([0-9]+)`).FindSubmatch(log)
+		if m == nil {
+			t.Fatalf("the background mount logged no pid\n%s", log)
+		}
+		pid, _ := strconv.Atoi(string(m[1]))
+		pidfd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			t.Fatalf("the background mount's process %d: %v", pid, err)
+		}
+		run(t, 0, bin, "umount", mnt)
+		checkUnmounted(t, mnt)
+		// The process ends with its mount (a pidfd turns readable then).
+		fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+		if n, err := unix.Poll(fds, int(testenv.Patience.Milliseconds())); err != nil || n != 1 {
+			t.Errorf("the background mount's process %d did not end after ffcvfs umount (poll: %d, %v)", pid, n, err)
+		}
+		unix.Close(pidfd)
+	}
+
+	// A failing mount: the parent exits with the child's status, and the
+	// child's sentence naming the source is on the shared stderr.
+	mnt := filepath.Join(dir, "mnt-fail")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing.beton")
+	logPath := filepath.Join(dir, "log-fail")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "mount", "--background", missing, mnt)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	err = cmd.Run()
+	logf.Close()
+	log, _ := os.ReadFile(logPath)
+	if code := cmd.ProcessState.ExitCode(); err == nil || code != 1 {
+		t.Errorf("mount --background of a missing file: exit %d (%v), want 1\n%s", code, err, log)
+	}
+	if !strings.Contains(string(log), missing) {
+		t.Errorf("the error does not name %s: %q", missing, log)
+	}
+	checkUnmounted(t, mnt)
 }

@@ -72,12 +72,11 @@ say "Mounts the beton read-only as an ImageFolder tree, in the background, with 
 mnt="$demo_dir/mnt"
 mkdir -p "$mnt"
 if mountpoint -q "$mnt" 2>/dev/null; then bin/ffcvfs umount "$mnt"; fi
-bin/ffcvfs mount --cache-size 32MiB --classes "$demo_dir/classes.txt" "$beton" "$mnt" 2>"$demo_dir/mount.log" &
-mount_pid=$!
+# --background returns once the tree can be read (or with the mount's error).
+bin/ffcvfs mount --background --cache-size 32MiB --classes "$demo_dir/classes.txt" "$beton" "$mnt" 2>"$demo_dir/mount.log" ||
+	die "the mount did not come up: $(cat "$demo_dir/mount.log")"
 # Unmount however the script ends, so a failed step leaves no mount behind.
-trap 'kill -TERM $mount_pid 2>/dev/null; wait $mount_pid 2>/dev/null || true' EXIT
-for _ in $(seq 100); do [[ -e $mnt/.ffcvfs/stats.json ]] && break; sleep 0.1; done
-[[ -e $mnt/.ffcvfs/stats.json ]] || die "the mount did not come up: $(cat "$demo_dir/mount.log")"
+trap 'bin/ffcvfs umount --lazy "$mnt" 2>/dev/null || true' EXIT
 # sed, not head: head leaves as soon as it has its lines, and ls, still
 # writing, would die of SIGPIPE, which pipefail makes the demo's failure.
 cls=$(ls "$mnt" | sed -n 1p)
@@ -119,11 +118,10 @@ sock="$demo_dir/feed.sock"
 rm -f "$sock"
 bin/ffcvfeed serve --data "$mnt" --socket "$sock" --batch-size 64 --resolution 64 --epochs 1 --cache-size 32MiB 2>"$demo_dir/feed.log" &
 feed_pid=$!
-for _ in $(seq 100); do [[ -S $sock ]] && break; sleep 0.1; done
 PYTHONPATH="$(repo_root)/python" /usr/bin/python3 - "$sock" <<'PY'
 import sys
 from ffcvfs import Loader
-with Loader(sys.argv[1]) as loader:
+with Loader(sys.argv[1]) as loader:  # waits for the server to come up
     n = 0
     for images, labels in loader:
         n += len(labels)
@@ -133,8 +131,7 @@ wait "$feed_pid"
 bin/ffcvfeed bench --data "$beton" --resolution 64 --batch-size 64 | tail -1
 
 step "10. unmount"
-kill -TERM "$mount_pid"
-wait "$mount_pid" || true
+bin/ffcvfs umount "$mnt"
 trap - EXIT
 say "unmounted $mnt"
 

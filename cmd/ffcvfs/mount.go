@@ -29,18 +29,19 @@ func mountCommand() *cli.Command {
 		Usage:     "mount a .beton read-only as an ImageFolder tree",
 		ArgsUsage: "SRC MOUNTPOINT",
 		Description: `Serves SRC (a path, file://, s3://bucket/key or http(s)://) at MOUNTPOINT as
-<class>/<sample>.jpg (or .ppm for raw images), read-only, in the foreground,
-until Ctrl-C, SIGTERM or 'ffcvfs umount MOUNTPOINT'. At Ctrl-C or SIGTERM,
-files still open are served until they are closed, up to --stop-grace. Any program reads it; for
-torchvision:
+<class>/<sample>.jpg (or .ppm for raw images), read-only, in the foreground
+until Ctrl-C, SIGTERM or 'ffcvfs umount MOUNTPOINT' (with --background, it
+returns once mounted and the mount runs on). At Ctrl-C or SIGTERM, files
+still open are served until they are closed, up to --stop-grace. Any program
+reads it; for torchvision:
 
    ImageFolder("MOUNTPOINT")
 
 The beton is read into a cache of --cache-size bytes. Give the cache the
 order you will read in, and it fetches ahead what that order needs: use
-python/ffcvfs_sampler.py's QuasiRandomSampler (each page read from storage
-about once per epoch) or RandomSampler (a uniform shuffle, as
-shuffle=True), read an order from MOUNTPOINT/.ffcvfs/orders/KIND/SEED/EPOCH,
+QuasiRandomSampler (each page read from storage about once per epoch) or
+RandomSampler (a uniform shuffle, as shuffle=True) of the Python package
+ffcvfs (pip install ./python in this repository), read an order from MOUNTPOINT/.ffcvfs/orders/KIND/SEED/EPOCH,
 or send your own to the socket MOUNTPOINT/.ffcvfs/announce (one sample id a
 line; the mount answers "ok N" or "error: ..."). MOUNTPOINT/.ffcvfs/stats.json shows what
 the cache does ('ffcvfs stats MOUNTPOINT' shows it live, --metrics-addr
@@ -80,8 +81,8 @@ AWS_ENDPOINT_URL, ~/.aws/config) unless given below.
 
 Examples:
    ffcvfs mount train.beton /mnt/train
-   ffcvfs mount --cache-size 2GiB --classes classes.txt s3://bucket/train.beton /mnt/train
-   ffcvfs mount --s3-endpoint http://127.0.0.1:7070 --s3-path-style s3://b/train.beton /mnt/train`,
+   ffcvfs mount --background --classes classes.txt s3://bucket/train.beton /mnt/train
+   ffcvfs mount --s3-endpoint http://127.0.0.1:7070 s3://bucket/train.beton /mnt/train`,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "cache-size", Value: "512MiB", Usage: "RAM for cached pages, rounded down to whole pages (e.g. 256MiB, 2GiB)", Category: "cache"},
 			&cli.IntFlag{Name: "readers", Value: pagecache.DefaultReaders, Usage: "the most requests in flight ahead of the readers (pages, or ranges of samples); the link's bandwidth × its latency over the size of a sample is about what fills it", Category: "cache"},
@@ -94,10 +95,11 @@ Examples:
 			&cli.StringFlag{Name: "label-field", Value: "label", Usage: "the int field that makes the classes", Category: "view"},
 			&cli.IntFlag{Name: "order-batch-size", Value: 256, Usage: "batch size that sets the window of quasi-random orders under .ffcvfs/orders", Category: "view"},
 			&cli.StringFlag{Name: "metrics-addr", Usage: metrics.FlagUsage, Category: "monitoring"},
+			&cli.BoolFlag{Name: "background", Usage: "return once mounted, and serve the mount from a process in the background (its log still goes to this standard error; stop it with ffcvfs umount)", Category: "mount"},
 			&cli.BoolFlag{Name: "allow-other", Usage: "let other users read the mount (needs user_allow_other in /etc/fuse.conf)", Category: "mount"},
 			&cli.BoolFlag{Name: "debug-fuse", Usage: "log every FUSE request", Category: "mount"},
 			&cli.DurationFlag{Name: "stop-grace", Value: 30 * time.Second, Usage: "at Ctrl-C or SIGTERM, serve the files programs still have open until they close them, for at most this long; then their reads fail (ENOTCONN)", Category: "mount"},
-			&cli.StringFlag{Name: "fuse-compat", Usage: "do without kernel features, as on an older kernel; comma-separated: opens (answer OPEN, read files with direct I/O, instead of zero-message opens), flush (answer FLUSH at every close), small-reads (READs of 128 KiB, not 1 MiB)", Category: "mount", Hidden: true},
+			&cli.StringFlag{Name: "fuse-compat", Usage: "do without kernel features, as on an older kernel; comma-separated: opens (answer OPEN, read files with direct I/O, instead of zero-message opens), flush (answer FLUSH at every close), small-reads (READs of 128 KiB, not 1 MiB); for kernels without these features and for comparisons", Category: "mount"},
 		}, append(cacheflags.Flags("cache"), sourceFlags()...)...),
 		Action: runMount,
 	}
@@ -110,6 +112,9 @@ func runMount(c *cli.Context) error {
 	src, err := srcArg(c.Args().Get(0))
 	if err != nil {
 		return cli.Exit(err.Error(), 1)
+	}
+	if c.Bool("background") && os.Getenv(readyFDEnv) == "" {
+		return startBackground(src, c.Args().Get(0) == storage.StdinLocation)
 	}
 	mnt := c.Args().Get(1)
 	if os.Getenv("GOMAXPROCS") == "" {
@@ -212,8 +217,9 @@ func runMount(c *cli.Context) error {
 		return cli.Exit(err.Error(), 1)
 	}
 	st := cache.Stats()
-	slog.Info("mounted", "source", source.Name(), "mountpoint", mnt, "samples", f.NumSamples(), "classes", len(view.Classes()),
+	slog.Info("mounted", "source", source.Name(), "mountpoint", mnt, "pid", os.Getpid(), "samples", f.NumSamples(), "classes", len(view.Classes()),
 		"pages", f.NumPages(), "cache_pages", st.Slots, "cache", bytesize.Format(st.BudgetBytes))
+	signalReady()
 
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)

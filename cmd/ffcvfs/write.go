@@ -49,7 +49,7 @@ Examples:
 			&cli.Float64Flag{Name: "compress-probability", Value: 0.5, Usage: "proportion mode: fraction `P` of images stored as JPEG", Category: "images"},
 			&cli.Int64Flag{Name: "seed", Usage: "random seed for proportion mode", Category: "images"},
 			&cli.StringFlag{Name: "page-size", Value: "8MiB", Usage: "page `SIZE`: a power of two, 2MiB ≤ SIZE < 4GiB; every sample must fit in one page", Category: "file"},
-			&cli.IntFlag{Name: "workers", Value: runtime.NumCPU(), Usage: "images decoded and encoded in parallel", Category: "file"},
+			&cli.IntFlag{Name: "workers", Value: runtime.NumCPU(), DefaultText: "the cores", Usage: "`N` images decoded and encoded in parallel", Category: "file"},
 			&cli.StringFlag{Name: "classes-out", Usage: "write the class names, one per line in label order, to `FILE`", Category: "file"},
 		},
 		Action: runWrite,
