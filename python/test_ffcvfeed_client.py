@@ -13,7 +13,7 @@ import unittest
 
 import numpy as np
 
-from ffcvfeed import FeedError, Loader
+from ffcvfs import FeedError, Loader
 
 
 class FakeServer:
@@ -67,7 +67,31 @@ class LoaderTest(unittest.TestCase):
 
     def test_missing_socket(self):
         with self.assertRaisesRegex(FeedError, "no ffcvfeed server"):
-            Loader("/nonexistent/feed.sock")
+            Loader("/nonexistent/feed.sock", connect_timeout=0)
+        with self.assertRaisesRegex(FeedError, r"no ffcvfeed server at /nonexistent/feed.sock: .*waited 0.05 s"):
+            Loader("/nonexistent/feed.sock", connect_timeout=0.05)
+
+    def test_waits_for_the_server(self):
+        # The server comes up after the loader started connecting, as when a
+        # job starts both at once.
+        box = {}
+        tmp = tempfile.TemporaryDirectory()
+        path = os.path.join(tmp.name, "feed.sock")
+
+        def start():
+            srv = FakeServer([self.hello, {"end": True}])
+            os.rename(srv.path, path)
+            box["srv"] = srv
+        t = threading.Timer(0.2, start)
+        t.start()
+        try:
+            with Loader(path, connect_timeout=60) as loader:
+                self.assertEqual(len(loader), 2)
+        finally:
+            t.join()
+            if "srv" in box:
+                box["srv"].close()
+            tmp.cleanup()
 
     def test_malformed_hello(self):
         for bad in [b"garbage\n", {"hello": 1}, dict(self.hello, fields="x"), dict(self.hello, hello=2), b"[1]\n", b""]:
@@ -91,7 +115,8 @@ class LoaderTest(unittest.TestCase):
                     got.append(labels.tolist())
                 self.assertEqual(got, [[20, 21, 22, 23], [10, 11, 12]])
                 self.assertTrue(loader.ended)
-                self.assertEqual(list(loader), [])
+                with self.assertRaisesRegex(FeedError, "--epochs"):
+                    list(loader)  # past the end of the stream: an error, not an empty epoch
         finally:
             srv.close()
         self.assertEqual(srv.received, b'{"release":1}\n{"release":0}\n')

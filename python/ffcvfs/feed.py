@@ -77,6 +77,7 @@ import json
 import mmap
 import os
 import socket
+import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -100,13 +101,17 @@ class Loader:
     names: the two fields yielded as (images, labels); default ("images",
         "labels") when present, else the first two fields.
     hello_timeout: seconds to wait for the server's hello.
+    connect_timeout: seconds to wait for the server to come up (its socket
+        to appear and accept), so that a job may start the server and the
+        loader together; 0 fails at once when no server is there.
     device: for a server that delivers to a CUDA device: the CuPy device id
         to open its buffers on (default: the server's device, found by UUID),
         or "cpu" to read the host copies instead.
     """
 
     def __init__(self, socket_path: str, pin: bool = False, names: Optional[Sequence[str]] = None,
-                 hello_timeout: float = 10.0, device: Union[int, str, None] = None) -> None:
+                 hello_timeout: float = 10.0, device: Union[int, str, None] = None,
+                 connect_timeout: float = 30.0) -> None:
         self.socket_path = socket_path
         self._sock = None
         self._rfile = None
@@ -121,13 +126,7 @@ class Loader:
         self.current = None  # the message of the batch last yielded
         self.ended = False
         self.device = None  # CUDA mode: the CuPy device id of the buffers
-        try:
-            self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self._sock.connect(socket_path)
-        except (FileNotFoundError, ConnectionRefusedError) as e:
-            self._sock.close()
-            self._sock = None
-            raise FeedError(f"no ffcvfeed server at {socket_path}: {e.strerror}") from e
+        self._sock = _connect(socket_path, connect_timeout)
         self._rfile = self._sock.makefile("rb")
         try:
             self._sock.settimeout(hello_timeout)
@@ -264,7 +263,9 @@ class Loader:
         CuPy's current stream."""
         self._release(flush=True)
         if self.ended:
-            return
+            raise FeedError(f"the stream of {self.socket_path} has ended: the server delivered the "
+                            f"{self.epochs} epoch(s) it was started with (ffcvfeed serve --epochs); "
+                            f"start it with the number of epochs the loop reads")
         epoch = None
         while True:
             msg = self._next_msg()
@@ -455,6 +456,29 @@ class Loader:
             self.close()
         except Exception:
             pass
+
+
+def _connect(path, timeout):
+    """Connects to the Unix socket at path, trying again while no server
+    listens there yet, for up to timeout seconds."""
+    deadline = time.monotonic() + max(timeout, 0.0)
+    delay = 0.01
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(path)
+            return sock
+        except (FileNotFoundError, ConnectionRefusedError) as e:
+            sock.close()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                waited = f" (waited {timeout:g} s)" if timeout > 0 else ""
+                raise FeedError(f"no ffcvfeed server at {path}: {e.strerror}{waited}") from e
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 0.25)
+        except BaseException:
+            sock.close()
+            raise
 
 
 def _is_handle(h):
