@@ -17,12 +17,12 @@ import (
 	"github.com/ffcvfs/ffcvfs/cudafeed"
 )
 
-// feedConsumer reads every epoch with python/ffcvfeed.py and prints one JSON
+// feedConsumer reads every epoch with the ffcvfs package's Loader and prints one JSON
 // line per batch, then one summary line.
 const feedConsumer = `
 import json, mmap, sys
 import numpy as np
-from ffcvfeed import Loader
+from ffcvfs import Loader
 
 def reaches_mmap(a):
     while a is not None:

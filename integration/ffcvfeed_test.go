@@ -19,12 +19,12 @@ import (
 )
 
 // feedServeConsumer reads every epoch of an ffcvfeed server with
-// python/ffcvfeed.py and prints one JSON line per epoch, then one with
+// the ffcvfs package's Loader and prints one JSON line per epoch, then one with
 // loader.ended.
 const feedServeConsumer = `
 import json, sys
 import numpy as np
-from ffcvfeed import Loader
+from ffcvfs import Loader
 
 with Loader(sys.argv[1]) as loader:
     if not {"image", "label"} <= set(loader.field_names):
@@ -253,7 +253,7 @@ func consumeFeed(t *testing.T, p *feedProc, classCounts []int, bsz, res, epochs 
 
 // TestFeedServeBeton: ffcvfeed serve on a beton file delivers every sample
 // of each of 2 epochs exactly once, as uint8 NHWC crops, to
-// python/ffcvfeed.py, and exits 0 after the last epoch.
+// the ffcvfs package's Loader, and exits 0 after the last epoch.
 func TestFeedServeBeton(t *testing.T) {
 	debianPython(t, "numpy")
 	src, beton, _ := writeSmallBeton(t)

@@ -12,12 +12,12 @@ import (
 	"github.com/ffcvfs/ffcvfs/control"
 )
 
-// samplerScript exercises a sampler class of ffcvfs_sampler (argv[4]) on
+// samplerScript exercises a sampler class of ffcvfs.sampler (argv[3]) on
 // a mount and prints what it saw as JSON.
 const samplerScript = `
 import json, sys
-import ffcvfs_sampler
-from ffcvfs_sampler import NotAnFfcvfsMountError
+import ffcvfs.sampler as ffcvfs_sampler
+from ffcvfs import NotAnFfcvfsMountError
 QuasiRandomSampler = getattr(ffcvfs_sampler, sys.argv[3])
 
 mnt, plain = sys.argv[1], sys.argv[2]

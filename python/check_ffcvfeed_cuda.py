@@ -1,7 +1,7 @@
 """End-to-end check of ffcvfeed's CUDA delivery, for a machine with a GPU.
 
 Starts `ffcvfeed serve --device cuda:0` (a build with -tags cuda) on a small
-beton and reads it with python/ffcvfeed.py through CuPy and DLPack into torch:
+beton and reads it with the ffcvfs package's Loader through CuPy and DLPack into torch:
 
   1. sequential order: every sample exactly once, with the beton's label at
      its place; tensors on the GPU that share the server's device buffers
@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
 
-from ffcvfeed import Loader  # noqa: E402
+from ffcvfs import Loader  # noqa: E402
 
 failures = []
 

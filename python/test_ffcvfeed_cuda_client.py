@@ -16,7 +16,7 @@ import unittest
 
 import numpy as np
 
-from ffcvfeed import FeedError, Loader
+from ffcvfs import FeedError, Loader
 import test_ffcvfeed_client as cpu_tests
 
 MEM = ["%02x" % i * 64 for i in range(3)]  # three slots' memory handles

@@ -9,7 +9,7 @@ one root per epoch, the roots taken in turn, round after round.
         [--batch-size 64] [--resolution 224] [--no-isatty]
 
 Each round reads the plain folder with shuffle=True, then each mount with
-shuffle=True and with QuasiRandomSampler (python/ffcvfs_sampler.py), after
+shuffle=True and with QuasiRandomSampler (the ffcvfs package), after
 one round of warm-up that is not counted. For a mount epoch it also records
 the mount process's CPU time (utime + stime from /proc/PID/stat) and the
 FUSE requests the mount served (stats.json's fuse.requests), per file read.
@@ -73,7 +73,7 @@ def main():
     from torch.utils.data import DataLoader
     from torchvision import transforms
     from torchvision.datasets import ImageFolder
-    from ffcvfs_sampler import QuasiRandomSampler
+    from ffcvfs import QuasiRandomSampler
 
     torch.set_num_threads(1)  # the work is in the workers
     tf = transforms.Compose([

@@ -57,7 +57,7 @@ class QuasiRandomSampler(torch.utils.data.Sampler):
 
         from torch.utils.data import DataLoader
         from torchvision.datasets import ImageFolder
-        from ffcvfs_sampler import QuasiRandomSampler
+        from ffcvfs import QuasiRandomSampler
 
         root = "/mnt/train"  # ffcvfs mount train.beton /mnt/train
         sampler = QuasiRandomSampler(root, seed=0)
