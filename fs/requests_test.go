@@ -100,8 +100,9 @@ func TestRequestsPerFile(t *testing.T) {
 	if first["open"]*n > 1 || first["flush"]*n > 1 || first["release"] != 0 || first["read"] != 1 || first["ioctl"] != 1 {
 		t.Errorf("first read of every file: requests per file %v, want ioctl 1, read 1, no open, release or flush", first)
 	}
-	// A READ makes the kernel forget the file's atime (the mount is not
-	// read-only, for announce's sake), so the next fstat asks for it once.
+	// On a writable mount a READ makes the kernel forget the file's atime;
+	// this one is read-only (MS_RDONLY), so the kernel keeps it, and a
+	// GETATTR comes at most once, when the attributes' timeout has passed.
 	// The kernel keeps what it read, all but pages it drops of its own
 	// accord: some machines reclaim cold clean page cache without memory
 	// pressure (seen here: up to a tenth of the files re-read a page, with
