@@ -73,6 +73,8 @@ as_root() {
 
 # ensure_apt PKG...: install those of the Debian packages PKG... that are not
 # installed yet, after one 'apt-get update'. Does nothing when all are there.
+# apt-get's output goes to stderr, so that a function that prints its result
+# on stdout may call it.
 ensure_apt() {
 	local missing=() pkg
 	for pkg in "$@"; do
@@ -85,10 +87,10 @@ ensure_apt() {
 		die "missing packages ${missing[*]}, and there is no apt-get to install them (these scripts expect Debian 12)"
 	log "installing ${missing[*]}"
 	if [[ -z "${_FFCVFS_APT_UPDATED:-}" ]]; then
-		as_root apt-get update -q || die "apt-get update failed"
+		as_root apt-get update -q >&2 || die "apt-get update failed"
 		_FFCVFS_APT_UPDATED=1
 	fi
-	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" ||
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >&2 ||
 		die "could not install ${missing[*]}"
 }
 
