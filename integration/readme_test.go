@@ -1,0 +1,671 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/ffcvfs/ffcvfs/internal/s3test"
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
+)
+
+// The README is tested as its reader uses it: the flags it names exist,
+// the reference tables list every flag, its Python snippets compile and
+// import, and Install's build commands and every shell block of Quickstart
+// run, in order, in one shell, in a home of their own (the S3 part against
+// the test's S3 server).
+
+// readmeBlock is a fenced code block of the README.
+type readmeBlock struct {
+	lang    string
+	text    string
+	line    int      // of the opening fence
+	heads   []string // the headings it lies under, outermost first
+	runMark bool     // preceded by <!-- readme-test: run -->
+}
+
+// readme is the README, parsed.
+type readme struct {
+	blocks []readmeBlock
+	prose  []readmeLine // lines outside code blocks, with their headings
+}
+
+type readmeLine struct {
+	text  string
+	line  int
+	heads []string
+}
+
+func readREADME(t *testing.T) readme {
+	t.Helper()
+	data, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r readme
+	heads := []string{}
+	var cur *readmeBlock
+	var body strings.Builder
+	mark := false
+	for i, line := range strings.Split(string(data), "\n") {
+		n := i + 1
+		trimmed := strings.TrimSpace(line)
+		if cur != nil {
+			if strings.HasPrefix(trimmed, "```") {
+				cur.text = body.String()
+				r.blocks = append(r.blocks, *cur)
+				cur = nil
+				continue
+			}
+			body.WriteString(strings.TrimPrefix(line, "  ") + "\n")
+			continue
+		}
+		if strings.HasPrefix(trimmed, "```") {
+			cur = &readmeBlock{lang: strings.TrimPrefix(trimmed, "```"), line: n, heads: append([]string(nil), heads...), runMark: mark}
+			body.Reset()
+			mark = false
+			continue
+		}
+		if trimmed == "<!-- readme-test: run -->" {
+			mark = true
+			continue
+		}
+		if trimmed != "" {
+			mark = false
+		}
+		if strings.HasPrefix(line, "#") {
+			level := len(line) - len(strings.TrimLeft(line, "#"))
+			title := strings.TrimSpace(line[level:])
+			if level-1 < len(heads) {
+				heads = heads[:level-1]
+			}
+			for len(heads) < level-1 {
+				heads = append(heads, "")
+			}
+			heads = append(heads, title)
+			continue
+		}
+		r.prose = append(r.prose, readmeLine{text: line, line: n, heads: append([]string(nil), heads...)})
+	}
+	if cur != nil {
+		t.Fatalf("README.md:%d: a code block is not closed", cur.line)
+	}
+	return r
+}
+
+// under reports whether heads lies under the heading path want (a prefix).
+func under(heads []string, want ...string) bool {
+	if len(heads) < len(want)+1 {
+		return false
+	}
+	for i, w := range want {
+		if heads[i+1] != w {
+			return false
+		}
+	}
+	return true
+}
+
+// readmeCommands are the commands whose flags the README documents, as
+// typed, with the arguments that print their help.
+var readmeCommands = map[string][]string{
+	"ffcvfs":                {"ffcvfs", "--help"},
+	"ffcvfs write":          {"ffcvfs", "write", "--help"},
+	"ffcvfs info":           {"ffcvfs", "info", "--help"},
+	"ffcvfs verify":         {"ffcvfs", "verify", "--help"},
+	"ffcvfs mount":          {"ffcvfs", "mount", "--help"},
+	"ffcvfs umount":         {"ffcvfs", "umount", "--help"},
+	"ffcvfs stats":          {"ffcvfs", "stats", "--help"},
+	"ffcvfs cache ls":       {"ffcvfs", "cache", "ls", "--help"},
+	"ffcvfs cache rm":       {"ffcvfs", "cache", "rm", "--help"},
+	"ffcvfeed serve":        {"ffcvfeed", "serve", "--help"},
+	"ffcvfeed bench":        {"ffcvfeed", "bench", "--help"},
+	"ffcvfeed decode-bench": {"ffcvfeed", "decode-bench", "--help"},
+}
+
+var helpFlagRE = regexp.MustCompile(`^\s{2,}(--[a-z0-9][a-z0-9-]*)(?:, (-[a-z]))?\b`)
+
+// helpOf returns the --help text of each command of readmeCommands.
+func helpOf(t *testing.T) map[string]string {
+	t.Helper()
+	bins := map[string]string{"ffcvfs": binary(t, "ffcvfs"), "ffcvfeed": binary(t, "ffcvfeed")}
+	out := map[string]string{}
+	for name, args := range readmeCommands {
+		stdout, _ := run(t, 0, bins[args[0]], args[1:]...)
+		out[name] = stdout
+	}
+	return out
+}
+
+// helpFlags returns the flags that a --help text lists (not --help).
+func helpFlags(help string) map[string]bool {
+	flags := map[string]bool{}
+	inOptions := false
+	for _, line := range strings.Split(help, "\n") {
+		if strings.HasSuffix(strings.TrimSpace(line), "OPTIONS:") {
+			inOptions = true
+			continue
+		}
+		if !inOptions {
+			continue
+		}
+		if m := helpFlagRE.FindStringSubmatch(line); m != nil && m[1] != "--help" {
+			flags[m[1]] = true
+		}
+	}
+	return flags
+}
+
+var (
+	codeSpanRE = regexp.MustCompile("`([^`]+)`")
+	flagRE     = regexp.MustCompile(`(?:^|[\s(\[,"'=` + "`" + `])(--[a-z][a-z0-9-]*)`)
+	// invocationRE finds a command of ours in a line or a code span:
+	// ffcvfs or ffcvfeed (bin/ and -cuda allowed) and its subcommand.
+	invocationRE = regexp.MustCompile(`(?:^|[\s/(])(ffcvfs|ffcvfeed)(?:-cuda)?((?:\s+[a-z][a-z-]*)*)`)
+)
+
+// commandOf returns the command of readmeCommands invoked in s, and the
+// text after it, or "" when s invokes none of ours.
+func commandOf(s string) (cmd, rest string) {
+	loc := invocationRE.FindStringSubmatchIndex(s)
+	if loc == nil {
+		return "", ""
+	}
+	prog := s[loc[2]:loc[3]]
+	words := strings.Fields(s[loc[4]:loc[5]])
+	// The longest known command made of the program and its next words.
+	for n := min(len(words), 2); n >= 0; n-- {
+		name := strings.Join(append([]string{prog}, words[:n]...), " ")
+		if _, ok := readmeCommands[name]; ok {
+			return name, s[loc[1]:]
+		}
+	}
+	return "", ""
+}
+
+// TestReadmeFlags: every flag the README names, in prose or in a shell
+// block, is a flag of the command it is given to (of some command of ours
+// when it stands alone), and the tables of Reference list every flag that
+// --help lists, under a heading naming the command.
+func TestReadmeFlags(t *testing.T) {
+	r := readREADME(t)
+	help := helpOf(t)
+	flags := map[string]map[string]bool{}
+	all := map[string]bool{"--help": true}
+	for name, h := range help {
+		flags[name] = helpFlags(h)
+		if len(flags[name]) == 0 {
+			t.Errorf("%s --help lists no flags: the parser of --help is out of date", name)
+		}
+		for f := range flags[name] {
+			all[f] = true
+		}
+	}
+
+	check := func(where, s string) {
+		cmd, rest := commandOf(s)
+		if cmd == "" {
+			rest = s
+		}
+		for _, m := range flagRE.FindAllStringSubmatch(rest, -1) {
+			f := m[1]
+			switch {
+			case cmd != "" && !flags[cmd][f]:
+				t.Errorf("%s: %s is not a flag of %s (its --help)", where, f, cmd)
+			case cmd == "" && !all[f]:
+				t.Errorf("%s: %s is a flag of no command of ours", where, f)
+			}
+		}
+	}
+	for _, l := range r.prose {
+		for _, m := range codeSpanRE.FindAllStringSubmatch(l.text, -1) {
+			span := m[1]
+			if strings.HasPrefix(span, "--") {
+				check(fmt.Sprintf("README.md:%d `%s`", l.line, span), span)
+			} else if cmd, _ := commandOf(span); cmd != "" {
+				check(fmt.Sprintf("README.md:%d `%s`", l.line, span), span)
+			}
+		}
+	}
+	for _, b := range r.blocks {
+		if b.lang != "sh" {
+			continue
+		}
+		lines := strings.Split(b.text, "\n")
+		for i := 0; i < len(lines); i++ {
+			line, n := lines[i], b.line+1+i
+			for strings.HasSuffix(line, `\`) && i+1 < len(lines) {
+				i++
+				line = strings.TrimSuffix(line, `\`) + " " + lines[i]
+			}
+			if c := strings.Index(line, " #"); c >= 0 {
+				line = line[:c]
+			}
+			if cmd, _ := commandOf(line); cmd != "" {
+				check(fmt.Sprintf("README.md:%d", n), line)
+			}
+		}
+	}
+
+	// Reference: the flags of each table, by the commands its heading names.
+	tables := map[string]map[string]bool{}
+	sawRef := map[string]bool{}
+	refText := ""
+	for _, l := range r.prose {
+		if !under(l.heads, "Reference") {
+			continue
+		}
+		refText += l.text + "\n"
+		if len(l.heads) < 3 {
+			continue
+		}
+		var cmds []string
+		for _, m := range codeSpanRE.FindAllStringSubmatch(l.heads[2], -1) {
+			if c, _ := commandOf(m[1]); c != "" {
+				cmds = append(cmds, c)
+			}
+		}
+		if !strings.HasPrefix(l.text, "| `--") {
+			continue
+		}
+		cell := strings.SplitN(strings.TrimPrefix(l.text, "|"), " | ", 2)[0]
+		for _, m := range flagRE.FindAllStringSubmatch(cell, -1) {
+			f := m[1]
+			known := false
+			for _, c := range cmds {
+				if tables[c] == nil {
+					tables[c] = map[string]bool{}
+				}
+				tables[c][f] = true
+				sawRef[c] = true
+				known = known || flags[c][f]
+			}
+			if !known {
+				t.Errorf("README.md:%d: the table under %q lists %s, a flag of none of %v", l.line, l.heads[2], f, cmds)
+			}
+		}
+	}
+	names := make([]string, 0, len(flags))
+	for name := range flags {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		for f := range flags[name] {
+			if name == "ffcvfs" {
+				if !strings.Contains(refText, "`ffcvfs "+f+"`") {
+					t.Errorf("Reference does not explain the global flag ffcvfs %s", f)
+				}
+				continue
+			}
+			if !tables[name][f] {
+				t.Errorf("Reference: no table row for %s %s (it is in --help)", name, f)
+			}
+		}
+		if name != "ffcvfs" && !sawRef[name] {
+			t.Errorf("Reference: no table under a heading that names `%s`", name)
+		}
+	}
+}
+
+// staleNames are names of files and modules that no longer exist as such
+// and must not be pointed at.
+var staleNames = []string{"python/ffcvfs_sampler.py", "python/ffcvfeed.py", "scripts/mkbenchdata", "scripts/mkimagefolder", "scripts/readall", "scripts/storagebench", "pipeline/resize", "imagefolder/area"}
+
+// repoPathRE finds paths into the repository in prose.
+var repoPathRE = regexp.MustCompile(`\b(?:beton|cmd|control|cudafeed|fields|integration|internal|order|pagecache|pipeline|python|resize|scripts|storage|tools)/[A-Za-z0-9_./-]*[A-Za-z0-9_]`)
+
+// TestReadmeNamesCurrentFiles: the README, the Python package's README and
+// every command's --help name only files and folders that exist, and no
+// stale module.
+func TestReadmeNamesCurrentFiles(t *testing.T) {
+	texts := map[string]string{}
+	for _, p := range []string{"../README.md", "../python/README.md"} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		texts[p] = string(b)
+	}
+	for name, h := range helpOf(t) {
+		texts[name+" --help"] = h
+	}
+	// The package docs: each Go file's comment above its package clause.
+	err := filepath.WalkDir("..", func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && p != ".." || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if i := strings.Index(string(b), "\npackage "); i >= 0 {
+			texts[p] = string(b[:i])
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for where, text := range texts {
+		for _, s := range staleNames {
+			if strings.Contains(text, s) {
+				t.Errorf("%s names %s, which is gone", where, s)
+			}
+		}
+		for _, loc := range repoPathRE.FindAllStringIndex(text, -1) {
+			if loc[0] > 0 && text[loc[0]-1] == '/' {
+				continue // part of a longer path, such as a module's
+			}
+			p := strings.TrimRight(text[loc[0]:loc[1]], ".")
+			if strings.Contains(p, "...") || strings.HasPrefix(p, "storage/s3") {
+				continue
+			}
+			if _, err := os.Stat(filepath.Join("..", p)); err != nil {
+				t.Errorf("%s names %s, which does not exist", where, p)
+			}
+		}
+	}
+}
+
+// readmePythonCheck compiles each block it is given and runs its imports.
+const readmePythonCheck = `
+import ast, json, sys
+ok = True
+for b in json.load(sys.stdin):
+    name = "README.md:%d" % b["line"]
+    try:
+        tree = ast.parse(b["text"], name)
+        compile(tree, name, "exec")
+        imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        exec(compile(ast.Module(body=imports, type_ignores=[]), name, "exec"), {})
+    except Exception as e:
+        ok = False
+        print("%s: %s: %s" % (name, type(e).__name__, e))
+sys.exit(0 if ok else 1)
+`
+
+// TestReadmePython: every Python block of the README compiles, and its
+// imports succeed with Debian's Python and the package in python/.
+func TestReadmePython(t *testing.T) {
+	py := debianPython(t, "torchvision", "numpy")
+	r := readREADME(t)
+	type block struct {
+		Line int    `json:"line"`
+		Text string `json:"text"`
+	}
+	var blocks []block
+	for _, b := range r.blocks {
+		if b.lang == "python" {
+			blocks = append(blocks, block{b.line, b.text})
+		}
+	}
+	if len(blocks) < 5 {
+		t.Fatalf("found %d Python blocks in the README, want at least 5", len(blocks))
+	}
+	in, err := json.Marshal(blocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(py, "-c", readmePythonCheck)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+absPath(t, "../python"))
+	cmd.Stdin = strings.NewReader(string(in))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("Python blocks: %v\n%s", err, out)
+	}
+}
+
+func absPath(t *testing.T, p string) string {
+	t.Helper()
+	a, err := filepath.Abs(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// TestReadmeQuickstart runs Install's marked blocks (the build and the
+// Python package) and every shell block of Quickstart, in one bash with
+// set -e, as a new user would type them: in a home of its own with the
+// fixture ImageFolder tree at ~/data/train, and, for "From S3", the AWS
+// variables of the test's S3 server, whose bucket my-bucket gets the
+// train.beton that "A local file" wrote (the upload the README leaves to
+// any S3 client).
+func TestReadmeQuickstart(t *testing.T) {
+	needFUSE(t)
+	debianPython(t, "torchvision", "numpy", "venv", "ensurepip")
+	bash := testenv.LookPath(t, "bash")
+	s3 := s3test.Start(t)
+	if s3 == nil {
+		return
+	}
+	s3.CreateBucket(t, "my-bucket")
+
+	r := readREADME(t)
+	var install, local, fromS3 []readmeBlock
+	for _, b := range r.blocks {
+		switch {
+		case under(b.heads, "Install") && b.runMark:
+			install = append(install, b)
+		case under(b.heads, "Quickstart", "A local file") && b.lang == "sh":
+			local = append(local, b)
+		case under(b.heads, "Quickstart", "From S3") && b.lang == "sh":
+			fromS3 = append(fromS3, b)
+		case under(b.heads, "Quickstart") && b.lang == "sh":
+			t.Fatalf("README.md:%d: a shell block of Quickstart outside its two parts", b.line)
+		}
+	}
+	if len(install) < 2 || len(local) < 2 || len(fromS3) < 1 {
+		t.Fatalf("found %d run-marked Install blocks, %d local and %d S3 Quickstart blocks", len(install), len(local), len(fromS3))
+	}
+	var installText string
+	for _, b := range install {
+		installText += b.text
+	}
+	if !strings.Contains(installText, "./cmd/ffcvfs") || !strings.Contains(installText, "./cmd/ffcvfeed") || !strings.Contains(installText, "./python") {
+		t.Errorf("the blocks of Install that run do not build both commands and the Python package:\n%s", installText)
+	}
+
+	home := t.TempDir()
+	copyTree(t, testenv.Fixture(t, "imagefolder-small"), filepath.Join(home, "data", "train"))
+	mnt := filepath.Join(home, "mnt", "train")
+	t.Cleanup(func() { forceUnmount(mnt) })
+
+	// Between the two parts, the test uploads ~/train.beton: bash says
+	// when through one FIFO and waits on the other.
+	ready, done := filepath.Join(t.TempDir(), "ready"), filepath.Join(t.TempDir(), "done")
+	for _, p := range []string{ready, done} {
+		if err := syscall.Mkfifo(p, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script := "set -euo pipefail\n"
+	section := func(name string, blocks []readmeBlock) {
+		for _, b := range blocks {
+			script += fmt.Sprintf("echo '### %s: README.md:%d'\n%s\n", name, b.line, b.text)
+		}
+	}
+	section("Install", install)
+	section("Quickstart, a local file", local)
+	script += fmt.Sprintf("echo '### upload'\necho up > %q\nread -r _ < %q\n", ready, done)
+	section("Quickstart, from S3", fromS3)
+	script += "echo '### done'\n"
+
+	env := []string{"HOME=" + home, "PATH=" + filepath.Dir(testenv.LookPath(t, "go")) + ":/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8", "TMPDIR=" + t.TempDir()}
+	// Go's caches, so that the build downloads nothing again.
+	for _, v := range []string{"GOCACHE", "GOMODCACHE", "GOPATH", "GOPROXY", "GOFLAGS", "GOTOOLCHAIN", "GONOSUMDB", "GOSUMDB"} {
+		out, err := exec.Command("go", "env", v).Output()
+		if err != nil {
+			t.Fatalf("go env %s: %v", v, err)
+		}
+		if s := strings.TrimSpace(string(out)); s != "" {
+			env = append(env, v+"="+s)
+		}
+	}
+	env = append(env, s3.Env()...)
+
+	logPath := filepath.Join(t.TempDir(), "quickstart.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*testenv.Patience)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bash, "-c", script)
+	cmd.Dir = ".."
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	uploaded := make(chan error, 1)
+	go func() {
+		// Blocks until bash has written its line and closed the FIFO.
+		if _, err := os.ReadFile(ready); err != nil {
+			uploaded <- err
+			return
+		}
+		data, err := os.ReadFile(filepath.Join(home, "train.beton"))
+		if err != nil {
+			uploaded <- err
+			return
+		}
+		bucket, key := "my-bucket", "train.beton"
+		if _, err := s3.Client().PutObject(ctx, &awss3.PutObjectInput{Bucket: &bucket, Key: &key, Body: bytes.NewReader(data), ContentLength: &[]int64{int64(len(data))}[0]}); err != nil {
+			uploaded <- err
+			return
+		}
+		w, err := os.OpenFile(done, os.O_WRONLY, 0)
+		if err == nil {
+			_, err = w.WriteString("go\n")
+			w.Close()
+		}
+		uploaded <- err
+	}()
+
+	runErr := <-exited // ctx bounds it
+	out, _ := os.ReadFile(logPath)
+	if runErr != nil {
+		t.Fatalf("Install + Quickstart failed: %v\n%s", runErr, out)
+	}
+	select {
+	case err := <-uploaded:
+		if err != nil {
+			t.Fatalf("uploading train.beton: %v", err)
+		}
+	default:
+		t.Fatalf("the script ended without reaching the upload\n%s", out)
+	}
+
+	// What the reader should have seen.
+	text := string(out)
+	t.Logf("Install + Quickstart printed:\n%s", text)
+	for _, want := range []string{
+		"200 images, 10 classes; first:",
+		"epoch 1 (",
+		"160, 160, 3) uint8",
+		"### done",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the output lacks %q\n%s", want, text)
+		}
+	}
+	// Two epochs from S3 through a cache that holds the beton's one
+	// page: the page is fetched once.
+	if m := regexp.MustCompile(`fetched from S3: ([0-9.]+) bytes per byte`).FindStringSubmatch(text); m == nil {
+		t.Errorf("the S3 part printed no bytes fetched per byte\n%s", text)
+	} else if m[1] != "1.0" {
+		t.Errorf("the S3 part fetched %s bytes per byte of data over 2 epochs, want 1.0 (its one page once)", m[1])
+	}
+	if isMountpoint(t, mnt) {
+		t.Errorf("%s is still mounted after Quickstart's ffcvfs umount", mnt)
+	}
+}
+
+// copyTree copies the regular files of src into dst.
+func copyTree(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		target := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReadmePackages: the Debian packages Install names are those the
+// scripts install (scripts/lib.sh, which CI installs from), but for the
+// tools that fetch the source and Go.
+func TestReadmePackages(t *testing.T) {
+	lib, err := os.ReadFile("../scripts/lib.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?s)FFCVFS_APT_PACKAGES=\((.*?)\)`).FindSubmatch(lib)
+	if m == nil {
+		t.Fatal("scripts/lib.sh sets no FFCVFS_APT_PACKAGES")
+	}
+	known := map[string]bool{"git": true, "curl": true, "ca-certificates": true}
+	for _, p := range strings.Fields(string(m[1])) {
+		known[p] = true
+	}
+	r := readREADME(t)
+	named := 0
+	for _, b := range r.blocks {
+		if !under(b.heads, "Install") || !strings.Contains(b.text, "apt-get install") {
+			continue
+		}
+		words := strings.Fields(strings.ReplaceAll(b.text[strings.Index(b.text, "apt-get install"):], "\\\n", " "))
+		for _, w := range words[2:] {
+			if strings.HasPrefix(w, "-") || w == "\\" {
+				continue
+			}
+			named++
+			if !known[w] {
+				t.Errorf("Install names the package %s, which scripts/lib.sh does not install", w)
+			}
+		}
+	}
+	if named < 5 {
+		t.Errorf("Install names %d Debian packages, want the build's and the examples'", named)
+	}
+}
