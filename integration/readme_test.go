@@ -669,3 +669,44 @@ func TestReadmePackages(t *testing.T) {
 		t.Errorf("Install names %d Debian packages, want the build's and the examples'", named)
 	}
 }
+
+// TestReadmeLinks: every link to a place in the README lands on a heading
+// (by GitHub's rule for anchors) or an <a id>.
+func TestReadmeLinks(t *testing.T) {
+	data, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := readREADME(t)
+	anchors := map[string]bool{}
+	slug := regexp.MustCompile(`[^\p{L}\p{N} _-]`)
+	seen := map[string]bool{}
+	var walk func(heads []string)
+	walk = func(heads []string) {
+		for _, h := range heads {
+			if h == "" || seen[h] {
+				continue
+			}
+			seen[h] = true
+			anchors[strings.ReplaceAll(slug.ReplaceAllString(strings.ToLower(h), ""), " ", "-")] = true
+		}
+	}
+	for _, l := range r.prose {
+		walk(l.heads)
+	}
+	for _, m := range regexp.MustCompile(`<a id="([^"]+)"></a>`).FindAllStringSubmatch(string(data), -1) {
+		if anchors[m[1]] {
+			t.Errorf("README: the anchor %q is defined twice", m[1])
+		}
+		anchors[m[1]] = true
+	}
+	links := regexp.MustCompile(`\]\(#([^)]+)\)`).FindAllStringSubmatch(string(data), -1)
+	if len(links) < 10 {
+		t.Fatalf("found %d links within the README, want its cross-references", len(links))
+	}
+	for _, m := range links {
+		if !anchors[m[1]] {
+			t.Errorf("README links to #%s, which is no heading or anchor", m[1])
+		}
+	}
+}
