@@ -681,8 +681,7 @@ func TestReadmeLinks(t *testing.T) {
 	anchors := map[string]bool{}
 	slug := regexp.MustCompile(`[^\p{L}\p{N} _-]`)
 	seen := map[string]bool{}
-	var walk func(heads []string)
-	walk = func(heads []string) {
+	walk := func(heads []string) {
 		for _, h := range heads {
 			if h == "" || seen[h] {
 				continue
