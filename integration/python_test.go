@@ -43,7 +43,19 @@ func installedPython(t *testing.T, modules ...string) string {
 			// and the dependencies are Debian's.
 			{filepath.Join(dir, "venv", "bin", "python"), "-m", "pip", "install", "--quiet", "--no-build-isolation", "--no-deps", "--no-index", src},
 		}
-		for _, s := range steps {
+		for i, s := range steps {
+			if i == 1 {
+				// A build left in ../python by an earlier pip install
+				// (as README's Install does) would be installed in
+				// place of the copied sources: cp gives its files
+				// fresh times.
+				for _, stale := range []string{"build", "ffcvfs.egg-info"} {
+					if err := os.RemoveAll(filepath.Join(src, stale)); err != nil {
+						pyEnv.err = err.Error()
+						return
+					}
+				}
+			}
 			if out, err := exec.Command(s[0], s[1:]...).CombinedOutput(); err != nil {
 				pyEnv.err = s[0] + " " + s[len(s)-1] + ": " + err.Error() + "\n" + string(out) +
 					"(apt-get install python3-venv python3-pip python3-setuptools python3-wheel)"
