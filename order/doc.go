@@ -67,9 +67,31 @@
 // Generate fails with ErrTooFewPages; with DropLast every rank's order is
 // then empty.
 //
+// # Resuming at another world size
+//
+// Options.Resumed lists the parts of the epoch read before a resume, each
+// as a Segment: WorldSize ranks that each took the first Position samples
+// of their orders (Positions count only the samples Options.Served
+// accepts, when set). The order is then the rest of the epoch: the first
+// segment's orders are those of a whole epoch at its world size; each
+// later segment's are the rest after the segments before it; the samples
+// all of them took are left out, and what remains, page by page in the
+// epoch's shuffled page order (each page keeping its samples' order), is
+// dealt to the WorldSize ranks of the rest exactly as pages are dealt for a
+// whole epoch, so pages are not split between ranks. When the rest holds
+// fewer pages than ranks, its largest pages are halved until every rank
+// gets samples of its own; only a rest of fewer samples than ranks leaves
+// some rank to be padded from the rest's first samples. Each rank then
+// makes its order from its own pages as for a whole epoch, drawing from
+// the resume stream below; counts are equalized by padding or DropLast as
+// for a whole epoch. Every rank computes the same rest from the same
+// segments, so ranks need not talk to each other; the epoch after is whole
+// again. Each segment costs an epoch's worth of generation per rank, and
+// there are at most MaxSegments.
+//
 // # Random streams
 //
-// Two kinds of PCG-DXSM stream (math/rand/v2's PCG) drive the draws. Each is
+// Three kinds of PCG-DXSM stream (math/rand/v2's PCG) drive the draws. Each is
 // seeded with the first 16 bytes of SHA-256 of a tag followed by
 // little-endian uint64 words, read as two little-endian uint64 seeds:
 //
@@ -77,7 +99,11 @@
 //     shuffles the pages; it is the same for every rank of an epoch;
 //   - the rank stream, tag "ffcvfs/order/v1/rank\x00", words (Seed, Epoch,
 //     Rank, WorldSize), makes every draw within the rank: the permutation of
-//     a random order, the page and sample choices of a quasi-random one.
+//     a random order, the page and sample choices of a quasi-random one;
+//   - the resume stream, tag "ffcvfs/order/v1/resume\x00", words (Seed,
+//     Epoch, Rank, WorldSize) followed by (WorldSize, Position) of each
+//     segment before, takes the rank stream's place in the rest of a
+//     resumed epoch.
 //
 // A draw below n takes x from the stream and returns the high word of the
 // 128-bit product x·n, drawing again while the low word is below 2^64 mod n

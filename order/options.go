@@ -2,6 +2,7 @@ package order
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -94,6 +95,62 @@ type Options struct {
 	// smallest count; otherwise every rank is padded up to the largest by
 	// repeating the start of its own order.
 	DropLast bool
+
+	// Resumed lists the parts of this epoch read before, oldest first: the
+	// order is then the rest of the epoch, the samples no earlier part
+	// took, shared among WorldSize ranks (which may differ from the
+	// earlier parts' world sizes). Empty: the whole epoch.
+	Resumed []Segment
+
+	// Served, when set, says which samples the reader of the order sees
+	// (a mount serves no file for some): the Positions of Resumed count
+	// those only. Nil: every sample.
+	Served func(id uint32) bool
+}
+
+// Segment is a part of an epoch that was read before a resume: each of
+// WorldSize ranks took the first Position samples of its order, as ranks
+// of synchronous data-parallel training do, which all take the same
+// number of batches. The first segment's orders are the epoch's own; a
+// later one's are the rest of the epoch after the segments before it.
+type Segment struct {
+	WorldSize, Position int
+}
+
+// MaxSegments bounds Options.Resumed: each segment costs an epoch's worth
+// of order generation for each of its ranks.
+const MaxSegments = 64
+
+// String gives the segment as WORLDxPOSITION, the form ParseSegments reads.
+func (s Segment) String() string { return fmt.Sprintf("%dx%d", s.WorldSize, s.Position) }
+
+// ParseSegments reads segments written as WORLDxPOSITION, joined by sep
+// (such as "8x1200-6x500" with sep "-").
+func ParseSegments(s, sep string) ([]Segment, error) {
+	parts := strings.Split(s, sep)
+	if len(parts) > MaxSegments {
+		return nil, fmt.Errorf("%d resumed segments; at most %d", len(parts), MaxSegments)
+	}
+	out := make([]Segment, 0, len(parts))
+	for _, part := range parts {
+		w, p, ok := strings.Cut(part, "x")
+		world, err1 := strconv.Atoi(w)
+		pos, err2 := strconv.Atoi(p)
+		if !ok || err1 != nil || err2 != nil || strings.HasPrefix(w, "+") || strings.HasPrefix(p, "+") {
+			return nil, fmt.Errorf("resumed segment %q: want WORLDxPOSITION, such as 8x1200", part)
+		}
+		out = append(out, Segment{WorldSize: world, Position: pos})
+	}
+	return out, nil
+}
+
+// FormatSegments writes segments as ParseSegments reads them.
+func FormatSegments(segs []Segment, sep string) string {
+	parts := make([]string, len(segs))
+	for i, s := range segs {
+		parts[i] = s.String()
+	}
+	return strings.Join(parts, sep)
 }
 
 // Validate fills defaults (WorldSize, BatchSize) and checks the options. The
@@ -122,6 +179,17 @@ func (o *Options) Validate() error {
 	}
 	if o.BatchSize < 0 || o.BatchSize > MaxBatchSize {
 		return fmt.Errorf("batch size %d is out of range; want 1 to %d, or 0 for %d", o.BatchSize, MaxBatchSize, DefaultBatchSize)
+	}
+	if len(o.Resumed) > MaxSegments {
+		return fmt.Errorf("%d resumed segments; at most %d", len(o.Resumed), MaxSegments)
+	}
+	for i, s := range o.Resumed {
+		if s.WorldSize < 1 || s.WorldSize > MaxWorldSize {
+			return fmt.Errorf("resumed segment %d: world size %d is out of range; want 1 to %d", i, s.WorldSize, MaxWorldSize)
+		}
+		if s.Position < 0 {
+			return fmt.Errorf("resumed segment %d: position %d is negative", i, s.Position)
+		}
 	}
 	return nil
 }

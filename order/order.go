@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"slices"
 
 	"github.com/ffcvfs/ffcvfs/beton"
 )
@@ -170,78 +171,240 @@ func Generate(l Layout, o Options) ([]uint32, error) {
 		return nil, err
 	}
 	n := l.NumSamples()
-	if o.Kind == Sequential && o.WorldSize == 1 {
+	if o.Kind == Sequential && o.WorldSize == 1 && len(o.Resumed) == 0 {
 		out := make([]uint32, n)
 		for i := range out {
 			out[i] = uint32(i)
 		}
 		return out, nil
 	}
-	sh, err := layoutShape(l, o.WorldSize)
+	// The units are those of the epoch's first part, whatever the world
+	// sizes after it: the epoch's samples stay put.
+	shapeWorld := o.WorldSize
+	if len(o.Resumed) > 0 {
+		shapeWorld = o.Resumed[0].WorldSize
+	}
+	sh, err := layoutShape(l, shapeWorld)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkUnits(sh.units, n); err != nil {
 		return nil, err
 	}
 	if o.Kind != Sequential {
 		shuffle(pagesStream(o.Seed, o.Epoch), sh.units)
 	}
-	mine, lo, hi := assign(sh.units, o.WorldSize, o.Rank)
+	window := o.Window
+	if window == 0 {
+		window = defaultWindow(o.BatchSize, sh.dataPages, sh.dataSamples)
+	}
+	units := sh.units
+	if len(o.Resumed) > 0 {
+		if units, err = restOf(units, n, o, window); err != nil {
+			return nil, err
+		}
+	}
+	return rankOrder(units, n, o.Kind, o.WorldSize, o.Rank, o.DropLast, window, len(o.Resumed) > 0, streamOf(o, o.Rank, o.WorldSize, o.Resumed))
+}
 
-	// The rank's samples, unit by unit in assignment order, with room
-	// for padding.
-	own := 0
-	for _, u := range mine {
-		own += len(sh.units[u].samples)
+// streamOf is the stream of rank's order among worldSize ranks, after the
+// segments before (none: the epoch's first part).
+func streamOf(o Options, rank, worldSize int, before []Segment) stream {
+	if len(before) == 0 {
+		return rankStream(o.Seed, o.Epoch, rank, worldSize)
 	}
-	if !o.DropLast && own == 0 && hi > 0 {
-		return nil, fmt.Errorf("rank %d of %d gets no page: %d pages (%d of them virtual) for %d ranks; use fewer ranks or DropLast: %w",
-			o.Rank, o.WorldSize, len(sh.units), len(sh.units)-sh.dataPages, o.WorldSize, ErrTooFewPages)
-	}
-	total := own
-	if !o.DropLast {
-		total = hi
-	}
-	buf := make([]uint32, 0, total)
+	return resumeStream(o.Seed, o.Epoch, rank, worldSize, before)
+}
+
+// checkUnits checks that every sample of the units is in range and in one
+// unit only.
+func checkUnits(units []unit, n int) error {
 	seen := make([]uint64, ceilDiv(n, 64))
-	for _, u := range mine {
-		for _, s := range sh.units[u].samples {
+	for _, u := range units {
+		for _, s := range u.samples {
 			if int(s) >= n {
-				return nil, fmt.Errorf("%s names sample %d, layout has %d: %w", sh.units[u], s, n, ErrLayout)
+				return fmt.Errorf("%s names sample %d, layout has %d: %w", u, s, n, ErrLayout)
 			}
 			if seen[s/64]&(1<<(s%64)) != 0 {
-				return nil, fmt.Errorf("sample %d is in %s and in another page: %w", s, sh.units[u], ErrLayout)
+				return fmt.Errorf("sample %d is in %s and in another page: %w", s, u, ErrLayout)
 			}
 			seen[s/64] |= 1 << (s % 64)
 		}
-		buf = append(buf, sh.units[u].samples...)
+	}
+	return nil
+}
+
+// restOf replays the segments of o.Resumed, each over the rest of the one
+// before, and returns the units of what is left: the samples no segment
+// took, unit by unit in the epoch's order.
+func restOf(units []unit, n int, o Options, window int) ([]unit, error) {
+	taken := make([]uint64, ceilDiv(n, 64))
+	for k, seg := range o.Resumed {
+		before := o.Resumed[:k]
+		for r := range seg.WorldSize {
+			ord, err := rankOrder(units, n, o.Kind, seg.WorldSize, r, o.DropLast, window, k > 0, streamOf(o, r, seg.WorldSize, before))
+			if err != nil {
+				return nil, fmt.Errorf("resumed segment %d (%s), rank %d: %w", k, seg, r, err)
+			}
+			cut, ok := cutAt(ord, seg.Position, o.Served)
+			if !ok {
+				return nil, fmt.Errorf("resumed segment %d (%s): position %d is past the end of rank %d's order",
+					k, seg, seg.Position, r)
+			}
+			for _, s := range ord[:cut] {
+				taken[s/64] |= 1 << (s % 64)
+			}
+		}
+		units = untaken(units, taken)
+	}
+	return units, nil
+}
+
+// cutAt returns the length of the start of ord that holds pos samples the
+// reader sees (every sample when served is nil), and false when ord holds
+// fewer.
+func cutAt(ord []uint32, pos int, served func(uint32) bool) (int, bool) {
+	if served == nil {
+		return pos, pos <= len(ord)
+	}
+	if pos == 0 {
+		return 0, true
+	}
+	seen := 0
+	for i, s := range ord {
+		if served(s) {
+			if seen++; seen == pos {
+				return i + 1, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// untaken returns the units with the taken samples removed, and the units
+// left empty dropped. Units that lose nothing are kept as they are.
+func untaken(units []unit, taken []uint64) []unit {
+	out := make([]unit, 0, len(units))
+	for _, u := range units {
+		left := 0
+		for _, s := range u.samples {
+			if taken[s/64]&(1<<(s%64)) == 0 {
+				left++
+			}
+		}
+		switch left {
+		case 0:
+			continue
+		case len(u.samples):
+			out = append(out, u)
+			continue
+		}
+		rest := make([]uint32, 0, left)
+		for _, s := range u.samples {
+			if taken[s/64]&(1<<(s%64)) == 0 {
+				rest = append(rest, s)
+			}
+		}
+		out = append(out, unit{page: u.page, samples: rest})
+	}
+	return out
+}
+
+// rankOrder deals the units to worldSize ranks and makes rank's order from
+// its own. The rest of a resumed epoch (rest) may hold fewer units than
+// ranks: its units are then split (splitUnits) so that every rank gets
+// samples of its own, and only when the rest holds fewer samples than
+// ranks is a rank left without any padded from the whole rest, so that a
+// resume near an epoch's end works.
+func rankOrder(units []unit, n int, kind Kind, worldSize, rank int, dropLast bool, window int, rest bool, rs stream) ([]uint32, error) {
+	if rest && len(units) < worldSize {
+		units = splitUnits(units, worldSize)
+	}
+	mine, lo, hi := assign(units, worldSize, rank)
+	own := 0
+	for _, u := range mine {
+		own += len(units[u].samples)
+	}
+	if !dropLast && own == 0 && hi > 0 && !rest {
+		dataUnits := 0
+		for _, u := range units {
+			if u.page != beton.NoPage {
+				dataUnits++
+			}
+		}
+		return nil, fmt.Errorf("rank %d of %d gets no page: %d pages (%d of them virtual) for %d ranks; use fewer ranks or DropLast: %w",
+			rank, worldSize, len(units), len(units)-dataUnits, worldSize, ErrTooFewPages)
+	}
+	total := own
+	if !dropLast {
+		total = hi
+	}
+	buf := make([]uint32, 0, total)
+	for _, u := range mine {
+		buf = append(buf, units[u].samples...)
 	}
 
 	var out []uint32
-	switch o.Kind {
+	switch kind {
 	case Sequential:
+		seen := make([]uint64, ceilDiv(n, 64))
+		for _, s := range buf {
+			seen[s/64] |= 1 << (s % 64)
+		}
 		out = idsOf(buf[:0], seen)
 	case Random:
-		shuffle(rankStream(o.Seed, o.Epoch, o.Rank, o.WorldSize), buf)
+		shuffle(rs, buf)
 		out = buf
 	case QuasiRandom:
-		window := o.Window
-		if window == 0 {
-			window = defaultWindow(o.BatchSize, sh.dataPages, sh.dataSamples)
-		}
 		sizes := make([]int, len(mine))
 		for i, u := range mine {
-			sizes[i] = len(sh.units[u].samples)
+			sizes[i] = len(units[u].samples)
 		}
 		out = make([]uint32, 0, total)
-		out = quasiRandom(out, buf, sizes, window, rankStream(o.Seed, o.Epoch, o.Rank, o.WorldSize))
+		out = quasiRandom(out, buf, sizes, window, rs)
 	}
 
-	if o.DropLast {
+	if dropLast {
 		return out[:lo], nil
 	}
+	if own == 0 && hi > 0 {
+		// A rank of a resumed rest with no unit: padded from the rest's
+		// first samples.
+		for _, u := range units {
+			out = append(out, u.samples[:min(len(u.samples), hi-len(out))]...)
+			if len(out) == hi {
+				break
+			}
+		}
+	}
 	for len(out) < hi {
-		out = append(out, out[:min(own, hi-len(out))]...)
+		out = append(out, out[:min(len(out), hi-len(out))]...)
 	}
 	return out, nil
+}
+
+// splitUnits halves the largest unit (the first of the largest, its first
+// half staying in place) until there are at least worldSize units or every
+// unit holds one sample: the rest of an epoch with fewer pages than ranks,
+// whose pages are then shared by ranks, but each sample by one.
+func splitUnits(units []unit, worldSize int) []unit {
+	units = slices.Clone(units)
+	for len(units) > 0 && len(units) < worldSize {
+		big := 0
+		for i, u := range units {
+			if len(u.samples) > len(units[big].samples) {
+				big = i
+			}
+		}
+		u := units[big]
+		if len(u.samples) < 2 {
+			break
+		}
+		h := len(u.samples) / 2
+		units[big] = unit{page: u.page, samples: u.samples[:h:h]}
+		units = slices.Insert(units, big+1, unit{page: u.page, samples: u.samples[h:]})
+	}
+	return units
 }
 
 // idsOf appends to out the ids whose bits are set, in increasing order: a

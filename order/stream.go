@@ -9,8 +9,9 @@ import (
 
 // Domain tags keep the two kinds of stream apart even for equal words.
 const (
-	pagesTag = "ffcvfs/order/v1/pages\x00"
-	rankTag  = "ffcvfs/order/v1/rank\x00"
+	pagesTag  = "ffcvfs/order/v1/pages\x00"
+	rankTag   = "ffcvfs/order/v1/rank\x00"
+	resumeTag = "ffcvfs/order/v1/resume\x00"
 )
 
 // stream is a PCG-DXSM generator with its own bounded draws and shuffle, so
@@ -38,6 +39,18 @@ func pagesStream(seed, epoch uint64) stream { return newStream(pagesTag, seed, e
 // rankStream is one rank's stream for an epoch: it draws within the rank.
 func rankStream(seed, epoch uint64, rank, worldSize int) stream {
 	return newStream(rankTag, seed, epoch, uint64(rank), uint64(worldSize))
+}
+
+// resumeStream is one rank's stream for the rest of an epoch after the
+// segments before: its words are those of rankStream followed by each
+// earlier segment's world size and position.
+func resumeStream(seed, epoch uint64, rank, worldSize int, before []Segment) stream {
+	words := make([]uint64, 0, 4+2*len(before))
+	words = append(words, seed, epoch, uint64(rank), uint64(worldSize))
+	for _, s := range before {
+		words = append(words, uint64(s.WorldSize), uint64(s.Position))
+	}
+	return newStream(resumeTag, words...)
 }
 
 // below returns a uniform integer in [0, n), n > 0, by Lemire's
