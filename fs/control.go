@@ -223,6 +223,9 @@ var (
 	rankRE = regexp.MustCompile(`^([0-9]+)-of-([0-9]+)$`)
 	// fromRE is an EPOCH file resumed at a position: EPOCH.from-POS.
 	fromRE = regexp.MustCompile(`^([0-9]+)\.from-([0-9]+)$`)
+	// resumeRE is the rest of an epoch after segments read at other world
+	// sizes: EPOCH.resume-WxP[-WxP...] (order.ParseSegments).
+	resumeRE = regexp.MustCompile(`^([0-9]+)\.resume-([0-9x-]+)$`)
 )
 
 func (n *ordersNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
@@ -249,10 +252,11 @@ func (n *ordersNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut
 		if child.world < 1 || child.rank >= child.world {
 			return nil, syscall.ENOENT
 		}
-	case n.depth >= 2 && (numErr == nil || fromRE.MatchString(name)):
-		// An EPOCH file, or EPOCH.from-POS: made, and announced, at every
-		// lookup.
+	case n.depth >= 2 && (numErr == nil || fromRE.MatchString(name) || resumeRE.MatchString(name)):
+		// An EPOCH file, EPOCH.from-POS or EPOCH.resume-SEGMENTS: made,
+		// and announced, at every lookup.
 		from := uint64(0)
+		var resumed []order.Segment
 		if m := fromRE.FindStringSubmatch(name); m != nil {
 			var err1, err2 error
 			num, err1 = strconv.ParseUint(m[1], 10, 64)
@@ -261,7 +265,17 @@ func (n *ordersNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut
 				return nil, syscall.ENOENT
 			}
 		}
-		o := order.Options{Kind: n.kind, Seed: n.seed, Epoch: num, Rank: n.rank, WorldSize: max(1, n.world), BatchSize: v.opts.OrderBatchSize}
+		if m := resumeRE.FindStringSubmatch(name); m != nil {
+			var err error
+			if num, err = strconv.ParseUint(m[1], 10, 64); err != nil {
+				return nil, syscall.ENOENT
+			}
+			if resumed, err = order.ParseSegments(m[2], "-"); err != nil {
+				return nil, v.errs.toErrno("orders", fmt.Errorf("orders/%s/%d/.../%s: %v: %w", n.kind, n.seed, name, err, errBadInput))
+			}
+		}
+		o := order.Options{Kind: n.kind, Seed: n.seed, Epoch: num, Rank: n.rank, WorldSize: max(1, n.world), BatchSize: v.opts.OrderBatchSize,
+			Resumed: resumed, Served: v.served}
 		return v.snapshot(ctx, &n.Inode, out, func(ctx context.Context) ([]byte, error) { return v.orderText(ctx, o, int(from)) })
 	default:
 		return nil, syscall.ENOENT
@@ -270,6 +284,10 @@ func (n *ordersNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut
 	v.entry(out)
 	return n.NewInode(ctx, child, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
 }
+
+// served reports whether the tree has a file for sample id: the positions
+// of a resumed order count the lines of order files, which are those.
+func (v *View) served(id uint32) bool { return int(id) < len(v.ifOf) && v.ifOf[id] >= 0 }
 
 // orderText generates an order, announces it (replacing the plan of the
 // same kind, seed and rank from an earlier epoch) on behalf of the process
