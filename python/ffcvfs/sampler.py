@@ -20,7 +20,7 @@ Only the standard library and torch are needed.
 import errno
 import operator
 import os
-from typing import Any, Dict, Iterator, List, Optional, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch.utils.data
 
@@ -41,6 +41,11 @@ def _int_arg(name: str, value: Any, minimum: int) -> int:
     if v < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {v}")
     return v
+
+
+# _MAX_SEGMENTS is the Go package order's MaxSegments: the most earlier
+# parts an epoch's rest may follow.
+_MAX_SEGMENTS = 64
 
 
 class QuasiRandomSampler(torch.utils.data.Sampler):
@@ -94,7 +99,15 @@ class QuasiRandomSampler(torch.utils.data.Sampler):
                 ...
 
     ``state_dict()`` holds the epoch, the position in its order, the seed,
-    the rank and the world size. The position is ``consumed`` when given:
+    the rank and the world size, and ``segments``: the parts of the epoch
+    read before, as ``[world_size, position]`` pairs. Any rank may load any
+    rank's state, at any world size: every rank of a synchronous
+    data-parallel job takes the same number of batches, so one position
+    stands for all of them. At the same world size and rank the rank goes
+    on with its own order; at another world size the rest of the epoch,
+    the samples no rank took yet, is dealt anew over the new ranks
+    (``orders/KIND/SEED/RANK-of-WORLD/EPOCH.resume-W0xP0[-W1xP1...]``),
+    each sample once, pages not split between ranks. The position is ``consumed`` when given:
     the samples the training loop has taken from the DataLoader in this
     epoch. Without it, it is the samples this sampler has handed out, which
     is the same with ``num_workers=0``; with workers a DataLoader draws
@@ -133,11 +146,14 @@ class QuasiRandomSampler(torch.utils.data.Sampler):
                 f"mount a .beton there first: ffcvfs mount SRC {root}")
         self.root = root
         self.epoch = 0
-        self._order: Optional[List[int]] = None  # the order of self._order_epoch, from self._order_start
+        self._order: Optional[List[int]] = None  # the order read last: of _order_epoch, _order_segs, from _order_start
         self._order_epoch: Optional[int] = None
         self._order_start = 0
+        self._order_segs: List[Tuple[int, int]] = []
         self._iterated = False  # whether iter() has used self._order
         self._resume = 0  # position the next iteration of self.epoch starts at (load_state_dict)
+        self._resume_segs: List[Tuple[int, int]] = []  # the earlier parts it follows (load_state_dict)
+        self._segs: List[Tuple[int, int]] = []  # the earlier parts of the part being iterated
         self._base = 0  # position the current epoch's iteration started at
         self._yielded = 0  # position it has reached
 
@@ -148,49 +164,71 @@ class QuasiRandomSampler(torch.utils.data.Sampler):
         epoch = _int_arg("epoch", epoch, 0)
         if epoch != self.epoch:
             self._resume = self._base = self._yielded = 0
+            self._resume_segs, self._segs = [], []
         self.epoch = epoch
 
-    def order_path(self, epoch: Optional[int] = None, start: int = 0) -> str:
+    def order_path(self, epoch: Optional[int] = None, start: int = 0,
+                   segments: Sequence[Tuple[int, int]] = ()) -> str:
         """Returns the path of the order file of an epoch (default: the
-        current one); from position ``start`` on when it is not 0."""
+        current one); from position ``start`` on when it is not 0; the rest
+        after ``segments`` (``(world_size, position)`` pairs) when given."""
         e = self.epoch if epoch is None else _int_arg("epoch", epoch, 0)
         d = os.path.join(self.root, ".ffcvfs", "orders", self.kind, str(self.seed))
         if self.world_size > 1:
             d = os.path.join(d, f"{self.rank}-of-{self.world_size}")
-        name = str(e) if start == 0 else f"{e}.from-{_int_arg('start', start, 0)}"
+        name = str(e)
+        if segments:
+            name += ".resume-" + "-".join(f"{w}x{p}" for w, p in segments)
+            if start:
+                raise ValueError("an order file is the rest after segments, or from a position, not both")
+        elif start:
+            name += f".from-{_int_arg('start', start, 0)}"
         return os.path.join(d, name)
 
     def state_dict(self, consumed: Optional[int] = None) -> Dict[str, Any]:
-        """The state to resume from: kind, seed, epoch, position, rank and
-        world_size. ``consumed``: the samples of this epoch the training loop
-        has taken (default: those this sampler handed out; see the class's
-        documentation for DataLoaders with workers)."""
+        """The state to resume from: kind, seed, epoch, position, rank,
+        world_size and segments. ``consumed``: the samples of this epoch the
+        training loop has taken (default: those this sampler handed out; see
+        the class's documentation for DataLoaders with workers)."""
         pos = self._yielded if consumed is None else self._base + _int_arg("consumed", consumed, 0)
         return {"kind": self.kind, "seed": self.seed, "epoch": self.epoch, "position": pos,
-                "rank": self.rank, "world_size": self.world_size}
+                "rank": self.rank, "world_size": self.world_size,
+                "segments": [[w, p] for w, p in self._segs]}
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
-        """Resumes from ``state_dict()``: the next iteration of its epoch
-        yields the order from its position on. The rank and world size must
-        be this sampler's, and the kind its kind: another split or order
-        would not read the rest of the epoch exactly once."""
+        """Resumes from ``state_dict()`` of any rank, at any world size: the
+        next iteration of its epoch yields this rank's share of the rest of
+        the epoch. The kind must be this sampler's."""
         try:
             kind, seed, epoch, pos = state_dict["kind"], state_dict["seed"], state_dict["epoch"], state_dict["position"]
             rank, world = state_dict["rank"], state_dict["world_size"]
-        except (KeyError, TypeError) as e:
+            segs = state_dict.get("segments", [])
+        except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"not a sampler state (want kind, seed, epoch, position, rank, world_size): {state_dict!r}") from e
         if kind != self.kind:
             raise ValueError(f"the state is of a {kind} sampler, this one is {self.kind}")
-        if (rank, world) != (self.rank, self.world_size):
-            raise ValueError(f"the state is of rank {rank} of {world}, this sampler is rank {self.rank} of "
-                             f"{self.world_size}: resume each rank from its own state, with the same world size")
+        try:
+            segs = [(_int_arg("segment world size", w, 1), _int_arg("segment position", p, 0)) for w, p in segs]
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"the state's segments are not [world_size, position] pairs: {segs!r}") from e
+        if len(segs) >= _MAX_SEGMENTS:
+            raise ValueError(f"the state has {len(segs)} earlier segments; an epoch resumes at most {_MAX_SEGMENTS} times")
+        rank, world = _int_arg("rank", rank, 0), _int_arg("world_size", world, 1)
+        pos = _int_arg("position", pos, 0)
         self.seed = _int_arg("seed", seed, 0)
         self.epoch = _int_arg("epoch", epoch, 0)
-        self._resume = self._base = self._yielded = _int_arg("position", pos, 0)
+        if not segs and (rank, world) == (self.rank, self.world_size):
+            # The same rank goes on with its own order.
+            self._resume, self._resume_segs = pos, []
+        else:
+            # The rest after every part so far, dealt over this job's ranks.
+            self._resume, self._resume_segs = 0, segs + [(world, pos)]
+        self._base = self._yielded = 0
+        self._segs = []
         self._order, self._order_epoch, self._iterated = None, None, False
 
-    def _read(self, start: int) -> List[int]:
-        path = self.order_path(start=start)
+    def _read(self, start: int, segs: List[Tuple[int, int]]) -> List[int]:
+        path = self.order_path(start=start, segments=segs)
         try:
             with open(path, "rb") as f:
                 text = f.read()
@@ -206,20 +244,25 @@ class QuasiRandomSampler(torch.utils.data.Sampler):
             order = [int(line) for line in text.split()]
         except ValueError:
             raise RuntimeError(f"{path} does not hold one integer per line") from None
-        self._order, self._order_epoch, self._order_start, self._iterated = order, self.epoch, start, False
+        self._order, self._order_epoch, self._order_start, self._order_segs = order, self.epoch, start, list(segs)
+        self._iterated = False
         return order
 
+    def _stale(self) -> bool:
+        return (self._order_epoch != self.epoch or self._order_start != self._resume
+                or self._order_segs != self._resume_segs)
+
     def __len__(self) -> int:
-        if self._order_epoch != self.epoch:
-            self._read(self._resume)
+        if self._order is None or self._order_epoch != self.epoch or (not self._iterated and self._stale()):
+            self._read(self._resume, self._resume_segs)
         return len(self._order)
 
     def __iter__(self) -> Iterator[int]:
-        if self._order_epoch != self.epoch or self._iterated or self._order_start != self._resume:
-            self._read(self._resume)
+        if self._stale() or self._iterated:
+            self._read(self._resume, self._resume_segs)
         self._iterated = True
         # A resumed epoch resumes once: iterating it again reads it whole.
-        self._resume = 0
+        self._segs, self._resume, self._resume_segs = self._order_segs, 0, []
         self._base = self._yielded = self._order_start
         return self._iterate(list(self._order))
 

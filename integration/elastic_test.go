@@ -1,0 +1,188 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
+)
+
+// elasticScript reads epoch 2 of a mount with DataLoaders over the
+// samplers of W0 ranks, stops every rank after K batches, and resumes from
+// rank 0's state_dict() (through JSON) with W1 ranks, each reading its
+// whole share of the rest; then reads rank 0's share again, for
+// determinism. For the chain case it stops the W1 ranks too, after K2
+// batches, and resumes from that with W2. Loaders give sample ids (the
+// file names).
+const elasticScript = `
+import json, os, sys
+from torch.utils.data import DataLoader
+from torchvision.datasets import ImageFolder
+from ffcvfs import QuasiRandomSampler, RandomSampler
+
+mnt, B, EPOCH = sys.argv[1], 4, 2
+cases = json.loads(sys.argv[2])
+
+def head(path):
+    with open(path, "rb") as f:
+        f.read(16)
+    return path
+
+ds = ImageFolder(mnt, loader=head)
+
+def collate(batch):
+    return [int(os.path.basename(p).split(".")[0]) for p, _ in batch]
+
+def read(cls, world, state, stop, workers):
+    """Reads every rank of world; each stops after stop batches (None: the
+    whole share). Returns the samples per rank and rank 0's state."""
+    got, state0 = [], None
+    for r in range(world):
+        s = cls(mnt, seed=3 if state is None else 0, rank=r, world_size=world)
+        if state is not None:
+            s.load_state_dict(state)
+            s.set_epoch(state["epoch"])
+        else:
+            s.set_epoch(EPOCH)
+        loader = DataLoader(ds, batch_size=B, sampler=s, num_workers=workers if r == 0 else 0, collate_fn=collate)
+        ids = []
+        for i, b in enumerate(loader):
+            if stop is not None and i == stop:
+                break
+            ids += b
+        got.append(ids)
+        if r == 0 and stop is not None:
+            state0 = json.loads(json.dumps(s.state_dict(consumed=stop * B)))
+        del loader
+    return got, state0
+
+out = []
+for c in cases:
+    cls = {"quasi-random": QuasiRandomSampler, "random": RandomSampler}[c["kind"]]
+    parts, state = [], None
+    for i, world in enumerate(c["chain"]):
+        last = i == len(c["chain"]) - 1
+        got, state1 = read(cls, world, state, None if last else c["stops"][i], 2)
+        parts.append(got)
+        if not last:
+            state = state1
+    again, _ = read(cls, c["chain"][-1], state, None, 0)
+    out.append({"parts": parts, "again": again, "state": state})
+print(json.dumps(out))
+`
+
+type elasticCase struct {
+	Kind  string `json:"kind"`
+	Chain []int  `json:"chain"`
+	Stops []int  `json:"stops"`
+}
+
+// TestSamplerElasticResume: a job stopped mid-epoch at one world size and
+// resumed at another (8→6, 6→8, 4→1, 1→3, and 8→6→3), at several points,
+// through the samplers with real DataLoaders over a real mount: the epoch
+// delivers every sample, none twice across the parts; the ranks of the
+// rest get equal counts and no sample of another rank's; a quasi-random
+// rest splits no page between ranks; and the same state gives the same
+// orders.
+func TestSamplerElasticResume(t *testing.T) {
+	py := installedPython(t, "torch", "torchvision")
+	dir := t.TempDir()
+	src := filepath.Join(dir, "raw.beton")
+	// 200 raw images in 10 pages of 2 MiB: pages for 8 ranks.
+	run(t, 0, binary(t, "ffcvfs"), "write", "--mode", "raw", "--max-resolution", "192", "--page-size", "2MiB",
+		testenv.Fixture(t, "imagefolder-small"), src)
+	f, err := beton.OpenFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if f.NumPages() < 8 {
+		t.Fatalf("the test beton has %d pages, want 8 or more", f.NumPages())
+	}
+	mnt := mountBeton(t, src)
+
+	var cases []elasticCase
+	for _, kind := range []string{"quasi-random", "random"} {
+		for _, ch := range [][2]int{{8, 6}, {6, 8}, {4, 1}, {1, 3}} {
+			for _, stop := range []int{0, 2, 4} {
+				cases = append(cases, elasticCase{kind, ch[:], []int{stop}})
+			}
+		}
+		cases = append(cases, elasticCase{kind, []int{8, 6, 3}, []int{2, 3}})
+	}
+	arg, err := json.Marshal(cases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, _ := run(t, 0, py, "-c", elasticScript, mnt, string(arg))
+	var got []struct {
+		Parts [][][]int
+		Again [][]int
+		State map[string]any
+	}
+	if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+		t.Fatalf("%v: %s", err, stdout)
+	}
+	if len(got) != len(cases) {
+		t.Fatalf("%d results for %d cases", len(got), len(cases))
+	}
+	n := f.NumSamples()
+	for i, c := range cases {
+		name := fmt.Sprintf("%s/%v/stops-%v", c.Kind, c.Chain, c.Stops)
+		r := got[i]
+		before := map[int]bool{}
+		for _, part := range r.Parts[:len(r.Parts)-1] {
+			for _, ids := range part {
+				for _, id := range ids {
+					if before[id] && !slices.Contains(ids, id) {
+						t.Errorf("%s: sample %d read by two ranks before the resume", name, id)
+					}
+					before[id] = true
+				}
+			}
+		}
+		rest := r.Parts[len(r.Parts)-1]
+		owner := map[int]int{}
+		pageOwner := map[int64]int{}
+		for rank, ids := range rest {
+			if len(ids) != len(rest[0]) {
+				t.Errorf("%s: rank %d of the rest reads %d samples, rank 0 %d", name, rank, len(ids), len(rest[0]))
+			}
+			for _, id := range ids {
+				if before[id] {
+					t.Errorf("%s: rank %d of the rest reads sample %d, read before the resume", name, rank, id)
+				}
+				if o, ok := owner[id]; ok && o != rank {
+					t.Errorf("%s: sample %d is read by ranks %d and %d of the rest", name, id, o, rank)
+				}
+				owner[id] = rank
+				if c.Kind == "quasi-random" {
+					p := f.SamplePage(id)
+					if o, ok := pageOwner[p]; ok && o != rank {
+						t.Errorf("%s: page %d is split between ranks %d and %d of the rest", name, p, o, rank)
+					}
+					pageOwner[p] = rank
+				}
+			}
+		}
+		for id := range n {
+			if !before[id] && owner[id] == 0 && !slices.Contains(rest[0], id) {
+				t.Errorf("%s: sample %d is read by no part of the epoch", name, id)
+			}
+		}
+		for rank := range rest {
+			if !slices.Equal(rest[rank], r.Again[rank]) {
+				t.Errorf("%s: rank %d read another rest from the same state the second time", name, rank)
+			}
+		}
+		if c.Stops[len(c.Stops)-1] > 0 {
+			if segs, _ := r.State["segments"].([]any); len(segs) != len(c.Chain)-2 {
+				t.Errorf("%s: the last state has segments %v, want %d", name, r.State["segments"], len(c.Chain)-2)
+			}
+		}
+	}
+}
