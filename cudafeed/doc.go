@@ -11,10 +11,14 @@
 //	server → consumer, once on connect:
 //	  {"hello":1,"shm":"/dev/shm/NAME","slots":N,"slot_bytes":S,
 //	   "fields":[{"name":..,"dtype":..,"shape":[..],"offset":O,"bytes":L}],
-//	   "batches_per_epoch":K,"epochs":E,"start_epoch":E0,"start_batch":B0}
+//	   "batches_per_epoch":K,"epochs":E,"start_epoch":E0,"start_batch":B0,
+//	   "world_size":W,"batch_size":B,"segments":[[W0,P0],...]}
 //	  field f of slot i lies at bytes [i*S+O, i*S+O+L) of the shm file; shape[0]
 //	  is the batch dimension. The stream starts at batch B0 of epoch E0 (both
-//	  0 unless it was resumed mid-way).
+//	  0 unless it was resumed mid-way). W and B are the order's world size
+//	  and batch size; segments, when not empty, are the parts of epoch E0
+//	  read before at other world sizes (ffcvfeed serve --resume): epoch E0
+//	  is then this rank's share of the rest, delivered as batches B0 to K-1.
 //	server → consumer, per batch:   {"slot":i,"epoch":e,"batch":b,"size":n}
 //	  only the first n rows of each field are valid.
 //	consumer → server, when done:    {"release":i}

@@ -48,6 +48,20 @@ type Options struct {
 	// the hello: a stream resumed mid-epoch (ffcvfeed serve --start-epoch,
 	// --start-batch) starts at batch StartBatch of epoch StartEpoch.
 	StartEpoch, StartBatch int
+	// Stream describes the stream for resuming it, announced in the hello
+	// as it is: the order's world size and batch size, and the parts of
+	// StartEpoch read before at other world sizes (ffcvfeed serve
+	// --resume), as [world size, position] pairs.
+	Stream StreamInfo
+}
+
+// StreamInfo is what a consumer needs, beyond where the stream starts, to
+// resume it elsewhere: at another world size, the rest of an epoch is
+// named by the parts read before.
+type StreamInfo struct {
+	WorldSize int      `json:"world_size"`
+	BatchSize int      `json:"batch_size"`
+	Segments  [][2]int `json:"segments"`
 }
 
 // Validate checks the options.
@@ -209,14 +223,18 @@ type helloMsg struct {
 	Epochs          int         `json:"epochs"`
 	StartEpoch      int         `json:"start_epoch"`
 	StartBatch      int         `json:"start_batch"`
-	CUDA            *DeviceInfo `json:"cuda,omitempty"` // Options.Device set only
+	StreamInfo
+	CUDA *DeviceInfo `json:"cuda,omitempty"` // Options.Device set only
 }
 
 func (s *Server) helloMessage() ([]byte, error) {
 	m := helloMsg{Hello: 1, Shm: s.ring.Path(), Slots: s.ring.Slots(),
 		SlotBytes: s.ring.SlotBytes(), Fields: s.ring.Fields(),
 		BatchesPerEpoch: s.opts.BatchesPerEpoch, Epochs: s.opts.Epochs,
-		StartEpoch: s.opts.StartEpoch, StartBatch: s.opts.StartBatch}
+		StartEpoch: s.opts.StartEpoch, StartBatch: s.opts.StartBatch, StreamInfo: s.opts.Stream}
+	if m.Segments == nil {
+		m.Segments = [][2]int{}
+	}
 	if s.dev != nil {
 		info := s.dev.Info()
 		m.CUDA = &info

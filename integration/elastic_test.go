@@ -186,3 +186,125 @@ func TestSamplerElasticResume(t *testing.T) {
 		}
 	}
 }
+
+// feedElasticClient reads, for each socket of argv[2] (a JSON list), K
+// batches (argv[3]; -1: all), and prints per socket the sha256 of every
+// image it got, then rank 0's state_dict() and its resume_args() for the
+// world size argv[4]; with argv[5], a state, each loader first loads it.
+const feedElasticClient = `
+import hashlib, json, sys
+from ffcvfs import Loader
+
+socks, K, world = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+state = json.loads(sys.argv[4]) if len(sys.argv) > 4 else None
+out = {"images": [], "state": None, "args": None}
+for i, sock in enumerate(socks):
+    got, n = [], 0
+    with Loader(sock) as loader:
+        if state is not None:
+            loader.load_state_dict(state)
+        done = False
+        for e in range(loader.epochs):
+            for images, labels in loader:
+                got += [hashlib.sha256(im.tobytes()).hexdigest() for im in images]
+                n += 1
+                if n == K:
+                    done = True
+                    break
+            if done or state is not None:
+                break
+        if i == 0:
+            out["state"] = loader.state_dict()
+            out["args"] = loader.resume_args(world_size=world)
+    out["images"].append(got)
+print(json.dumps(out))
+`
+
+// TestFeedElasticResume: ffcvfeed servers of W0 ranks, stopped after K
+// batches each, resumed by W1 servers started with the flags rank 0's
+// Loader.resume_args(world_size=W1) gives (8→6, 6→8, 4→1, 1→3): the
+// images before and after are the epoch's, each once, none before and
+// after, and every rank of the rest delivers as many.
+func TestFeedElasticResume(t *testing.T) {
+	py := installedPython(t, "numpy")
+	dir := t.TempDir()
+	src := filepath.Join(dir, "raw.beton")
+	run(t, 0, binary(t, "ffcvfs"), "write", "--mode", "raw", "--max-resolution", "192", "--page-size", "2MiB",
+		testenv.Fixture(t, "imagefolder-small"), src)
+	// Center crops without flips: a sample's image is the same in every
+	// epoch and part, so its hash names it.
+	flags := []string{"--batch-size", "4", "--resolution", "24", "--crop", "center", "--flip", "0", "--epochs", "1", "--workers", "1", "--slots", "2", "--seed", "9"}
+	serve := func(world int, extra ...string) []string {
+		var socks []string
+		for r := range world {
+			args := append(slices.Clone(flags), "--rank", fmt.Sprint(r), "--world-size", fmt.Sprint(world))
+			socks = append(socks, startFeed(t, src, append(args, extra...)...).sock)
+		}
+		return socks
+	}
+	client := func(socks []string, k, world int, state ...string) (images [][]string, st map[string]any, args []string) {
+		sj, _ := json.Marshal(socks)
+		stdout, _ := run(t, 0, py, append([]string{"-c", feedElasticClient, string(sj), fmt.Sprint(k), fmt.Sprint(world)}, state...)...)
+		var out struct {
+			Images [][]string
+			State  map[string]any
+			Args   []string
+		}
+		if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+			t.Fatalf("%v: %s", err, stdout)
+		}
+		return out.Images, out.State, out.Args
+	}
+	ref, _, _ := client(serve(1), -1, 1)
+	all := map[string]bool{}
+	for _, h := range ref[0] {
+		all[h] = true
+	}
+	if len(all) != 200 {
+		t.Fatalf("the reference epoch has %d distinct images, want 200", len(all))
+	}
+	for _, ch := range [][2]int{{8, 6}, {6, 8}, {4, 1}, {1, 3}} {
+		w0, w1 := ch[0], ch[1]
+		name := fmt.Sprintf("%d→%d", w0, w1)
+		before, st, args := client(serve(w0), 3, w1)
+		if !slices.Contains(args, "--resume") {
+			t.Errorf("%s: resume_args(world_size=%d) = %v, want --resume", name, w1, args)
+			continue
+		}
+		state, _ := json.Marshal(st)
+		after, _, _ := client(serve(w1, args...), -1, w1, string(state))
+		seen := map[string]bool{}
+		for _, imgs := range before {
+			for _, h := range imgs {
+				seen[h] = true
+			}
+		}
+		owner := map[string]int{}
+		for r, imgs := range after {
+			if len(imgs) != len(after[0]) {
+				t.Errorf("%s: rank %d of the rest delivers %d images, rank 0 %d", name, r, len(imgs), len(after[0]))
+			}
+			for _, h := range imgs {
+				if !all[h] {
+					t.Fatalf("%s: rank %d delivers an image of no sample of the epoch", name, r)
+				}
+				if seen[h] {
+					t.Errorf("%s: rank %d of the rest delivers a sample delivered before the resume", name, r)
+				}
+				if o, ok := owner[h]; ok && o != r {
+					t.Errorf("%s: ranks %d and %d of the rest deliver the same sample", name, o, r)
+				}
+				owner[h] = r
+			}
+		}
+		missing := 0
+		for h := range all {
+			if !seen[h] && owner[h] == 0 && !slices.Contains(after[0], h) {
+				missing++
+			}
+		}
+		if missing > 0 {
+			t.Errorf("%s: %d samples of the epoch are delivered by no part", name, missing)
+		}
+	}
+}

@@ -230,13 +230,13 @@ func TestFeedResume(t *testing.T) {
 	first := startFeed(t, beton, flags...)
 	head, last := runFeedResumeClient(t, py, first.sock, "stop", fmt.Sprint(K))
 	var st struct {
-		State map[string]int
+		State map[string]any
 		Args  []string
 	}
 	if err := json.Unmarshal([]byte(last), &st); err != nil {
 		t.Fatalf("%v: %q", err, last)
 	}
-	if st.State["epoch"] != 0 || st.State["batch"] != K || !slices.Equal(st.Args, []string{"--start-epoch", "0", "--start-batch", fmt.Sprint(K)}) {
+	if st.State["epoch"] != 0.0 || st.State["batch"] != float64(K) || !slices.Equal(st.Args, []string{"--start-epoch", "0", "--start-batch", fmt.Sprint(K)}) {
 		t.Fatalf("after %d batches: state %v, args %v", K, st.State, st.Args)
 	}
 	state, _ := json.Marshal(st.State)

@@ -271,6 +271,70 @@ func (p *Pipeline) RunEpochFrom(ctx context.Context, epoch, start int, sink Sink
 	if start < 0 || start >= nb {
 		return 0, fmt.Errorf("epoch %d has batches 0 to %d; cannot start at batch %d", epoch, nb-1, start)
 	}
+	return p.run(ctx, epoch, all, start, sink)
+}
+
+// RestBatches returns the batches of the rest of epoch after the segments
+// resumed (order.Options.Resumed, read at any world sizes): RunEpochRest
+// delivers them as the last batches of the epoch, from batch
+// BatchesPerEpoch() minus that number on. It fails when the rest needs
+// more batches than a whole epoch has (a rank's share of the rest may
+// exceed its share of a whole epoch by a page's worth at most).
+func (p *Pipeline) RestBatches(epoch int, resumed []order.Segment) (int, error) {
+	rest, err := p.restOf(epoch, resumed)
+	if err != nil {
+		return 0, err
+	}
+	nb, err := p.BatchesPerEpoch()
+	if err != nil {
+		return 0, err
+	}
+	B := p.opts.BatchSize
+	r := (len(rest) + B - 1) / B
+	if r > nb {
+		return 0, fmt.Errorf("epoch %d: this rank's share of the rest after %s is %d batches, more than a whole epoch's %d; resume at a batch size or world size whose whole epoch is longer",
+			epoch, order.FormatSegments(resumed, ","), r, nb)
+	}
+	return r, nil
+}
+
+func (p *Pipeline) restOf(epoch int, resumed []order.Segment) ([]uint32, error) {
+	o := p.orderOf(epoch)
+	o.Resumed = resumed
+	return order.Generate(p.f, o)
+}
+
+// RunEpochRest reads this rank's share of the rest of epoch after the
+// segments resumed, announcing only it, and publishes it as the last
+// RestBatches batches of the epoch. Augmentations are those of the epoch
+// and the sample, as in RunEpoch.
+func (p *Pipeline) RunEpochRest(ctx context.Context, epoch int, resumed []order.Segment, sink Sink) (int, error) {
+	rest, err := p.restOf(epoch, resumed)
+	if err != nil {
+		return 0, err
+	}
+	r, err := p.RestBatches(epoch, resumed)
+	if err != nil {
+		return 0, err
+	}
+	if r == 0 {
+		return 0, nil
+	}
+	nb, err := p.BatchesPerEpoch()
+	if err != nil {
+		return 0, err
+	}
+	// The rest stands where the last r batches of the epoch would: the
+	// ids before it are never read.
+	start := nb - r
+	all := make([]uint32, start*p.opts.BatchSize, start*p.opts.BatchSize+len(rest))
+	return p.run(ctx, epoch, append(all, rest...), start, sink)
+}
+
+// run delivers the batches of all from batch start on, announcing them.
+func (p *Pipeline) run(ctx context.Context, epoch int, all []uint32, start int, sink Sink) (int, error) {
+	B := p.opts.BatchSize
+	nb := (len(all) + B - 1) / B
 	ids := all[start*B:]
 	// The mount first: once its own cache has the plan, prefetches read
 	// through the mount at once, and reads the mount's plan does not yet

@@ -264,6 +264,7 @@ func serveCommand() *cli.Command {
 			&cli.IntFlag{Name: "slots", Value: 4, Usage: "batches in shared memory at once", Category: "output"},
 			&cli.IntFlag{Name: "start-epoch", Usage: "resume: the first epoch to deliver (the client's Loader.state_dict() says which)", Category: "batches"},
 			&cli.IntFlag{Name: "start-batch", Usage: "resume: the first batch of --start-epoch to deliver; the earlier ones are neither read nor announced", Category: "batches"},
+			&cli.StringFlag{Name: "resume", Usage: "resume at another world size: the parts of --start-epoch read before, as `WORLDxPOSITION[,...]` (each of WORLD ranks took POSITION samples); this rank serves its share of the rest of the epoch (the client's Loader.resume_args() gives it)", Category: "batches"},
 			&cli.StringFlag{Name: "metrics-addr", Usage: metrics.FlagUsage, Category: "monitoring"},
 			deviceFlag(),
 		),
@@ -275,6 +276,15 @@ func serveCommand() *cli.Command {
 			startEpoch, startBatch, epochs := c.Int("start-epoch"), c.Int("start-batch"), c.Int("epochs")
 			if startEpoch < 0 || startEpoch >= epochs {
 				return cli.Exit(fmt.Sprintf("--start-epoch %d: want 0 to --epochs - 1 (%d)", startEpoch, epochs-1), 2)
+			}
+			var resumed []order.Segment
+			if v := c.String("resume"); v != "" {
+				if resumed, err = order.ParseSegments(v, ","); err != nil {
+					return cli.Exit("--resume: "+err.Error(), 2)
+				}
+				if startBatch != 0 {
+					return cli.Exit("--resume and --start-batch: give one; --resume names the rest of --start-epoch after the parts read before", 2)
+				}
 			}
 			if c.String("metrics-addr") != "" {
 				if _, err := metrics.ListenAddr(c.String("metrics-addr")); err != nil {
@@ -293,6 +303,26 @@ func serveCommand() *cli.Command {
 			}
 			if startBatch < 0 || startBatch >= nb {
 				return cli.Exit(fmt.Sprintf("--start-batch %d: an epoch has batches 0 to %d", startBatch, nb-1), 2)
+			}
+			if resumed != nil {
+				// The rest of the epoch stands in its last batches.
+				r, err := p.RestBatches(startEpoch, resumed)
+				if err != nil {
+					return cli.Exit("--resume: "+err.Error(), 1)
+				}
+				if r == 0 {
+					if startEpoch+1 >= epochs {
+						return cli.Exit(fmt.Sprintf("--resume: nothing is left of epoch %d, the last of --epochs %d", startEpoch, epochs), 1)
+					}
+					slog.Info("nothing is left of the resumed epoch: starting at the next", "epoch", startEpoch+1)
+					startEpoch, resumed = startEpoch+1, nil
+				} else {
+					startBatch = nb - r
+				}
+			}
+			stream := cudafeed.StreamInfo{WorldSize: max(1, c.Int("world-size")), BatchSize: c.Int("batch-size")}
+			for _, s := range resumed {
+				stream.Segments = append(stream.Segments, [2]int{s.WorldSize, s.Position})
 			}
 			if removed, err := cudafeed.CleanStaleRings(); err != nil {
 				slog.Warn("looking for rings of dead servers", "err", err)
@@ -314,7 +344,7 @@ func serveCommand() *cli.Command {
 				}
 			}()
 			srv, err := cudafeed.NewServer(ring, cudafeed.Options{SocketPath: c.String("socket"), BatchesPerEpoch: nb, Epochs: epochs, Device: devSlots,
-				StartEpoch: startEpoch, StartBatch: startBatch})
+				StartEpoch: startEpoch, StartBatch: startBatch, Stream: stream})
 			if err != nil {
 				return err
 			}
@@ -339,7 +369,13 @@ func serveCommand() *cli.Command {
 					from = startBatch
 				}
 				epoch.Store(int64(e))
-				n, err := p.RunEpochFrom(ctx, e, from, sink)
+				var n int
+				var err error
+				if e == startEpoch && resumed != nil {
+					n, err = p.RunEpochRest(ctx, e, resumed, sink)
+				} else {
+					n, err = p.RunEpochFrom(ctx, e, from, sink)
+				}
 				if err != nil {
 					return err
 				}

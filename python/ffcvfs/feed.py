@@ -157,6 +157,12 @@ class Loader:
             # that do not say.
             self.start_epoch = int(hello.get("start_epoch", 0))
             self.start_batch = int(hello.get("start_batch", 0))
+            # The stream's order, for resuming it at another world size:
+            # its world size and batch size, and the parts of start_epoch
+            # read before (ffcvfeed serve --resume).
+            self.world_size = int(hello.get("world_size", 1))
+            self.batch_size = int(hello.get("batch_size", 0))
+            self.segments = [[int(w), int(p)] for w, p in hello.get("segments", [])]
             fields = [(str(f["name"]), str(f["dtype"]), tuple(int(d) for d in f["shape"]),
                        int(f["offset"]), int(f["bytes"])) for f in hello["fields"]]
         except (KeyError, TypeError, ValueError) as e:
@@ -366,45 +372,72 @@ class Loader:
 
     # --- resuming ---
 
-    def state_dict(self) -> Dict[str, int]:
+    def state_dict(self) -> Dict[str, Any]:
         """Where the stream stands: ``epoch`` and ``batch`` of the batch after
-        the last one yielded (the start of the stream before any), and the
-        stream's shape (``batches_per_epoch``, ``epochs``)."""
+        the last one yielded (the start of the stream before any), the
+        stream's shape (``batches_per_epoch``, ``epochs``), and for a resume
+        at another world size its ``world_size``, ``batch_size``, the
+        ``position`` reached in this rank's order of the epoch's current
+        part and the ``segments`` read before it."""
         if self.current is None:
             epoch, batch = self.start_epoch, self.start_batch
         else:
             epoch, batch = self.current["epoch"], self.current["batch"] + 1
             if batch == self.batches_per_epoch:
                 epoch, batch = epoch + 1, 0
-        return {"epoch": epoch, "batch": batch, "batches_per_epoch": self.batches_per_epoch, "epochs": self.epochs}
+        segments: List[List[int]] = []
+        position = batch * self.batch_size
+        if self.segments and epoch == self.start_epoch:
+            # This epoch is the rest after earlier parts, standing in the
+            # epoch's last batches from start_batch on.
+            segments = [list(x) for x in self.segments]
+            position = (batch - self.start_batch) * self.batch_size
+        return {"epoch": epoch, "batch": batch, "batches_per_epoch": self.batches_per_epoch, "epochs": self.epochs,
+                "world_size": self.world_size, "batch_size": self.batch_size, "position": position,
+                "segments": segments}
 
-    def resume_args(self) -> List[str]:
+    def resume_args(self, world_size: Optional[int] = None) -> List[str]:
         """The flags of ``ffcvfeed serve`` that resume the stream after the
-        last batch yielded: ``["--start-epoch", E, "--start-batch", B]``."""
+        last batch yielded: ``["--start-epoch", E, "--start-batch", B]`` for a
+        server of the same world size, or ``["--start-epoch", E, "--resume",
+        "W0xP0[,W1xP1...]"]`` for one of ``world_size`` ranks (each rank of
+        the new job gets its share of the rest of the epoch; give each its
+        own ``--rank`` and the new ``--world-size``)."""
         st = self.state_dict()
-        return ["--start-epoch", str(st["epoch"]), "--start-batch", str(st["batch"])]
+        expected = _expected_segments(st, world_size)
+        if not expected:
+            return ["--start-epoch", str(st["epoch"]), "--start-batch", str(st["batch"])]
+        return ["--start-epoch", str(st["epoch"]), "--resume", ",".join(f"{w}x{p}" for w, p in expected)]
 
-    def load_state_dict(self, state_dict: Dict[str, int]) -> None:
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Checks that this loader's server resumes the stream where
-        ``state_dict`` (from ``state_dict()`` of an earlier loader) left it:
-        the server must have been started with ``--start-epoch`` and
-        ``--start-batch`` set to its ``epoch`` and ``batch``, and with the
-        same batches per epoch. Raises FeedError otherwise: a stream started
-        elsewhere would repeat or skip batches."""
+        ``state_dict`` (from ``state_dict()`` of an earlier loader, of any
+        rank) left it: started with the flags ``resume_args()`` gave, for
+        this server's world size. Raises FeedError otherwise: a stream
+        started elsewhere would repeat or skip samples."""
         try:
             epoch, batch = int(state_dict["epoch"]), int(state_dict["batch"])
             bpe = int(state_dict.get("batches_per_epoch", self.batches_per_epoch))
+            expected = _expected_segments(state_dict, self.world_size)
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"not a Loader state (want epoch and batch): {state_dict!r}") from e
-        if bpe != self.batches_per_epoch:
+        if self.current is not None:
+            raise FeedError("load_state_dict() must come before the first batch")
+        if expected:
+            if epoch != self.start_epoch or self.segments != expected:
+                have = ",".join(f"{w}x{p}" for w, p in self.segments) or "none"
+                want = ",".join(f"{w}x{p}" for w, p in expected)
+                raise FeedError(f"the server at {self.socket_path} starts at epoch {self.start_epoch} after the parts "
+                                f"{have}, the state resumes epoch {epoch} after {want}: start it with "
+                                f"--start-epoch {epoch} --resume {want}")
+            return
+        if bpe != self.batches_per_epoch and int(state_dict.get("world_size", self.world_size)) == self.world_size:
             raise FeedError(f"the state is of a stream of {bpe} batches per epoch, the server at "
                             f"{self.socket_path} makes {self.batches_per_epoch}: start it with the same data and batch size")
-        if (epoch, batch) != (self.start_epoch, self.start_batch):
+        if (epoch, batch) != (self.start_epoch, self.start_batch) or self.segments:
             raise FeedError(f"the server at {self.socket_path} starts at epoch {self.start_epoch} batch "
                             f"{self.start_batch}, the state resumes at epoch {epoch} batch {batch}: start it with "
                             f"--start-epoch {epoch} --start-batch {batch}")
-        if self.current is not None:
-            raise FeedError("load_state_dict() must come before the first batch")
 
     # --- closing ---
 
@@ -456,6 +489,20 @@ class Loader:
             self.close()
         except Exception:
             pass
+
+
+def _expected_segments(state, world_size):
+    """The parts of the state's epoch a server of world_size ranks resumes
+    after (--resume), or [] when it resumes with --start-batch: the same
+    world size and no earlier parts, or nothing of the epoch read yet."""
+    segments = [[int(w), int(p)] for w, p in state.get("segments", [])]
+    world = int(state.get("world_size", 1))
+    position = int(state.get("position", 0))
+    if not segments and (world_size is None or world_size == world):
+        return []
+    if not segments and position == 0:
+        return []
+    return segments + [[world, position]]
 
 
 def _connect(path, timeout):
