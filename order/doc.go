@@ -67,6 +67,26 @@
 // Generate fails with ErrTooFewPages; with DropLast every rank's order is
 // then empty.
 //
+// # Node-affine orders
+//
+// With Options.Nodes N > 1 the WorldSize ranks form N nodes of R =
+// WorldSize/N consecutive ranks, and the order keeps each node's pages at
+// home: the units (pages, virtual pages included) are shuffled once, by the
+// nodes stream below, which depends on Seed alone, into a ring; node k holds
+// the arc of units floor(k·P/N) to floor((k+1)·P/N)-1 of it (P units); at
+// epoch e every arc is turned by floor(e·MoveFraction·P/N) units, so that
+// from one epoch to the next each node gives up MoveFraction of its units
+// (±1) to the next node and takes as many from the one before. A node's
+// units are shuffled for the epoch with the epoch stream and dealt to its R
+// ranks as a whole epoch's units are dealt; each rank makes its order from
+// its own units, and every rank of every node is then padded (or, with
+// DropLast, cut) to the same count. With MoveFraction 0 each node reads the
+// same pages every epoch, so a cache of a node's share keeps serving it
+// after the first epoch. Each global batch then draws on every node's share
+// alike: a stratified sample of the dataset, not a biased one. Node-affine
+// orders are random or quasi-random; an epoch of one resumes at the same
+// world size.
+//
 // # Resuming at another world size
 //
 // Options.Resumed lists the parts of the epoch read before a resume, each
@@ -91,7 +111,7 @@
 //
 // # Random streams
 //
-// Three kinds of PCG-DXSM stream (math/rand/v2's PCG) drive the draws. Each is
+// Four kinds of PCG-DXSM stream (math/rand/v2's PCG) drive the draws. Each is
 // seeded with the first 16 bytes of SHA-256 of a tag followed by
 // little-endian uint64 words, read as two little-endian uint64 seeds:
 //
@@ -100,6 +120,8 @@
 //   - the rank stream, tag "ffcvfs/order/v1/rank\x00", words (Seed, Epoch,
 //     Rank, WorldSize), makes every draw within the rank: the permutation of
 //     a random order, the page and sample choices of a quasi-random one;
+//   - the nodes stream, tag "ffcvfs/order/v1/nodes\x00", word (Seed), makes
+//     the ring of a node-affine order;
 //   - the resume stream, tag "ffcvfs/order/v1/resume\x00", words (Seed,
 //     Epoch, Rank, WorldSize) followed by (WorldSize, Position) of each
 //     segment before, takes the rank stream's place in the rest of a

@@ -102,6 +102,21 @@ type Options struct {
 	// earlier parts' world sizes). Empty: the whole epoch.
 	Resumed []Segment
 
+	// Nodes, when above 1, makes the order node-affine: the WorldSize
+	// ranks form Nodes nodes of WorldSize/Nodes consecutive ranks (as
+	// torchrun numbers them: rank = node·ranks per node + local rank), and
+	// the pages are split among the nodes by Seed alone, so that a node
+	// reads the same pages every epoch, but for MoveFraction of them, and
+	// its caches stay useful. Within a node the pages are shuffled and
+	// dealt to its ranks every epoch as a whole epoch's pages are. 0 or 1:
+	// the pages of each epoch are dealt over all ranks.
+	Nodes int
+
+	// MoveFraction is the share of each node's pages that moves to another
+	// node from one epoch to the next (0 to 1), so that over many epochs
+	// every node sees every page. Only node-affine orders use it.
+	MoveFraction float64
+
 	// Served, when set, says which samples the reader of the order sees
 	// (a mount serves no file for some): the Positions of Resumed count
 	// those only. Nil: every sample.
@@ -179,6 +194,23 @@ func (o *Options) Validate() error {
 	}
 	if o.BatchSize < 0 || o.BatchSize > MaxBatchSize {
 		return fmt.Errorf("batch size %d is out of range; want 1 to %d, or 0 for %d", o.BatchSize, MaxBatchSize, DefaultBatchSize)
+	}
+	if o.Nodes < 0 || o.Nodes > o.WorldSize {
+		return fmt.Errorf("%d nodes for world size %d; want 1 to the world size, or 0", o.Nodes, o.WorldSize)
+	}
+	if o.Nodes > 1 {
+		if o.WorldSize%o.Nodes != 0 {
+			return fmt.Errorf("world size %d is not a multiple of %d nodes: every node must have the same number of ranks", o.WorldSize, o.Nodes)
+		}
+		if o.Kind == Sequential {
+			return fmt.Errorf("a node-affine order is random or quasi-random, not sequential")
+		}
+		if len(o.Resumed) > 0 {
+			return fmt.Errorf("a node-affine epoch resumes at the same world size (from a position), not after segments")
+		}
+	}
+	if !(o.MoveFraction >= 0 && o.MoveFraction <= 1) {
+		return fmt.Errorf("move fraction %v is out of range; want 0 to 1", o.MoveFraction)
 	}
 	if len(o.Resumed) > MaxSegments {
 		return fmt.Errorf("%d resumed segments; at most %d", len(o.Resumed), MaxSegments)

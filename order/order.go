@@ -191,12 +191,15 @@ func Generate(l Layout, o Options) ([]uint32, error) {
 	if err := checkUnits(sh.units, n); err != nil {
 		return nil, err
 	}
-	if o.Kind != Sequential {
-		shuffle(pagesStream(o.Seed, o.Epoch), sh.units)
-	}
 	window := o.Window
 	if window == 0 {
 		window = defaultWindow(o.BatchSize, sh.dataPages, sh.dataSamples)
+	}
+	if o.Nodes > 1 {
+		return nodeOrder(sh.units, n, o, window)
+	}
+	if o.Kind != Sequential {
+		shuffle(pagesStream(o.Seed, o.Epoch), sh.units)
 	}
 	units := sh.units
 	if len(o.Resumed) > 0 {
@@ -205,6 +208,75 @@ func Generate(l Layout, o Options) ([]uint32, error) {
 		}
 	}
 	return rankOrder(units, n, o.Kind, o.WorldSize, o.Rank, o.DropLast, window, len(o.Resumed) > 0, streamOf(o, o.Rank, o.WorldSize, o.Resumed))
+}
+
+// nodeUnits splits units among nodes for epoch: the units are shuffled by
+// the seed alone into a ring, node k holds the k-th of nodes equal arcs of
+// it, and from one epoch to the next every arc turns by moveFraction of its
+// length (rounded down; so after e epochs by floor(e·moveFraction·P/nodes)
+// units, P units in all). It returns, for each node, the indices of its
+// units in the ring's order.
+func nodeUnits(count, nodes int, seed, epoch uint64, moveFraction float64) [][]int {
+	ring := make([]int, count)
+	for i := range ring {
+		ring[i] = i
+	}
+	shuffle(nodesStream(seed), ring)
+	shift := 0
+	if count > 0 {
+		// float64 holds e·f·P/nodes exactly enough: the shift is taken
+		// modulo the ring.
+		shift = int(uint64(float64(epoch)*moveFraction*float64(count)/float64(nodes)) % uint64(count))
+	}
+	out := make([][]int, nodes)
+	for k := range nodes {
+		lo, hi := k*count/nodes, (k+1)*count/nodes
+		arc := make([]int, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			arc = append(arc, ring[(i+shift)%count])
+		}
+		out[k] = arc
+	}
+	return out
+}
+
+// nodeOrder is Generate for a node-affine order: the units of the rank's
+// node (nodeUnits), shuffled for the epoch and dealt to the node's ranks;
+// every rank of every node is then brought to the same count.
+func nodeOrder(units []unit, n int, o Options, window int) ([]uint32, error) {
+	per := o.WorldSize / o.Nodes
+	node, local := o.Rank/per, o.Rank%per
+	arcs := nodeUnits(len(units), o.Nodes, o.Seed, o.Epoch, o.MoveFraction)
+	lo, hi := -1, 0
+	var mineUnits []unit
+	for k, arc := range arcs {
+		nu := make([]unit, len(arc))
+		for i, u := range arc {
+			nu[i] = units[u]
+		}
+		shuffle(pagesStream(o.Seed, o.Epoch), nu)
+		_, l, h := assign(nu, per, 0)
+		if lo < 0 || l < lo {
+			lo = l
+		}
+		hi = max(hi, h)
+		if k == node {
+			mineUnits = nu
+		}
+	}
+	out, err := rankOrder(mineUnits, n, o.Kind, per, local, o.DropLast, window, false, rankStream(o.Seed, o.Epoch, o.Rank, o.WorldSize))
+	if err != nil {
+		return nil, fmt.Errorf("node %d of %d: %w", node, o.Nodes, err)
+	}
+	// rankOrder equalized the node's ranks; now every rank of the job.
+	if o.DropLast {
+		return out[:min(len(out), max(lo, 0))], nil
+	}
+	own := len(out)
+	for len(out) < hi && own > 0 {
+		out = append(out, out[:min(own, hi-len(out))]...)
+	}
+	return out, nil
 }
 
 // streamOf is the stream of rank's order among worldSize ranks, after the

@@ -12,6 +12,7 @@ const (
 	pagesTag  = "ffcvfs/order/v1/pages\x00"
 	rankTag   = "ffcvfs/order/v1/rank\x00"
 	resumeTag = "ffcvfs/order/v1/resume\x00"
+	nodesTag  = "ffcvfs/order/v1/nodes\x00"
 )
 
 // stream is a PCG-DXSM generator with its own bounded draws and shuffle, so
@@ -40,6 +41,11 @@ func pagesStream(seed, epoch uint64) stream { return newStream(pagesTag, seed, e
 func rankStream(seed, epoch uint64, rank, worldSize int) stream {
 	return newStream(rankTag, seed, epoch, uint64(rank), uint64(worldSize))
 }
+
+// nodesStream is the stream of a node-affine order's split of the pages
+// among nodes: it depends on the seed alone, so the split holds across
+// epochs.
+func nodesStream(seed uint64) stream { return newStream(nodesTag, seed) }
 
 // resumeStream is one rank's stream for the rest of an epoch after the
 // segments before: its words are those of rankStream followed by each
