@@ -211,6 +211,8 @@ type ordersNode struct {
 	seed        uint64
 	depth       int // 0 orders, 1 KIND, 2 SEED, 3 RANK-of-WORLD
 	rank, world int
+	nodes       int     // node-affine: the nodes, or 0
+	move        float64 // node-affine: the share of a node's pages moving per epoch
 }
 
 func (n *ordersNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -220,7 +222,9 @@ func (n *ordersNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.A
 }
 
 var (
-	rankRE = regexp.MustCompile(`^([0-9]+)-of-([0-9]+)$`)
+	// rankRE is RANK-of-WORLD, and for a node-affine order
+	// RANK-of-WORLD.nodes-N[.move-F].
+	rankRE = regexp.MustCompile(`^([0-9]+)-of-([0-9]+)(?:\.nodes-([0-9]+)(?:\.move-(0|1|0?\.[0-9]{1,6}))?)?$`)
 	// fromRE is an EPOCH file resumed at a position: EPOCH.from-POS.
 	fromRE = regexp.MustCompile(`^([0-9]+)\.from-([0-9]+)$`)
 	// resumeRE is the rest of an epoch after segments read at other world
@@ -230,7 +234,7 @@ var (
 
 func (n *ordersNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	v := n.v
-	child := &ordersNode{v: v, ino: inoDynamic, kind: n.kind, seed: n.seed, depth: n.depth + 1, rank: n.rank, world: n.world}
+	child := &ordersNode{v: v, ino: inoDynamic, kind: n.kind, seed: n.seed, depth: n.depth + 1, rank: n.rank, world: n.world, nodes: n.nodes, move: n.move}
 	num, numErr := strconv.ParseUint(name, 10, 64)
 	switch {
 	case n.depth == 0:
@@ -251,6 +255,18 @@ func (n *ordersNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut
 		child.rank, child.world = int(rank), int(world)
 		if child.world < 1 || child.rank >= child.world {
 			return nil, syscall.ENOENT
+		}
+		if m[3] != "" {
+			nodes, err := strconv.ParseUint(m[3], 10, 32)
+			if err != nil || nodes < 1 || nodes > world || world%nodes != 0 {
+				return nil, v.errs.toErrno("orders", fmt.Errorf("orders/%s/%d/%s: the nodes must divide the world size %d: %w", n.kind, n.seed, name, world, errBadInput))
+			}
+			child.nodes = int(nodes)
+			if m[4] != "" {
+				if child.move, err = strconv.ParseFloat(m[4], 64); err != nil || child.move > 1 {
+					return nil, v.errs.toErrno("orders", fmt.Errorf("orders/%s/%d/%s: the move fraction must be 0 to 1: %w", n.kind, n.seed, name, errBadInput))
+				}
+			}
 		}
 	case n.depth >= 2 && (numErr == nil || fromRE.MatchString(name) || resumeRE.MatchString(name)):
 		// An EPOCH file, EPOCH.from-POS or EPOCH.resume-SEGMENTS: made,
@@ -275,7 +291,7 @@ func (n *ordersNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut
 			}
 		}
 		o := order.Options{Kind: n.kind, Seed: n.seed, Epoch: num, Rank: n.rank, WorldSize: max(1, n.world), BatchSize: v.opts.OrderBatchSize,
-			Resumed: resumed, Served: v.served}
+			Resumed: resumed, Served: v.served, Nodes: n.nodes, MoveFraction: n.move}
 		return v.snapshot(ctx, &n.Inode, out, func(ctx context.Context) ([]byte, error) { return v.orderText(ctx, o, int(from)) })
 	default:
 		return nil, syscall.ENOENT
