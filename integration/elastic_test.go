@@ -308,3 +308,100 @@ func TestFeedElasticResume(t *testing.T) {
 		}
 	}
 }
+
+// nodeAffineScript reads epochs 0-2 of a mount with the samplers of 4
+// ranks on 2 nodes (node-affine, move 0 and 0.5) and prints each rank's
+// sample ids per epoch.
+const nodeAffineScript = `
+import json, os, sys
+from torch.utils.data import DataLoader
+from torchvision.datasets import ImageFolder
+from ffcvfs import QuasiRandomSampler, RandomSampler
+
+mnt = sys.argv[1]
+ds = ImageFolder(mnt, loader=lambda p: p)
+
+def collate(batch):
+    return [int(os.path.basename(p).split(".")[0]) for p, _ in batch]
+
+out = {}
+for cls in (QuasiRandomSampler, RandomSampler):
+    for move in (0.0, 0.5):
+        epochs = []
+        for e in range(3):
+            ranks = []
+            for r in range(4):
+                s = cls(mnt, seed=4, rank=r, world_size=4, nodes=2, move=move)
+                s.set_epoch(e)
+                ranks.append([i for b in DataLoader(ds, batch_size=8, sampler=s, collate_fn=collate) for i in b])
+            epochs.append(ranks)
+        out["%s/%g" % (cls.kind, move)] = epochs
+print(json.dumps(out))
+`
+
+// TestSamplerNodeAffine: through the samplers over a real mount, a
+// node-affine order of 2 nodes of 2 ranks reads every sample once per
+// epoch, no page on both nodes; with move 0 each node reads the same pages
+// every epoch, and with move 0.5 about half of them change.
+func TestSamplerNodeAffine(t *testing.T) {
+	py := installedPython(t, "torch", "torchvision")
+	src := filepath.Join(t.TempDir(), "raw.beton")
+	run(t, 0, binary(t, "ffcvfs"), "write", "--mode", "raw", "--max-resolution", "192", "--page-size", "2MiB",
+		testenv.Fixture(t, "imagefolder-small"), src)
+	f, err := beton.OpenFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	mnt := mountBeton(t, src)
+	stdout, _ := run(t, 0, py, "-c", nodeAffineScript, mnt)
+	var got map[string][][][]int
+	if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+		t.Fatalf("%v: %s", err, stdout)
+	}
+	if len(got) != 4 {
+		t.Fatalf("%d cases, want 4", len(got))
+	}
+	for name, epochs := range got {
+		var prev [2]map[int64]bool
+		for e, ranks := range epochs {
+			var pages [2]map[int64]bool
+			seen := map[int]bool{}
+			for r, ids := range ranks {
+				node := r / 2
+				if pages[node] == nil {
+					pages[node] = map[int64]bool{}
+				}
+				for _, id := range ids {
+					seen[id] = true
+					pages[node][f.SamplePage(id)] = true
+				}
+			}
+			if len(seen) != f.NumSamples() {
+				t.Errorf("%s epoch %d: %d of %d samples read", name, e, len(seen), f.NumSamples())
+			}
+			for p := range pages[0] {
+				if pages[1][p] {
+					t.Errorf("%s epoch %d: page %d is read on both nodes", name, e, p)
+				}
+			}
+			if e > 0 {
+				for k := range 2 {
+					moved := 0
+					for p := range prev[k] {
+						if !pages[k][p] {
+							moved++
+						}
+					}
+					if name[len(name)-2:] == "/0" && moved != 0 {
+						t.Errorf("%s epoch %d: node %d changed %d pages with move 0", name, e, k, moved)
+					}
+					if name[len(name)-4:] == "/0.5" && (moved < 1 || moved > len(prev[k])-1) {
+						t.Errorf("%s epoch %d: node %d changed %d of its %d pages with move 0.5", name, e, k, moved, len(prev[k]))
+					}
+				}
+			}
+			prev = pages
+		}
+	}
+}

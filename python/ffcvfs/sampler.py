@@ -31,6 +31,30 @@ class NotAnFfcvfsMountError(ValueError):
     """The root given is not an ffcvfs mount (it has no .ffcvfs folder)."""
 
 
+def _nodes_arg(nodes: Union[int, str, None], rank: int, world_size: int) -> int:
+    """The node count of a node-affine order: an int, None (1: no node
+    affinity), or "auto": world_size over torchrun's LOCAL_WORLD_SIZE,
+    checked against GROUP_RANK (or NODE_RANK) when set."""
+    if nodes is None:
+        return 1
+    if nodes == "auto":
+        try:
+            local = int(os.environ["LOCAL_WORLD_SIZE"])
+        except (KeyError, ValueError):
+            raise ValueError("nodes='auto' needs torchrun's LOCAL_WORLD_SIZE in the environment") from None
+        if local < 1 or world_size % local:
+            raise ValueError(f"LOCAL_WORLD_SIZE {local} does not divide world_size {world_size}")
+        for var in ("GROUP_RANK", "NODE_RANK"):
+            if var in os.environ and int(os.environ[var]) != rank // local:
+                raise ValueError(f"{var}={os.environ[var]}, but rank {rank} with {local} ranks a node is on "
+                                 f"node {rank // local}: ranks must be numbered node by node, as torchrun does")
+        return world_size // local
+    n = _int_arg("nodes", nodes, 1)
+    if n > world_size or world_size % n:
+        raise ValueError(f"nodes must divide world_size: nodes {n}, world_size {world_size}")
+    return n
+
+
 def _int_arg(name: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool):
         raise ValueError(f"{name} must be an integer, not a bool ({value!r})")
@@ -83,6 +107,16 @@ class QuasiRandomSampler(torch.utils.data.Sampler):
     seen twice in an epoch (see the documentation of the Go package
     ``order/``).
 
+    ``nodes`` makes the order node-affine for a job on several machines,
+    each with its own mount: the pages are split among the nodes once, so
+    that every epoch each node reads the same pages (its caches, RAM and
+    ``--disk-cache``, keep serving them after the first epoch), shuffled
+    anew among its ranks; ``move`` (0 to 1) is the share of each node's
+    pages that moves to another node per epoch. Give the node count, or
+    ``"auto"`` under torchrun (``world_size // LOCAL_WORLD_SIZE``); ranks are
+    numbered node by node, as torchrun numbers them. Each global batch then
+    draws on every node's share alike.
+
     ``len(sampler)`` is the length of the current epoch's order; the order is
     read once per epoch and kept, so ``len()`` and ``iter()`` agree. Iterating
     the same epoch a second time reads the order again, to announce it to
@@ -122,7 +156,7 @@ class QuasiRandomSampler(torch.utils.data.Sampler):
     kind = "quasi-random"
 
     def __init__(self, root: Union[str, "os.PathLike[str]"], seed: int = 0, rank: int = 0,
-                 world_size: int = 1) -> None:
+                 world_size: int = 1, nodes: Union[int, str, None] = None, move: float = 0.0) -> None:
         # Sampler.__init__ does nothing, and its signature differs between
         # torch releases, so it is not called.
         try:
@@ -138,6 +172,13 @@ class QuasiRandomSampler(torch.utils.data.Sampler):
         self.rank = _int_arg("rank", rank, 0)
         if self.rank >= self.world_size:
             raise ValueError(f"rank must be in [0, world_size): rank {self.rank}, world_size {self.world_size}")
+        self.nodes = _nodes_arg(nodes, self.rank, self.world_size)
+        try:
+            self.move = float(move)
+        except (TypeError, ValueError):
+            raise ValueError(f"move must be a number from 0 to 1, got {move!r}") from None
+        if not 0.0 <= self.move <= 1.0:
+            raise ValueError(f"move must be from 0 to 1, got {self.move}")
         if not os.path.isdir(root):
             raise NotAnFfcvfsMountError(f"{root} is not an ffcvfs mount: it is not a folder")
         if not os.path.isdir(os.path.join(root, ".ffcvfs")):
@@ -175,7 +216,12 @@ class QuasiRandomSampler(torch.utils.data.Sampler):
         e = self.epoch if epoch is None else _int_arg("epoch", epoch, 0)
         d = os.path.join(self.root, ".ffcvfs", "orders", self.kind, str(self.seed))
         if self.world_size > 1:
-            d = os.path.join(d, f"{self.rank}-of-{self.world_size}")
+            shard = f"{self.rank}-of-{self.world_size}"
+            if self.nodes > 1:
+                shard += f".nodes-{self.nodes}"
+                if self.move:
+                    shard += ".move-" + (f"{self.move:.6f}".rstrip("0").rstrip(".") or "0")
+            d = os.path.join(d, shard)
         name = str(e)
         if segments:
             name += ".resume-" + "-".join(f"{w}x{p}" for w, p in segments)
@@ -193,7 +239,7 @@ class QuasiRandomSampler(torch.utils.data.Sampler):
         pos = self._yielded if consumed is None else self._base + _int_arg("consumed", consumed, 0)
         return {"kind": self.kind, "seed": self.seed, "epoch": self.epoch, "position": pos,
                 "rank": self.rank, "world_size": self.world_size,
-                "segments": [[w, p] for w, p in self._segs]}
+                "segments": [[w, p] for w, p in self._segs], "nodes": self.nodes, "move": self.move}
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Resumes from ``state_dict()`` of any rank, at any world size: the
@@ -217,9 +263,13 @@ class QuasiRandomSampler(torch.utils.data.Sampler):
         pos = _int_arg("position", pos, 0)
         self.seed = _int_arg("seed", seed, 0)
         self.epoch = _int_arg("epoch", epoch, 0)
+        nodes = int(state_dict.get("nodes", 1) or 1)
         if not segs and (rank, world) == (self.rank, self.world_size):
             # The same rank goes on with its own order.
             self._resume, self._resume_segs = pos, []
+        elif nodes > 1 or self.nodes > 1:
+            raise ValueError(f"a node-affine epoch resumes at the same rank and world size (the state is rank {rank} "
+                             f"of {world}, this sampler rank {self.rank} of {self.world_size}); start the next epoch instead")
         else:
             # The rest after every part so far, dealt over this job's ranks.
             self._resume, self._resume_segs = 0, segs + [(world, pos)]
