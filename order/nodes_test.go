@@ -112,3 +112,36 @@ func TestNodeAffineOptions(t *testing.T) {
 		t.Errorf("Nodes 1 changed the order")
 	}
 }
+
+// TestPages: Pages gives the set of data pages of the rank's order, for
+// global and node-affine orders.
+func TestPages(t *testing.T) {
+	l := newSynth(synthSpec{n: 5000, mean: 37, noDataEvery: 9})
+	for _, o := range []Options{
+		{Kind: QuasiRandom, Seed: 2, Epoch: 1, WorldSize: 4, Rank: 3},
+		{Kind: Random, Seed: 2, Epoch: 1, WorldSize: 1},
+		{Kind: Sequential, WorldSize: 3, Rank: 1},
+		{Kind: QuasiRandom, Seed: 2, Epoch: 2, WorldSize: 8, Rank: 5, Nodes: 4, MoveFraction: 0.3},
+	} {
+		want := map[int64]bool{}
+		for _, s := range generate(t, l, o) {
+			if p := l.SamplePage(int(s)); p != beton.NoPage {
+				want[p] = true
+			}
+		}
+		pages, err := Pages(l, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[int64]bool{}
+		for _, p := range pages {
+			if got[p] {
+				t.Errorf("%+v: Pages lists page %d twice", o, p)
+			}
+			got[p] = true
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%+v: Pages gives %d pages, the order reads %d", o, len(got), len(want))
+		}
+	}
+}

@@ -246,24 +246,7 @@ func nodeUnits(count, nodes int, seed, epoch uint64, moveFraction float64) [][]i
 func nodeOrder(units []unit, n int, o Options, window int) ([]uint32, error) {
 	per := o.WorldSize / o.Nodes
 	node, local := o.Rank/per, o.Rank%per
-	arcs := nodeUnits(len(units), o.Nodes, o.Seed, o.Epoch, o.MoveFraction)
-	lo, hi := -1, 0
-	var mineUnits []unit
-	for k, arc := range arcs {
-		nu := make([]unit, len(arc))
-		for i, u := range arc {
-			nu[i] = units[u]
-		}
-		shuffle(pagesStream(o.Seed, o.Epoch), nu)
-		_, l, h := assign(nu, per, 0)
-		if lo < 0 || l < lo {
-			lo = l
-		}
-		hi = max(hi, h)
-		if k == node {
-			mineUnits = nu
-		}
-	}
+	mineUnits, lo, hi := nodeShare(units, o)
 	out, err := rankOrder(mineUnits, n, o.Kind, per, local, o.DropLast, window, false, rankStream(o.Seed, o.Epoch, o.Rank, o.WorldSize))
 	if err != nil {
 		return nil, fmt.Errorf("node %d of %d: %w", node, o.Nodes, err)
@@ -277,6 +260,64 @@ func nodeOrder(units []unit, n int, o Options, window int) ([]uint32, error) {
 		out = append(out, out[:min(own, hi-len(out))]...)
 	}
 	return out, nil
+}
+
+// nodeShare returns the units of the rank's node for the epoch of a
+// node-affine order, shuffled for the epoch, and the smallest and largest
+// counts the ranks of all nodes get.
+func nodeShare(units []unit, o Options) (mine []unit, lo, hi int) {
+	per := o.WorldSize / o.Nodes
+	node := o.Rank / per
+	lo = -1
+	for k, arc := range nodeUnits(len(units), o.Nodes, o.Seed, o.Epoch, o.MoveFraction) {
+		nu := make([]unit, len(arc))
+		for i, u := range arc {
+			nu[i] = units[u]
+		}
+		shuffle(pagesStream(o.Seed, o.Epoch), nu)
+		_, l, h := assign(nu, per, 0)
+		if lo < 0 || l < lo {
+			lo = l
+		}
+		hi = max(hi, h)
+		if k == node {
+			mine = nu
+		}
+	}
+	return mine, max(lo, 0), hi
+}
+
+// Pages returns the data pages of one rank's order for an epoch, in the
+// order it starts them (a quasi-random order opens them in this order, a
+// window at a time), without making the order: O(pages) where Generate is
+// O(samples). For simulations of caches at a large scale. Resumed orders
+// are not supported.
+func Pages(l Layout, o Options) ([]int64, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if len(o.Resumed) > 0 {
+		return nil, fmt.Errorf("Pages of a resumed order: not supported")
+	}
+	sh, err := layoutShape(l, o.WorldSize)
+	if err != nil {
+		return nil, err
+	}
+	units, worldSize, rank := sh.units, o.WorldSize, o.Rank
+	if o.Nodes > 1 {
+		units, _, _ = nodeShare(units, o)
+		worldSize, rank = o.WorldSize/o.Nodes, o.Rank%(o.WorldSize/o.Nodes)
+	} else if o.Kind != Sequential {
+		shuffle(pagesStream(o.Seed, o.Epoch), units)
+	}
+	mine, _, _ := assign(units, worldSize, rank)
+	pages := make([]int64, 0, len(mine))
+	for _, u := range mine {
+		if units[u].page != beton.NoPage {
+			pages = append(pages, units[u].page)
+		}
+	}
+	return pages, nil
 }
 
 // streamOf is the stream of rank's order among worldSize ranks, after the
