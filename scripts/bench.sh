@@ -69,6 +69,12 @@
 #                                 mount of the same object, beside the same mount of the
 #                                 beton as a local file (epochs 2 and 3). Images/s,
 #                                 bytes fetched from S3 per byte read, ratio to local.
+#   scripts/bench.sh cluster      a simulation, without I/O, of what a cluster fetches
+#                                 from storage per epoch when each node caches a little
+#                                 more than its share: ImageNet's 1,281,167 samples in
+#                                 pages of about 76, 8 to 64 nodes of 8 ranks, global
+#                                 quasi-random orders vs node-affine ones (move 0 and
+#                                 0.1); tools/clustersim, the orders' own page deal
 #
 # Environment: RUNS (default 3) runs per figure; BENCH_DIR (default a temp dir;
 # for feed and storage, ${FFCVFS_CACHE:-~/.cache/ffcvfs}/bench, so the data is
@@ -947,6 +953,11 @@ metrics)
 	shift
 	bench_legacy "${1:-5000}" "default flags|" "--metrics-addr, scraped every 1 s|--metrics-addr"
 	;;
+cluster)
+	ensure_go
+	go run ./tools/clustersim -nodes 8,16,32,64 -ranks 8 -epochs 3
+	go run ./tools/clustersim -nodes 8,64 -ranks 8 -epochs 3 -move 0.1 | tail -n 4
+	;;
 cache)
 	ensure_deps
 	echo "page cache: 1 GiB beton of 8 MiB pages, 4 consumers, budget 10 %, median of $RUNS runs"
@@ -959,7 +970,7 @@ write)
 	bench_write "$@"
 	;;
 *)
-	echo "usage: scripts/bench.sh write [N] | cache | mount [N] | legacy [N] | metrics [N] | scan [N] | feed [N] | storage [N] | disk [N]" >&2
+	echo "usage: scripts/bench.sh write [N] | cache | mount [N] | legacy [N] | metrics [N] | scan [N] | feed [N] | storage [N] | disk [N] | cluster" >&2
 	exit 2
 	;;
 esac
