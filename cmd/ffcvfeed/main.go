@@ -89,6 +89,8 @@ func pipelineFlags() []cli.Flag {
 		&cli.IntFlag{Name: "epochs", Value: 1, Usage: "deliver `N` epochs, then end the stream; a client that reads more is told so", Category: "batches"},
 		&cli.IntFlag{Name: "rank", Usage: "this process's rank (distributed training)", Category: "batches"},
 		&cli.IntFlag{Name: "world-size", Value: 1, Usage: "number of ranks", Category: "batches"},
+		&cli.IntFlag{Name: "nodes", Usage: "node-affine order: the `N` machines the ranks run on (--world-size / N ranks each, numbered node by node): each node reads the same pages every epoch, so its caches keep serving them (0: the pages of each epoch are dealt over all ranks)", Category: "batches"},
+		&cli.Float64Flag{Name: "move", Usage: "node-affine order: the share `F` (0 to 1) of each node's pages that moves to another node per epoch", Category: "batches"},
 		&cli.IntFlag{Name: "workers", Value: runtime.NumCPU(), DefaultText: "the cores", Usage: "`N` decoding goroutines", Category: "batches"},
 		&cli.StringFlag{Name: "on-error", Value: "skip", Usage: "skip (replace an undecodable sample by another of its batch) or fail", Category: "batches"},
 	}, append(cacheflags.Flags("data"), cacheflags.SourceFlags("storage")...)...)
@@ -139,7 +141,8 @@ func pipelineOptions(c *cli.Context) (pipeline.Options, error) {
 		return pipeline.Options{}, cli.Exit("--on-error: "+err.Error(), 2)
 	}
 	o := pipeline.Options{
-		Order:     order.Options{Kind: kind, Seed: c.Uint64("seed"), Rank: c.Int("rank"), WorldSize: c.Int("world-size")},
+		Order: order.Options{Kind: kind, Seed: c.Uint64("seed"), Rank: c.Int("rank"), WorldSize: c.Int("world-size"),
+			Nodes: c.Int("nodes"), MoveFraction: c.Float64("move")},
 		BatchSize: c.Int("batch-size"),
 		DType:     dtype, Layout: layout,
 		Workers: c.Int("workers"), OnError: onError,
