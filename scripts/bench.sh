@@ -69,12 +69,16 @@
 #                                 mount of the same object, beside the same mount of the
 #                                 beton as a local file (epochs 2 and 3). Images/s,
 #                                 bytes fetched from S3 per byte read, ratio to local.
-#   scripts/bench.sh cluster      a simulation, without I/O, of what a cluster fetches
-#                                 from storage per epoch when each node caches a little
-#                                 more than its share: ImageNet's 1,281,167 samples in
-#                                 pages of about 76, 8 to 64 nodes of 8 ranks, global
-#                                 quasi-random orders vs node-affine ones (move 0 and
-#                                 0.1); tools/clustersim, the orders' own page deal
+#   scripts/bench.sh cluster [N]  N mounts on this machine stand for N nodes (NODES,
+#                                 default "2 4") of 2 ranks, over storage's set-up (S3
+#                                 behind a 100 MB/s link), each mount with a RAM cache and
+#                                 a --disk-cache a little larger than 1/N of the beton:
+#                                 the share of the beton fetched from S3 in epochs 1-3,
+#                                 global quasi-random orders vs node-affine ones. Then a
+#                                 simulation, without I/O, of the same at ImageNet's scale
+#                                 (1,281,167 samples in pages of about 76, 8 to 64 nodes
+#                                 of 8 ranks, move 0 and 0.1): tools/clustersim, the
+#                                 orders' own page deal
 #
 # Environment: RUNS (default 3) runs per figure; BENCH_DIR (default a temp dir;
 # for feed and storage, ${FFCVFS_CACHE:-~/.cache/ffcvfs}/bench, so the data is
@@ -917,6 +921,68 @@ for c in sorted(e.name for e in os.scandir(src) if e.is_dir() and not e.name.sta
 	trap - EXIT INT TERM
 }
 
+# bytes_read MNT: the bytes the mount at MNT has read from storage.
+bytes_read() {
+	/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["cache"]["bytes_read"])' "$1/.ffcvfs/stats.json"
+}
+
+bench_cluster() {
+	local n dir latency secs beton page size feed_cache
+	storage_setup "$@"
+	local ranks=2 nodes kind e k r share cache diskcap pids line total
+	echo
+	echo "a cluster on one machine: N mounts of S3 stand for N nodes of $ranks ranks; $n real-photo JPEGs, a"
+	echo "$((size >> 20)) MiB beton of 2 MiB pages, on versitygw behind toxiproxy (+$latency ms) and a $STORAGE_BW MB/s link; each"
+	echo "mount's RAM cache and --disk-cache hold a little more than 1/N of the beton. Ranks read their quasi-random"
+	echo "orders (storagebench, 2 readers, batches of $STORAGE_BATCH). Share of the beton fetched from S3 by all nodes, per epoch:"
+	printf '%-6s %-22s %9s %9s %9s\n' "nodes" "order" "epoch 1" "epoch 2" "epoch 3"
+	for nodes in ${NODES:-2 4}; do
+		# A node's share, 15 % more, and the pages its ranks read at once.
+		share=$(((size / nodes + page - 1) / page))
+		cache=$(((share * 115 / 100 + 2 * ranks + 2) * (page >> 20)))MiB
+		diskcap=$(((share * 115 / 100 + 2) * page))
+		for kind in global node-affine; do
+			local mpids=() mnts=()
+			for ((k = 0; k < nodes; k++)); do
+				mkdir -p "$STORAGE_TMP/node$k"
+				rm -rf "$STORAGE_TMP/disk$k"
+				bin/ffcvfs mount --background --s3-endpoint "http://127.0.0.1:$STORAGE_LINK" --cache-size "$cache" \
+					--readers "$STORAGE_READERS" --order-batch-size "$STORAGE_BATCH" \
+					--disk-cache "$STORAGE_TMP/disk$k" --disk-cache-size "$diskcap" \
+					"s3://bench/$STORAGE_KEY" "$STORAGE_TMP/node$k" 2>>"$STORAGE_TMP/mount.log" ||
+					die "ffcvfs mount failed: $(tail -n 5 "$STORAGE_TMP/mount.log")"
+				mnts+=("$STORAGE_TMP/node$k")
+			done
+			line=$(printf '%-6s %-22s' "$nodes" "$kind")
+			for e in 0 1 2; do
+				local before=() after=()
+				for k in "${!mnts[@]}"; do before+=("$(bytes_read "${mnts[k]}")"); done
+				pids=()
+				for ((k = 0; k < nodes; k++)); do
+					for ((r = 0; r < ranks; r++)); do
+						local shard=$((k * ranks + r))-of-$((nodes * ranks))
+						[[ $kind == global ]] || shard+=.nodes-$nodes
+						bin/storagebench mount -order quasi-random -j 2 -batch "$STORAGE_BATCH" -seed 1 -epoch "$e" \
+							-shard "$shard" "${mnts[k]}" >>"$STORAGE_TMP/cluster.txt" &
+						pids+=($!)
+					done
+				done
+				for r in "${pids[@]}"; do wait "$r" || die "storagebench failed"; done
+				total=0
+				for k in "${!mnts[@]}"; do
+					after+=("$(bytes_read "${mnts[k]}")")
+					total=$((total + after[k] - before[k]))
+				done
+				line+=$(printf ' %8.1f%%' "$(echo "100 * $total / $size" | bc -l)")
+			done
+			echo "$line"
+			for m in "${mnts[@]}"; do bin/ffcvfs umount "$m" || die "ffcvfs umount $m failed"; done
+		done
+	done
+	storage_cleanup
+	trap - EXIT INT TERM
+}
+
 case ${1:-} in
 scan)
 	build
@@ -955,6 +1021,9 @@ metrics)
 	;;
 cluster)
 	ensure_go
+	shift
+	bench_cluster "$@"
+	echo
 	go run ./tools/clustersim -nodes 8,16,32,64 -ranks 8 -epochs 3
 	go run ./tools/clustersim -nodes 8,64 -ranks 8 -epochs 3 -move 0.1 | tail -n 4
 	;;

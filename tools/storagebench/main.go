@@ -8,7 +8,7 @@
 //	storagebench put   -endpoint URL -bucket B -beton FILE -key K -folder DIR -prefix P
 //	storagebench link  -listen ADDR -to ADDR -rate MBS
 //	storagebench get   -endpoint URL -bucket B -prefix P [-j 4] [-batch 64] [-seed S] [-max-seconds T]
-//	storagebench mount -order quasi-random|random|random-announced [-j 4] [-batch 64] [-seed S] [-max-seconds T] MNT
+//	storagebench mount -order quasi-random|random|random-announced [-j 4] [-batch 64] [-seed S] [-shard R-of-W[.nodes-N]] [-max-seconds T] MNT
 //
 // S3 credentials and region come from the usual AWS environment variables.
 package main
@@ -49,7 +49,7 @@ const usage = `usage:
   storagebench get   -endpoint URL -bucket B -prefix P [-j 4] [-batch 64] [-seed S] [-max-seconds T]
       GETs every object under P once, in random order, in batches dealt to J
       workers as torch's DataLoader does (as mount reads)
-  storagebench mount -order KIND [-j 4] [-batch 64] [-seed S] [-epoch E] [-max-seconds T] MNT
+  storagebench mount -order KIND [-j 4] [-batch 64] [-seed S] [-epoch E] [-shard R-of-W[.nodes-N]] [-max-seconds T] MNT
       reads every image of an ffcvfs mount once, in batches dealt to J workers as
       torch's DataLoader does; KIND is quasi-random or random-announced (the order
       read from MNT/.ffcvfs/orders/, which announces it) or random (a permutation
@@ -410,6 +410,7 @@ func mount(args []string) error {
 	prefetch := fl.Int("prefetch", 2, "batches each worker may be ahead of the consumer, as DataLoader's prefetch_factor")
 	seed := fl.Uint64("seed", 0, "seed of the order")
 	epoch := fl.Uint64("epoch", 0, "epoch of the order")
+	shard := fl.String("shard", "", "read one rank's order: RANK-of-WORLD, or RANK-of-WORLD.nodes-N for a node-affine one")
 	maxSeconds := fl.Float64("max-seconds", 0, "stop after this many seconds (0: read everything)")
 	fl.Parse(args)
 	if fl.NArg() != 1 || *jobs < 1 || *batch < 1 || *prefetch < 1 {
@@ -451,6 +452,9 @@ func mount(args []string) error {
 	case "quasi-random", "random-announced":
 		k := strings.TrimSuffix(*kind, "-announced")
 		path := control.Path(mnt, control.OrdersDir, k, strconv.FormatUint(*seed, 10), strconv.FormatUint(*epoch, 10))
+		if *shard != "" {
+			path = control.Path(mnt, control.OrdersDir, k, strconv.FormatUint(*seed, 10), *shard, strconv.FormatUint(*epoch, 10))
+		}
 		text, err := os.ReadFile(path)
 		if err != nil {
 			return err
