@@ -222,9 +222,10 @@ print(json.dumps(out))
 
 // TestFeedElasticResume: ffcvfeed servers of W0 ranks, stopped after K
 // batches each, resumed by W1 servers started with the flags rank 0's
-// Loader.resume_args(world_size=W1) gives (8→6, 6→8, 4→1, 1→3): the
-// images before and after are the epoch's, each once, none before and
-// after, and every rank of the rest delivers as many.
+// Loader.resume_args(world_size=W1) gives (8→6, 6→8, 4→1, 1→3, at several
+// points): the images before and after are the epoch's, each once, none
+// before and after, every rank of the rest delivers as many, and the same
+// state gives the same rest.
 func TestFeedElasticResume(t *testing.T) {
 	py := installedPython(t, "numpy")
 	dir := t.TempDir()
@@ -263,16 +264,25 @@ func TestFeedElasticResume(t *testing.T) {
 	if len(all) != 200 {
 		t.Fatalf("the reference epoch has %d distinct images, want 200", len(all))
 	}
-	for _, ch := range [][2]int{{8, 6}, {6, 8}, {4, 1}, {1, 3}} {
-		w0, w1 := ch[0], ch[1]
-		name := fmt.Sprintf("%d→%d", w0, w1)
-		before, st, args := client(serve(w0), 3, w1)
+	type feedCase struct{ w0, w1, stop int }
+	cases := []feedCase{{8, 6, 3}, {6, 8, 1}, {6, 8, 5}, {4, 1, 3}, {1, 3, 1}, {1, 3, 20}}
+	for i, c := range cases {
+		w0, w1 := c.w0, c.w1
+		name := fmt.Sprintf("%d→%d after %d batches", w0, w1, c.stop)
+		before, st, args := client(serve(w0), c.stop, w1)
 		if !slices.Contains(args, "--resume") {
 			t.Errorf("%s: resume_args(world_size=%d) = %v, want --resume", name, w1, args)
 			continue
 		}
 		state, _ := json.Marshal(st)
 		after, _, _ := client(serve(w1, args...), -1, w1, string(state))
+		if i == 0 {
+			// The same state, the same rest.
+			again, _, _ := client(serve(w1, args...), -1, w1, string(state))
+			if fmt.Sprint(again) != fmt.Sprint(after) {
+				t.Errorf("%s: two resumes from the same state delivered different rests", name)
+			}
+		}
 		seen := map[string]bool{}
 		for _, imgs := range before {
 			for _, h := range imgs {
