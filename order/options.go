@@ -113,8 +113,9 @@ type Options struct {
 	Nodes int
 
 	// MoveFraction is the share of each node's pages that moves to another
-	// node from one epoch to the next (0 to 1), so that over many epochs
-	// every node sees every page. Only node-affine orders use it.
+	// node from one epoch to the next (0 to 1, taken to millionths), so
+	// that over many epochs every node sees every page. Only node-affine
+	// orders use it.
 	MoveFraction float64
 
 	// Served, when set, says which samples the reader of the order sees

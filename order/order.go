@@ -3,6 +3,8 @@ package order
 import (
 	"errors"
 	"fmt"
+	"math"
+	"math/big"
 	"math/bits"
 	"slices"
 
@@ -214,7 +216,7 @@ func Generate(l Layout, o Options) ([]uint32, error) {
 // the seed alone into a ring, node k holds the k-th of nodes equal arcs of
 // it, and from one epoch to the next every arc turns by moveFraction of its
 // length (rounded down; so after e epochs by floor(e·moveFraction·P/nodes)
-// units, P units in all). It returns, for each node, the indices of its
+// units, P units in all, moveFraction taken to millionths). It returns, for each node, the indices of its
 // units in the ring's order.
 func nodeUnits(count, nodes int, seed, epoch uint64, moveFraction float64) [][]int {
 	ring := make([]int, count)
@@ -224,9 +226,13 @@ func nodeUnits(count, nodes int, seed, epoch uint64, moveFraction float64) [][]i
 	shuffle(nodesStream(seed), ring)
 	shift := 0
 	if count > 0 {
-		// float64 holds e·f·P/nodes exactly enough: the shift is taken
-		// modulo the ring.
-		shift = int(uint64(float64(epoch)*moveFraction*float64(count)/float64(nodes)) % uint64(count))
+		// floor(e·f·P/nodes) mod P in integers, with f in millionths, so
+		// that no float rounding or conversion can differ by platform.
+		micro := int64(math.Round(moveFraction * 1e6))
+		x := new(big.Int).SetUint64(epoch)
+		x.Mul(x, big.NewInt(micro*int64(count)))
+		x.Quo(x, big.NewInt(int64(nodes)*1e6))
+		shift = int(x.Mod(x, big.NewInt(int64(count))).Int64())
 	}
 	out := make([][]int, nodes)
 	for k := range nodes {
