@@ -239,6 +239,8 @@ func TestGolden(t *testing.T) {
 		{Options{Kind: Random, Seed: 1, Epoch: 0}, goldenRandom},
 		{Options{Kind: QuasiRandom, Seed: 1, Epoch: 0, Window: 2}, goldenQuasi},
 		{Options{Kind: QuasiRandom, Seed: 9, Epoch: 3, Window: 3, Rank: 2, WorldSize: 3}, goldenQuasiRank},
+		{Options{Kind: QuasiRandom, Seed: 9, Epoch: 3, Window: 2, Rank: 1, WorldSize: 2, Resumed: []Segment{{3, 4}}}, goldenResumed},
+		{Options{Kind: Random, Seed: 4, Epoch: 2, Rank: 3, WorldSize: 4, Nodes: 2, MoveFraction: 0.5}, goldenNodes},
 	}
 	for _, c := range cases {
 		if got := fmt.Sprint(generate(t, l, c.o)); got != c.want {
@@ -254,6 +256,8 @@ const (
 	goldenRandom    = "[15 33 11 27 8 14 22 25 35 34 3 16 36 18 32 4 2 31 38 19 39 5 6 30 26 20 17 9 37 0 13 21 10 29 12 1 7 28 23 24]"
 	goldenQuasi     = "[24 30 23 29 12 14 25 27 28 8 35 17 13 26 39 16 36 10 15 11 0 3 5 1 2 37 4 19 38 20 33 21 18 22 6 32 9 7 31 34]"
 	goldenQuasiRank = "[23 27 19 18 30 20 6 7 22 21 29 9 25 28 24]"
+	goldenResumed   = "[31 4 2 29 28 24 5 1 0 38 36 39 37 31 4]"
+	goldenNodes     = "[5 34 21 1 18 20 3 31 22 2 33 32 4 19 0]"
 )
 
 // pageOf returns, for every sample, the index of its unit (data page or
