@@ -75,6 +75,25 @@ for c in cases:
 print(json.dumps(out))
 `
 
+// writeRawBeton writes the fixture photos as raw images of at most 192
+// pixels in 2 MiB pages: 200 samples in 10 pages, pages for 8 ranks. The
+// file is closed at the end of the test.
+func writeRawBeton(t *testing.T) (string, *beton.File) {
+	t.Helper()
+	src := filepath.Join(t.TempDir(), "raw.beton")
+	run(t, 0, binary(t, "ffcvfs"), "write", "--mode", "raw", "--max-resolution", "192", "--page-size", "2MiB",
+		testenv.Fixture(t, "imagefolder-small"), src)
+	f, err := beton.OpenFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if f.NumPages() < 8 {
+		t.Fatalf("the test beton has %d pages, want 8 or more", f.NumPages())
+	}
+	return src, f
+}
+
 type elasticCase struct {
 	Kind  string `json:"kind"`
 	Chain []int  `json:"chain"`
@@ -90,19 +109,7 @@ type elasticCase struct {
 // orders.
 func TestSamplerElasticResume(t *testing.T) {
 	py := installedPython(t, "torch", "torchvision")
-	dir := t.TempDir()
-	src := filepath.Join(dir, "raw.beton")
-	// 200 raw images in 10 pages of 2 MiB: pages for 8 ranks.
-	run(t, 0, binary(t, "ffcvfs"), "write", "--mode", "raw", "--max-resolution", "192", "--page-size", "2MiB",
-		testenv.Fixture(t, "imagefolder-small"), src)
-	f, err := beton.OpenFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if f.NumPages() < 8 {
-		t.Fatalf("the test beton has %d pages, want 8 or more", f.NumPages())
-	}
+	src, f := writeRawBeton(t)
 	mnt := mountBeton(t, src)
 
 	var cases []elasticCase
@@ -228,10 +235,7 @@ print(json.dumps(out))
 // state gives the same rest.
 func TestFeedElasticResume(t *testing.T) {
 	py := installedPython(t, "numpy")
-	dir := t.TempDir()
-	src := filepath.Join(dir, "raw.beton")
-	run(t, 0, binary(t, "ffcvfs"), "write", "--mode", "raw", "--max-resolution", "192", "--page-size", "2MiB",
-		testenv.Fixture(t, "imagefolder-small"), src)
+	src, _ := writeRawBeton(t)
 	// Center crops without flips: a sample's image is the same in every
 	// epoch and part, so its hash names it.
 	flags := []string{"--batch-size", "4", "--resolution", "24", "--crop", "center", "--flip", "0", "--epochs", "1", "--workers", "1", "--slots", "2", "--seed", "9"}
@@ -355,14 +359,7 @@ print(json.dumps(out))
 // every epoch, and with move 0.5 about half of them change.
 func TestSamplerNodeAffine(t *testing.T) {
 	py := installedPython(t, "torch", "torchvision")
-	src := filepath.Join(t.TempDir(), "raw.beton")
-	run(t, 0, binary(t, "ffcvfs"), "write", "--mode", "raw", "--max-resolution", "192", "--page-size", "2MiB",
-		testenv.Fixture(t, "imagefolder-small"), src)
-	f, err := beton.OpenFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	src, f := writeRawBeton(t)
 	mnt := mountBeton(t, src)
 	stdout, _ := run(t, 0, py, "-c", nodeAffineScript, mnt)
 	var got map[string][][][]int
