@@ -273,8 +273,9 @@ class QuasiRandomSampler(torch.utils.data.Sampler):
         else:
             # The rest after every part so far, dealt over this job's ranks.
             self._resume, self._resume_segs = 0, segs + [(world, pos)]
-        self._base = self._yielded = 0
-        self._segs = []
+        # Until the next iteration, state_dict() gives back where it starts.
+        self._base = self._yielded = self._resume
+        self._segs = list(self._resume_segs)
         self._order, self._order_epoch, self._iterated = None, None, False
 
     def _read(self, start: int, segs: List[Tuple[int, int]]) -> List[int]:
