@@ -332,6 +332,13 @@ func serveCommand() *cli.Command {
 			} else if len(removed) > 0 {
 				slog.Info("removed the rings of dead servers", "rings", removed)
 			}
+			// From here on a signal ends the stream through ctx, so that
+			// the shared memory and the socket are removed on the way out.
+			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if os.Getenv(exitWithParentEnv) == "1" {
+				ctx = exitWithParent(ctx)
+			}
 			ring, err := cudafeed.CreateServerRing(cudafeed.Layout{Fields: p.Fields(), Slots: c.Int("slots")})
 			if err != nil {
 				return err
@@ -362,8 +369,6 @@ func serveCommand() *cli.Command {
 				defer ms.Close()
 				slog.Info("serving metrics", "url", "http://"+ms.Addr()+"/metrics")
 			}
-			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
-			defer stop()
 			slog.Info("serving", "socket", c.String("socket"), "shm", ring.Path(), "device", dev, "batches_per_epoch", nb, "epochs", c.Int("epochs"))
 			sink := serverSink{srv: srv, ring: ring}
 			for e := startEpoch; e < epochs; e++ {
