@@ -77,6 +77,7 @@ import json
 import mmap
 import os
 import socket
+import stat
 import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -92,9 +93,25 @@ class FeedError(Exception):
 
 
 class Loader:
-    """Reads batches from an ffcvfeed server.
+    """Reads batches from an ffcvfeed server, or starts one and reads it.
 
-    socket_path: the server's Unix socket.
+    Two forms::
+
+        Loader("/tmp/feed.sock")                  # a server started by hand
+        Loader("train.beton", batch_size=512, epochs=16, resolution=160)
+
+    In the second, ``source`` is what ``ffcvfeed serve --data`` takes (a
+    beton, ``s3://``, ``http(s)://``, an ffcvfs mountpoint), and every other
+    keyword argument that is not one of the Loader's own becomes a flag of
+    ``ffcvfeed serve`` (``batch_size=512`` → ``--batch-size 512``, ``True``
+    → the flag alone). The Loader starts the server on a private socket,
+    owns it, and stops it on ``close()``, on leaving a ``with`` block, when
+    it is garbage-collected or the interpreter exits, and when the Python
+    process ends, however it ends (the server watches its parent). A server that
+    fails to start raises FeedError with its own message. The program is
+    ``$FFCVFEED``, else ``ffcvfeed`` on the PATH.
+
+    socket_path: the server's Unix socket, or the data to start one on.
     pin: register the ring with CUDA (cudaHostRegister) when torch sees a GPU,
         so .torch() copies to the device asynchronously from pinned memory.
         Ignored when the server delivers to a CUDA device.
@@ -111,7 +128,11 @@ class Loader:
 
     def __init__(self, socket_path: str, pin: bool = False, names: Optional[Sequence[str]] = None,
                  hello_timeout: float = 10.0, device: Union[int, str, None] = None,
-                 connect_timeout: float = 30.0) -> None:
+                 connect_timeout: float = 30.0, **serve_flags: Any) -> None:
+        self._server = None
+        if serve_flags or _is_data(socket_path):
+            self._server = _Server(socket_path, serve_flags)
+            socket_path = self._server.socket_path
         self.socket_path = socket_path
         self._sock = None
         self._rfile = None
@@ -126,7 +147,16 @@ class Loader:
         self.current = None  # the message of the batch last yielded
         self.ended = False
         self.device = None  # CUDA mode: the CuPy device id of the buffers
-        self._sock = _connect(socket_path, connect_timeout)
+        try:
+            if self._server is None:
+                self._sock = _connect(socket_path, connect_timeout)
+            else:
+                # A server of its own may take minutes to open remote data;
+                # it is watched, and its end is an error at once.
+                self._sock = _connect(socket_path, max(connect_timeout, 600.0), self._server.check)
+        except BaseException:
+            self.close()
+            raise
         self._rfile = self._sock.makefile("rb")
         try:
             self._sock.settimeout(hello_timeout)
@@ -477,6 +507,9 @@ class Loader:
             except BufferError:
                 pass  # the caller still holds views; the mapping goes with them
             self._mm = None
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
 
     def __enter__(self):
         return self
@@ -505,9 +538,116 @@ def _expected_segments(state, world_size):
     return segments + [[world, position]]
 
 
-def _connect(path, timeout):
+def _is_data(source):
+    """Whether source names data for a server to start on rather than a
+    server's socket: a URL, a .beton, or an existing file or folder that is
+    not a socket."""
+    source = os.fspath(source)
+    if "://" in source or source.endswith(".beton") or source == "-":
+        return True
+    try:
+        st = os.stat(source)
+    except OSError:
+        return False
+    return not stat.S_ISSOCK(st.st_mode)
+
+
+def _flag_args(flags):
+    """ffcvfeed serve's flags from keyword arguments: batch_size=512 →
+    --batch-size 512; True → the flag alone; False and None → left out."""
+    args = []
+    for key, value in flags.items():
+        name = "--" + key.replace("_", "-")
+        if value is None or value is False:
+            continue
+        if value is True:
+            args.append(name)
+        elif isinstance(value, (list, tuple)):
+            args += [name, ",".join(str(v) for v in value)]
+        else:
+            args += [name, str(value)]
+    return args
+
+
+class _Server:
+    """An ffcvfeed serve process a Loader owns, on a socket in a folder of
+    its own (mode 0700)."""
+
+    def __init__(self, data, flags):
+        import shutil
+        import subprocess
+        import tempfile
+        exe = os.environ.get("FFCVFEED") or shutil.which("ffcvfeed")
+        if not exe:
+            raise FeedError("cannot start ffcvfeed: it is not on the PATH and $FFCVFEED is not set "
+                            "(build it: go build -o bin/ ./cmd/ffcvfeed)")
+        base = os.environ.get("XDG_RUNTIME_DIR")
+        if not base or not os.access(base, os.W_OK):
+            base = None
+        self.dir = tempfile.mkdtemp(prefix="ffcvfeed-", dir=base)
+        self.socket_path = os.path.join(self.dir, "feed.sock")
+        self.data = os.fspath(data)
+        self._log = open(os.path.join(self.dir, "serve.log"), "w+b")
+        args = [exe, "serve", "--data", self.data, "--socket", self.socket_path] + _flag_args(flags)
+        try:
+            # Its own session: a Ctrl-C meant for training reaches the
+            # Loader, which stops the server. FFCVFEED_EXIT_WITH_PARENT: the
+            # server ends when this process does, however it ends.
+            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
+                                         start_new_session=True,
+                                         env=dict(os.environ, FFCVFEED_EXIT_WITH_PARENT="1"))
+        except OSError as e:
+            self._cleanup()
+            raise FeedError(f"cannot start {exe}: {e}") from e
+        # Stopped when the Loader is garbage-collected or at exit, whichever
+        # comes first.
+        import weakref
+        self._finalizer = weakref.finalize(self, _stop_server, self.proc, self.dir, self._log)
+
+    def check(self):
+        """Raises FeedError, with the server's own words, if it has ended."""
+        if self.proc.poll() is not None:
+            raise FeedError(f"ffcvfeed serve --data {self.data} ended (exit {self.proc.returncode}): {self.message()}")
+
+    def message(self):
+        try:
+            self._log.flush()
+            with open(os.path.join(self.dir, "serve.log"), "rb") as f:
+                lines = f.read().decode(errors="replace").strip().splitlines()
+        except OSError:
+            return "(no log)"
+        errors = [ln for ln in lines if ln.startswith("ffcvfeed:") or "level=ERROR" in ln or " ERROR " in ln]
+        return " ".join((errors or lines)[-3:]) or "(nothing logged)"
+
+    def stop(self):
+        self._finalizer()
+
+    def _cleanup(self):
+        import shutil
+        self._log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _stop_server(proc, folder, log):
+    """Ends a server a Loader started: SIGTERM, then SIGKILL after 10 s,
+    and removes its folder."""
+    import shutil
+    import subprocess
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    log.close()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _connect(path, timeout, check=None):
     """Connects to the Unix socket at path, trying again while no server
-    listens there yet, for up to timeout seconds."""
+    listens there yet, for up to timeout seconds; check(), when given, is
+    called between tries (it raises when the server has died)."""
     deadline = time.monotonic() + max(timeout, 0.0)
     delay = 0.01
     while True:
@@ -517,6 +657,8 @@ def _connect(path, timeout):
             return sock
         except (FileNotFoundError, ConnectionRefusedError) as e:
             sock.close()
+            if check is not None:
+                check()
             left = deadline - time.monotonic()
             if left <= 0:
                 waited = f" (waited {timeout:g} s)" if timeout > 0 else ""

@@ -1,0 +1,149 @@
+package integration
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
+)
+
+// spawnScript starts a Loader on a beton (argv[1]) with flags of ffcvfeed
+// serve, reads batches, and prints "ready PID DIR" after the first; mode
+// (argv[2]) "epochs" reads 2 epochs and exits, "forever" reads on until it
+// is interrupted, "bad" opens a missing beton.
+const spawnScript = `
+import sys
+from ffcvfs import FeedError, Loader
+
+beton, mode = sys.argv[1], sys.argv[2]
+if mode == "bad":
+    try:
+        Loader(beton, epochs=1)
+    except FeedError as e:
+        print("error:", e, flush=True)
+    sys.exit(0)
+with Loader(beton, batch_size=16, resolution=32, workers=1, epochs=2 if mode == "epochs" else 1000) as loader:
+    n = 0
+    for e in range(loader.epochs):
+        for images, labels in loader:
+            if n == 0:
+                print("ready", loader._server.proc.pid, loader._server.dir, flush=True)
+            n += len(labels)
+    print("read", n, flush=True)
+`
+
+// TestLoaderStartsServer: the Python Loader given a beton starts ffcvfeed
+// serve itself: two epochs read through it; a missing beton is a FeedError
+// naming it; and after the Loader closes, after the script's Ctrl-C, and
+// after the script is killed, no server process, socket or shared memory
+// of it is left (its folder too, but after a kill).
+func TestLoaderStartsServer(t *testing.T) {
+	py := installedPython(t, "numpy")
+	feed := binary(t, "ffcvfeed")
+	beton := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
+	env := append(os.Environ(), "FFCVFEED="+feed)
+
+	start := func(mode string) (*exec.Cmd, *bufio.Scanner) {
+		cmd := exec.Command(py, "-c", spawnScript, beton, mode)
+		cmd.Env = env
+		cmd.Stderr = &testenv.OutputBuffer{} // a Ctrl-C's traceback
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd, bufio.NewScanner(out)
+	}
+	ready := func(sc *bufio.Scanner) (pid int, dir string) {
+		for sc.Scan() {
+			if f := strings.Fields(sc.Text()); len(f) == 3 && f[0] == "ready" {
+				pid, _ = strconv.Atoi(f[1])
+				return pid, f[2]
+			}
+		}
+		t.Fatalf("the script never read a batch")
+		return 0, ""
+	}
+	// gone waits until the server has exited, then checks that it left no
+	// shared memory, and, unless keepDir, no folder.
+	gone := func(what string, pid int, dir string, keepDir bool) {
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err == nil {
+			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			if n, err := unix.Poll(fds, int(testenv.Patience.Milliseconds())); err != nil || n != 1 {
+				t.Errorf("%s: the server %d is still running", what, pid)
+			}
+			unix.Close(fd)
+		}
+		if shm, _ := filepath.Glob(fmt.Sprintf("/dev/shm/ffcvfeed-%d-*", pid)); len(shm) > 0 {
+			t.Errorf("%s: the server left its shared memory %v", what, shm)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "feed.sock")); err == nil {
+			t.Errorf("%s: the server's socket is left in %s", what, dir)
+		}
+		if _, err := os.Stat(dir); err == nil && !keepDir {
+			t.Errorf("%s: the server's folder %s is left", what, dir)
+		}
+	}
+
+	// Two epochs, then the with block closes the Loader.
+	cmd, sc := start("epochs")
+	pid, dir := ready(sc)
+	var last string
+	for sc.Scan() {
+		last = sc.Text()
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("two epochs through a Loader that starts its server: %v", err)
+	}
+	if last != "read 400" {
+		t.Errorf("two epochs of 200 samples: %q, want read 400", last)
+	}
+	gone("closed", pid, dir, false)
+
+	// A missing beton: the server's own sentence, naming it.
+	bad := exec.Command(py, "-c", spawnScript, "/nonexistent/train.beton", "bad")
+	bad.Env = env
+	outb, err := bad.CombinedOutput()
+	if out := string(outb); err != nil || !strings.Contains(out, "error:") || !strings.Contains(out, "/nonexistent/train.beton") {
+		t.Errorf("a missing beton: %v: %q, want a FeedError naming it", err, out)
+	}
+
+	// Ctrl-C in the training script.
+	cmd, sc = start("forever")
+	pid, dir = ready(sc)
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	_ = cmd.Wait() // a KeyboardInterrupt: exit 1
+	gone("Ctrl-C", pid, dir, false)
+
+	// The script killed: the server sees its parent go.
+	cmd, sc = start("forever")
+	pid, dir = ready(sc)
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	_ = cmd.Wait()
+	gone("killed", pid, dir, true)
+	os.RemoveAll(dir)
+}
