@@ -41,16 +41,19 @@ with Loader(beton, batch_size=16, resolution=32, workers=1, epochs=2 if mode == 
     print("read", n, flush=True)
 `
 
-// TestLoaderStartsServer: the Python Loader given a beton starts ffcvfeed
-// serve itself: two epochs read through it; a missing beton is a FeedError
+// TestLoaderStartsServer: in a venv with only the package's wheel (which
+// holds the programs) installed, the Python Loader given a beton starts
+// the ffcvfeed of the wheel itself: two epochs read through it; a missing beton is a FeedError
 // naming it; and after the Loader closes, after the script's Ctrl-C, and
 // after the script is killed, no server process, socket or shared memory
 // of it is left (its folder too, but after a kill).
 func TestLoaderStartsServer(t *testing.T) {
 	py := installedPython(t, "numpy")
-	feed := binary(t, "ffcvfeed")
 	beton := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
-	env := append(os.Environ(), "FFCVFEED="+feed)
+	// The venv holds the wheel alone: the Loader runs the ffcvfeed built
+	// into it, with no other on the PATH.
+	env := []string{"PATH=/usr/bin:/bin", "HOME=" + os.Getenv("HOME"), "LANG=C.UTF-8"}
+	venvBin := filepath.Dir(py)
 
 	start := func(mode string) (*exec.Cmd, *bufio.Scanner) {
 		cmd := exec.Command(py, "-c", spawnScript, beton, mode)
@@ -100,6 +103,12 @@ func TestLoaderStartsServer(t *testing.T) {
 	// Two epochs, then the with block closes the Loader.
 	cmd, sc := start("epochs")
 	pid, dir := ready(sc)
+	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err != nil || !strings.HasPrefix(exe, filepath.Dir(venvBin)) {
+		t.Errorf("the server runs %q (%v), want the ffcvfeed of the wheel in %s", exe, err, filepath.Dir(venvBin))
+	}
+	if out, err := exec.Command(filepath.Join(venvBin, "ffcvfeed"), "--help").CombinedOutput(); err != nil || !strings.Contains(string(out), "ffcvfeed serve") {
+		t.Errorf("the venv's ffcvfeed command: %v\n%s", err, out)
+	}
 	var last string
 	for sc.Scan() {
 		last = sc.Text()

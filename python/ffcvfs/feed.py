@@ -109,7 +109,8 @@ class Loader:
     it is garbage-collected or the interpreter exits, and when the Python
     process ends, however it ends (the server watches its parent). A server that
     fails to start raises FeedError with its own message. The program is
-    ``$FFCVFEED``, else ``ffcvfeed`` on the PATH.
+    ``$FFCVFEED``, else the one built into this package, else ``ffcvfeed``
+    on the PATH.
 
     socket_path: the server's Unix socket, or the data to start one on.
     pin: register the ring with CUDA (cudaHostRegister) when torch sees a GPU,
@@ -577,10 +578,11 @@ class _Server:
         import shutil
         import subprocess
         import tempfile
-        exe = os.environ.get("FFCVFEED") or shutil.which("ffcvfeed")
+        from ._programs import program
+        exe = os.environ.get("FFCVFEED") or program("ffcvfeed") or shutil.which("ffcvfeed")
         if not exe:
-            raise FeedError("cannot start ffcvfeed: it is not on the PATH and $FFCVFEED is not set "
-                            "(build it: go build -o bin/ ./cmd/ffcvfeed)")
+            raise FeedError("cannot start ffcvfeed: the package holds no build of it, it is not on the PATH, "
+                            "and $FFCVFEED is not set (build it: go build -o bin/ ./cmd/ffcvfeed)")
         base = os.environ.get("XDG_RUNTIME_DIR")
         if not base or not os.access(base, os.W_OK):
             base = None

@@ -1,0 +1,28 @@
+"""The commands ffcvfs and ffcvfeed that pip installs: each runs the program
+of the same name built into the package (ffcvfs/bin/)."""
+
+import os
+import sys
+
+
+def program(name: str) -> str:
+    """The path of a program built into the package, or "" when the package
+    was built without them (FFCVFS_NO_BINARIES=1)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", name)
+    return path if os.access(path, os.X_OK) else ""
+
+
+def _run(name: str) -> None:
+    path = program(name)
+    if not path:
+        sys.exit(f"{name}: this installation of the Python package ffcvfs holds no programs "
+                 f"(it was built with FFCVFS_NO_BINARIES=1); build them with: go build -o bin/ ./cmd/{name}")
+    os.execv(path, [path] + sys.argv[1:])
+
+
+def ffcvfs() -> None:
+    _run("ffcvfs")
+
+
+def ffcvfeed() -> None:
+    _run("ffcvfeed")
