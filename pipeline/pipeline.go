@@ -50,6 +50,10 @@ type Options struct {
 	// per epoch).
 	Order     order.Options
 	BatchSize int
+	// DropLast leaves out an epoch's last batch when it is incomplete, as
+	// FFCV's Loader does with drop_last: every batch then holds BatchSize
+	// samples.
+	DropLast bool
 	// Op is the crop, resize and flip of every image.
 	Op decode.Op
 	// DType is the images' element type (default Uint8), Layout their
@@ -230,7 +234,20 @@ func (p *Pipeline) BatchesPerEpoch() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return (len(ids) + p.opts.BatchSize - 1) / p.opts.BatchSize, nil
+	nb := p.batches(len(ids))
+	if nb == 0 && p.opts.DropLast && len(ids) > 0 {
+		return 0, fmt.Errorf("an epoch of %d samples holds no whole batch of %d: drop-last would deliver nothing", len(ids), p.opts.BatchSize)
+	}
+	return nb, nil
+}
+
+// batches is the number of batches n samples make: whole ones only with
+// DropLast.
+func (p *Pipeline) batches(n int) int {
+	if p.opts.DropLast {
+		return n / p.opts.BatchSize
+	}
+	return (n + p.opts.BatchSize - 1) / p.opts.BatchSize
 }
 
 func (p *Pipeline) orderOf(epoch int) order.Options {
@@ -266,12 +283,11 @@ func (p *Pipeline) RunEpochFrom(ctx context.Context, epoch, start int, sink Sink
 	if err != nil {
 		return 0, err
 	}
-	B := p.opts.BatchSize
-	nb := (len(all) + B - 1) / B
+	nb := p.batches(len(all))
 	if start < 0 || start >= nb {
 		return 0, fmt.Errorf("epoch %d has batches 0 to %d; cannot start at batch %d", epoch, nb-1, start)
 	}
-	return p.run(ctx, epoch, all, start, sink)
+	return p.run(ctx, epoch, all[:min(len(all), nb*p.opts.BatchSize)], start, sink)
 }
 
 // RestBatches returns the batches of the rest of epoch after the segments
@@ -289,8 +305,7 @@ func (p *Pipeline) RestBatches(epoch int, resumed []order.Segment) (int, error) 
 	if err != nil {
 		return 0, err
 	}
-	B := p.opts.BatchSize
-	r := (len(rest) + B - 1) / B
+	r := p.batches(len(rest))
 	if r > nb {
 		return 0, fmt.Errorf("epoch %d: this rank's share of the rest after %s is %d batches, more than a whole epoch's %d; resume at a batch size or world size whose whole epoch is longer",
 			epoch, order.FormatSegments(resumed, ","), r, nb)
@@ -327,6 +342,7 @@ func (p *Pipeline) RunEpochRest(ctx context.Context, epoch int, resumed []order.
 	// The rest stands where the last r batches of the epoch would: the
 	// ids before it are never read.
 	start := nb - r
+	rest = rest[:min(len(rest), r*p.opts.BatchSize)]
 	all := make([]uint32, start*p.opts.BatchSize, start*p.opts.BatchSize+len(rest))
 	return p.run(ctx, epoch, append(all, rest...), start, sink)
 }

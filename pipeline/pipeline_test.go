@@ -303,3 +303,27 @@ func TestParseEnums(t *testing.T) {
 		}
 	}
 }
+
+// TestDropLast: with DropLast an epoch of 200 samples in batches of 16 is 12
+// whole batches, every one full, and no sample twice.
+func TestDropLast(t *testing.T) {
+	c := openCache(t, testenv.Fixture(t, "beton", "imagefolder-mixed.beton"))
+	n := c.File().NumSamples()
+	opts := Options{BatchSize: 16, DropLast: true, Workers: 2, Op: decode.Op{Kind: decode.CenterCrop, OutW: 16, OutH: 16}, Order: order.Options{Kind: order.Random, Seed: 1}}
+	sink := run(t, c, opts, 1)
+	if len(sink.got) != n/16 {
+		t.Fatalf("%d samples in batches of 16 with DropLast: %d batches, want %d", n, len(sink.got), n/16)
+	}
+	for _, b := range sink.got {
+		if len(b.labels) != 16 {
+			t.Errorf("batch %d holds %d samples, want 16", b.batch, len(b.labels))
+		}
+	}
+	p, err := New(c, Options{BatchSize: n + 1, DropLast: true, Order: order.Options{Kind: order.Random}, Op: opts.Op}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.BatchesPerEpoch(); err == nil {
+		t.Errorf("an epoch with no whole batch: no error")
+	}
+}

@@ -92,6 +92,7 @@ func pipelineFlags() []cli.Flag {
 		&cli.IntFlag{Name: "nodes", Usage: "node-affine order: the `N` machines the ranks run on (--world-size / N ranks each, numbered node by node): each node reads the same pages every epoch, so its caches keep serving them (0: the pages of each epoch are dealt over all ranks)", Category: "batches"},
 		&cli.Float64Flag{Name: "move", Usage: "node-affine order: the share `F` (0 to 1) of each node's pages that moves to another node per epoch", Category: "batches"},
 		&cli.IntFlag{Name: "workers", Value: runtime.NumCPU(), DefaultText: "the cores", Usage: "`N` decoding goroutines", Category: "batches"},
+		&cli.BoolFlag{Name: "drop-last", Usage: "leave out an epoch's last batch when it is incomplete, as FFCV's Loader does with drop_last", Category: "batches"},
 		&cli.StringFlag{Name: "on-error", Value: "skip", Usage: "skip (replace an undecodable sample by another of its batch) or fail", Category: "batches"},
 	}, append(cacheflags.Flags("data"), cacheflags.SourceFlags("storage")...)...)
 }
@@ -143,7 +144,7 @@ func pipelineOptions(c *cli.Context) (pipeline.Options, error) {
 	o := pipeline.Options{
 		Order: order.Options{Kind: kind, Seed: c.Uint64("seed"), Rank: c.Int("rank"), WorldSize: c.Int("world-size"),
 			Nodes: c.Int("nodes"), MoveFraction: c.Float64("move")},
-		BatchSize: c.Int("batch-size"),
+		BatchSize: c.Int("batch-size"), DropLast: c.Bool("drop-last"),
 		DType:     dtype, Layout: layout,
 		Workers: c.Int("workers"), OnError: onError,
 		ImageField: c.String("image-field"), LabelField: c.String("label-field"),
