@@ -145,7 +145,7 @@ func pipelineOptions(c *cli.Context) (pipeline.Options, error) {
 		Order: order.Options{Kind: kind, Seed: c.Uint64("seed"), Rank: c.Int("rank"), WorldSize: c.Int("world-size"),
 			Nodes: c.Int("nodes"), MoveFraction: c.Float64("move")},
 		BatchSize: c.Int("batch-size"), DropLast: c.Bool("drop-last"),
-		DType:     dtype, Layout: layout,
+		DType: dtype, Layout: layout,
 		Workers: c.Int("workers"), OnError: onError,
 		ImageField: c.String("image-field"), LabelField: c.String("label-field"),
 		Op: decode.Op{OutW: c.Int("resolution"), OutH: c.Int("resolution"), FlipProb: c.Float64("flip"), CenterRatio: c.Float64("center-ratio"), Exact: c.Bool("exact")},
