@@ -301,16 +301,22 @@ func (p *Pipeline) RestBatches(epoch int, resumed []order.Segment) (int, error) 
 	if err != nil {
 		return 0, err
 	}
-	nb, err := p.BatchesPerEpoch()
-	if err != nil {
-		return 0, err
+	r, _, err := p.restBatches(epoch, resumed, len(rest))
+	return r, err
+}
+
+// restBatches returns the batches r of a rest of n samples and the batches
+// nb of a whole epoch, failing when r > nb.
+func (p *Pipeline) restBatches(epoch int, resumed []order.Segment, n int) (r, nb int, err error) {
+	if nb, err = p.BatchesPerEpoch(); err != nil {
+		return 0, 0, err
 	}
-	r := p.batches(len(rest))
+	r = p.batches(n)
 	if r > nb {
-		return 0, fmt.Errorf("epoch %d: this rank's share of the rest after %s is %d batches, more than a whole epoch's %d; resume at a batch size or world size whose whole epoch is longer",
+		return 0, 0, fmt.Errorf("epoch %d: this rank's share of the rest after %s is %d batches, more than a whole epoch's %d; resume at a batch size or world size whose whole epoch is longer",
 			epoch, order.FormatSegments(resumed, ","), r, nb)
 	}
-	return r, nil
+	return r, nb, nil
 }
 
 func (p *Pipeline) restOf(epoch int, resumed []order.Segment) ([]uint32, error) {
@@ -328,16 +334,12 @@ func (p *Pipeline) RunEpochRest(ctx context.Context, epoch int, resumed []order.
 	if err != nil {
 		return 0, err
 	}
-	r, err := p.RestBatches(epoch, resumed)
+	r, nb, err := p.restBatches(epoch, resumed, len(rest))
 	if err != nil {
 		return 0, err
 	}
 	if r == 0 {
 		return 0, nil
-	}
-	nb, err := p.BatchesPerEpoch()
-	if err != nil {
-		return 0, err
 	}
 	// The rest stands where the last r batches of the epoch would: the
 	// ids before it are never read.
