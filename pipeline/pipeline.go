@@ -290,63 +290,49 @@ func (p *Pipeline) RunEpochFrom(ctx context.Context, epoch, start int, sink Sink
 	return p.run(ctx, epoch, all[:min(len(all), nb*p.opts.BatchSize)], start, sink)
 }
 
-// RestBatches returns the batches of the rest of epoch after the segments
-// resumed (order.Options.Resumed, read at any world sizes): RunEpochRest
-// delivers them as the last batches of the epoch, from batch
-// BatchesPerEpoch() minus that number on. It fails when the rest needs
-// more batches than a whole epoch has (a rank's share of the rest may
-// exceed its share of a whole epoch by a page's worth at most).
-func (p *Pipeline) RestBatches(epoch int, resumed []order.Segment) (int, error) {
-	rest, err := p.restOf(epoch, resumed)
-	if err != nil {
-		return 0, err
-	}
-	r, _, err := p.restBatches(epoch, resumed, len(rest))
-	return r, err
+// Rest is this rank's share of the rest of an epoch after parts read
+// before at any world sizes (order.Options.Resumed), placed as the last
+// Batches batches of the epoch, from batch Start on; RunRest delivers it.
+type Rest struct {
+	Epoch          int
+	Start, Batches int
+	ids            []uint32
 }
 
-// restBatches returns the batches r of a rest of n samples and the batches
-// nb of a whole epoch, failing when r > nb.
-func (p *Pipeline) restBatches(epoch int, resumed []order.Segment, n int) (r, nb int, err error) {
-	if nb, err = p.BatchesPerEpoch(); err != nil {
-		return 0, 0, err
-	}
-	r = p.batches(n)
-	if r > nb {
-		return 0, 0, fmt.Errorf("epoch %d: this rank's share of the rest after %s is %d batches, more than a whole epoch's %d; resume at a batch size or world size whose whole epoch is longer",
-			epoch, order.FormatSegments(resumed, ","), r, nb)
-	}
-	return r, nb, nil
-}
-
-func (p *Pipeline) restOf(epoch int, resumed []order.Segment) ([]uint32, error) {
+// Rest makes the rest of epoch after the segments resumed. It fails when
+// the rest needs more batches than a whole epoch has (a rank's share of the
+// rest may exceed its share of a whole epoch by a page's worth at most).
+// A rest of no batch has Start equal to BatchesPerEpoch().
+func (p *Pipeline) Rest(epoch int, resumed []order.Segment) (*Rest, error) {
 	o := p.orderOf(epoch)
 	o.Resumed = resumed
-	return order.Generate(p.f, o)
+	ids, err := order.Generate(p.f, o)
+	if err != nil {
+		return nil, err
+	}
+	nb, err := p.BatchesPerEpoch()
+	if err != nil {
+		return nil, err
+	}
+	r := p.batches(len(ids))
+	if r > nb {
+		return nil, fmt.Errorf("epoch %d: this rank's share of the rest after %s is %d batches, more than a whole epoch's %d; resume at a batch size or world size whose whole epoch is longer",
+			epoch, order.FormatSegments(resumed, ","), r, nb)
+	}
+	return &Rest{Epoch: epoch, Start: nb - r, Batches: r, ids: ids[:min(len(ids), r*p.opts.BatchSize)]}, nil
 }
 
-// RunEpochRest reads this rank's share of the rest of epoch after the
-// segments resumed, announcing only it, and publishes it as the last
-// RestBatches batches of the epoch. Augmentations are those of the epoch
-// and the sample, as in RunEpoch.
-func (p *Pipeline) RunEpochRest(ctx context.Context, epoch int, resumed []order.Segment, sink Sink) (int, error) {
-	rest, err := p.restOf(epoch, resumed)
-	if err != nil {
-		return 0, err
-	}
-	r, nb, err := p.restBatches(epoch, resumed, len(rest))
-	if err != nil {
-		return 0, err
-	}
-	if r == 0 {
+// RunRest reads a rest (Pipeline.Rest), announcing only it, and publishes
+// it as the last batches of its epoch. Augmentations are those of the
+// epoch and the sample, as in RunEpoch.
+func (p *Pipeline) RunRest(ctx context.Context, r *Rest, sink Sink) (int, error) {
+	if r.Batches == 0 {
 		return 0, nil
 	}
-	// The rest stands where the last r batches of the epoch would: the
-	// ids before it are never read.
-	start := nb - r
-	rest = rest[:min(len(rest), r*p.opts.BatchSize)]
-	all := make([]uint32, start*p.opts.BatchSize, start*p.opts.BatchSize+len(rest))
-	return p.run(ctx, epoch, append(all, rest...), start, sink)
+	// The rest stands where the last batches of the epoch would: the ids
+	// before it are never read.
+	all := make([]uint32, r.Start*p.opts.BatchSize, r.Start*p.opts.BatchSize+len(r.ids))
+	return p.run(ctx, r.Epoch, append(all, r.ids...), r.Start, sink)
 }
 
 // run delivers the batches of all from batch start on, announcing them.

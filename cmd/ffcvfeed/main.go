@@ -308,20 +308,20 @@ func serveCommand() *cli.Command {
 			if startBatch < 0 || startBatch >= nb {
 				return cli.Exit(fmt.Sprintf("--start-batch %d: an epoch has batches 0 to %d", startBatch, nb-1), 2)
 			}
+			var rest *pipeline.Rest // the rest of --start-epoch after --resume's segments
 			if resumed != nil {
 				// The rest of the epoch stands in its last batches.
-				r, err := p.RestBatches(startEpoch, resumed)
-				if err != nil {
+				if rest, err = p.Rest(startEpoch, resumed); err != nil {
 					return cli.Exit("--resume: "+err.Error(), 1)
 				}
-				if r == 0 {
+				if rest.Batches == 0 {
 					if startEpoch+1 >= epochs {
 						return cli.Exit(fmt.Sprintf("--resume: nothing is left of epoch %d, the last of --epochs %d", startEpoch, epochs), 1)
 					}
 					slog.Info("nothing is left of the resumed epoch: starting at the next", "epoch", startEpoch+1)
-					startEpoch, resumed = startEpoch+1, nil
+					startEpoch, resumed, rest = startEpoch+1, nil, nil
 				} else {
-					startBatch = nb - r
+					startBatch = rest.Start
 				}
 			}
 			stream := cudafeed.StreamInfo{WorldSize: max(1, c.Int("world-size")), BatchSize: c.Int("batch-size")}
@@ -380,8 +380,8 @@ func serveCommand() *cli.Command {
 				epoch.Store(int64(e))
 				var n int
 				var err error
-				if e == startEpoch && resumed != nil {
-					n, err = p.RunEpochRest(ctx, e, resumed, sink)
+				if e == startEpoch && rest != nil {
+					n, err = p.RunRest(ctx, rest, sink)
 				} else {
 					n, err = p.RunEpochFrom(ctx, e, from, sink)
 				}
