@@ -1,6 +1,7 @@
 package order
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"testing"
@@ -104,6 +105,12 @@ func TestNodeAffineOptions(t *testing.T) {
 		if _, err := Generate(l, o); err == nil {
 			t.Errorf("Generate(%+v) gave no error", o)
 		}
+	}
+	// Fewer pages than nodes: a node would get no page, and its ranks
+	// fewer samples than the others'.
+	few := newSynth(synthSpec{n: 60, mean: 30})
+	if _, err := Generate(few, Options{Kind: Random, WorldSize: 8, Rank: 0, Nodes: 8}); !errors.Is(err, ErrTooFewPages) {
+		t.Errorf("a node with no page: %v, want ErrTooFewPages", err)
 	}
 	// One node is the global order.
 	a := generate(t, l, Options{Kind: QuasiRandom, Seed: 1, WorldSize: 2, Rank: 1})

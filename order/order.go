@@ -216,8 +216,8 @@ func Generate(l Layout, o Options) ([]uint32, error) {
 // the seed alone into a ring, node k holds the k-th of nodes equal arcs of
 // it, and from one epoch to the next every arc turns by moveFraction of its
 // length (rounded down; so after e epochs by floor(e·moveFraction·P/nodes)
-// units, P units in all, moveFraction taken to millionths). It returns, for each node, the indices of its
-// units in the ring's order.
+// units, P units in all, moveFraction taken to millionths). It returns, for
+// each node, the indices of its units in the ring's order.
 func nodeUnits(count, nodes int, seed, epoch uint64, moveFraction float64) [][]int {
 	ring := make([]int, count)
 	for i := range ring {
@@ -259,13 +259,22 @@ func nodeOrder(units []unit, n int, o Options, window int) ([]uint32, error) {
 	}
 	// rankOrder equalized the node's ranks; now every rank of the job.
 	if o.DropLast {
-		return out[:min(len(out), max(lo, 0))], nil
+		return out[:min(len(out), lo)], nil
 	}
-	own := len(out)
-	for len(out) < hi && own > 0 {
-		out = append(out, out[:min(own, hi-len(out))]...)
+	if len(out) == 0 && hi > 0 {
+		return nil, fmt.Errorf("node %d of %d gets no page: %d pages for %d nodes; use fewer nodes: %w",
+			node, o.Nodes, len(units), o.Nodes, ErrTooFewPages)
 	}
-	return out, nil
+	return padTo(out, hi), nil
+}
+
+// padTo brings a non-empty order up to n samples by repeating it from its
+// start, as torch's DistributedSampler pads.
+func padTo(out []uint32, n int) []uint32 {
+	for len(out) > 0 && len(out) < n {
+		out = append(out, out[:min(len(out), n-len(out))]...)
+	}
+	return out
 }
 
 // nodeShare returns the units of the rank's node for the epoch of a
@@ -496,10 +505,7 @@ func rankOrder(units []unit, n int, kind Kind, worldSize, rank int, dropLast boo
 			}
 		}
 	}
-	for len(out) < hi {
-		out = append(out, out[:min(len(out), hi-len(out))]...)
-	}
-	return out, nil
+	return padTo(out, hi), nil
 }
 
 // splitUnits halves the largest unit (the first of the largest, its first
