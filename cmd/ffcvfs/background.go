@@ -51,19 +51,17 @@ func startBackground(src string, srcFromStdin bool) error {
 		// read in full before it mounted.
 		return nil
 	}
-	// The child ended before mounting, having said why.
+	// The child ended before mounting, having said why: its status is ours.
 	err = cmd.Wait()
 	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		if code := exit.ExitCode(); code > 0 {
-			return cli.Exit("", code)
-		}
-		return cli.Exit(fmt.Sprintf("the mount ended before it was mounted: %v", err), 1)
+	if errors.As(err, &exit) && exit.ExitCode() > 0 {
+		return cli.Exit("", exit.ExitCode())
 	}
+	msg := "the mount ended before it was mounted"
 	if err != nil {
-		return cli.Exit(fmt.Sprintf("the mount ended before it was mounted: %v", err), 1)
+		msg += ": " + err.Error() // killed by a signal
 	}
-	return cli.Exit("the mount ended before it was mounted", 1)
+	return cli.Exit(msg, 1)
 }
 
 // signalReady tells the parent that started this mount with --background

@@ -41,9 +41,10 @@ The beton is read into a cache of --cache-size bytes. Give the cache the
 order you will read in, and it fetches ahead what that order needs: use
 QuasiRandomSampler (each page read from storage about once per epoch) or
 RandomSampler (a uniform shuffle, as shuffle=True) of the Python package
-ffcvfs (pip install ./python in this repository), read an order from MOUNTPOINT/.ffcvfs/orders/KIND/SEED/EPOCH,
-or send your own to the socket MOUNTPOINT/.ffcvfs/announce (one sample id a
-line; the mount answers "ok N" or "error: ..."). MOUNTPOINT/.ffcvfs/stats.json shows what
+ffcvfs (pip install ./python in this repository), read an order from
+MOUNTPOINT/.ffcvfs/orders/KIND/SEED/EPOCH, or send your own to the socket
+MOUNTPOINT/.ffcvfs/announce (one sample id a line; the mount answers
+"ok N" or "error: ..."). MOUNTPOINT/.ffcvfs/stats.json shows what
 the cache does ('ffcvfs stats MOUNTPOINT' shows it live, --metrics-addr
 serves it to Prometheus); MOUNTPOINT/.ffcvfs/dataset.beton is the whole file.
 
@@ -234,7 +235,7 @@ func runMount(c *cli.Context) error {
 func openSource(ctx context.Context, c *cli.Context, src string) (storage.Source, *beton.File, error) {
 	sopts := storage.Options{Logger: slog.Default()}
 	if c != nil {
-		sopts = sourceOptions(c)
+		sopts = cacheflags.SourceOptions(c)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()

@@ -21,11 +21,9 @@ func openBeton(c *cli.Context, src string) (*beton.File, io.Closer, error) {
 	return f, source, nil
 }
 
-// sourceFlags are the flags that say how to reach a source.
+// sourceFlags are the flags that say how to reach a source, in the
+// category every command of ffcvfs lists them under.
 func sourceFlags() []cli.Flag { return cacheflags.SourceFlags("storage") }
-
-// sourceOptions turns the flags of sourceFlags into Options.
-func sourceOptions(c *cli.Context) storage.Options { return cacheflags.SourceOptions(c) }
 
 // srcArg returns the SRC argument, read from standard input when it is
 // "-" (storage.StdinLocation), so that a presigned URL need not appear on
