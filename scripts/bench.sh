@@ -523,6 +523,11 @@ mount_at() {
 }
 
 # cpu_ms PID: the CPU time (user and system) process PID has used, in ms.
+# bytes_read MNT: the bytes the mount at MNT has read from storage.
+bytes_read() {
+	/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["cache"]["bytes_read"])' "$1/.ffcvfs/stats.json"
+}
+
 cpu_ms() {
 	awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); print int(($12 + $13) * 1000 / hz) }' "/proc/$1/stat" 2>/dev/null || echo 0
 }
@@ -771,7 +776,7 @@ bench_storage() {
 		storage_mount "$feed_cache"
 		out=$(bin/ffcvfeed bench --data "$STORAGE_TMP/mnt" "${pipe[@]}") || die "ffcvfeed bench through the mount failed"
 		rates+=("$(images_per_s <<<"$out")")
-		fetched+=("$(sed -n 's/.*"bytes_read": \([0-9]*\).*/\1/p' "$STORAGE_TMP/mnt/.ffcvfs/stats.json")")
+		fetched+=("$(bytes_read "$STORAGE_TMP/mnt")")
 		storage_umount
 		rss+=("$STORAGE_RSS")
 	done
@@ -919,11 +924,6 @@ for c in sorted(e.name for e in os.scandir(src) if e.is_dir() and not e.name.sta
 		"FUSE requests of the last mount: $(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["fuse"]["requests"])' "$mnt/.ffcvfs/stats.json")"
 	legacy_cleanup
 	trap - EXIT INT TERM
-}
-
-# bytes_read MNT: the bytes the mount at MNT has read from storage.
-bytes_read() {
-	/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["cache"]["bytes_read"])' "$1/.ffcvfs/stats.json"
 }
 
 bench_cluster() {
