@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ffcvfs/ffcvfs/control"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
@@ -325,4 +327,14 @@ func extraBinary(t *testing.T, name string) string {
 		t.Fatal(b.err)
 	}
 	return path
+}
+
+// waitPidfd waits, for at most testenv.Patience, until the process of a
+// pidfd (unix.PidfdOpen) has exited, closes the pidfd, and reports whether
+// the process exited.
+func waitPidfd(fd int) bool {
+	defer unix.Close(fd)
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, int(testenv.Patience.Milliseconds()))
+	return err == nil && n == 1
 }

@@ -81,13 +81,8 @@ func TestLoaderStartsServer(t *testing.T) {
 	// gone waits until the server has exited, then checks that it left no
 	// shared memory, and, unless keepDir, no folder.
 	gone := func(what string, pid int, dir string, keepDir bool) {
-		fd, err := unix.PidfdOpen(pid, 0)
-		if err == nil {
-			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-			if n, err := unix.Poll(fds, int(testenv.Patience.Milliseconds())); err != nil || n != 1 {
-				t.Errorf("%s: the server %d is still running", what, pid)
-			}
-			unix.Close(fd)
+		if fd, err := unix.PidfdOpen(pid, 0); err == nil && !waitPidfd(fd) {
+			t.Errorf("%s: the server %d is still running", what, pid)
 		}
 		if shm, _ := filepath.Glob(fmt.Sprintf("/dev/shm/ffcvfeed-%d-*", pid)); len(shm) > 0 {
 			t.Errorf("%s: the server left its shared memory %v", what, shm)
