@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,7 +25,7 @@ const Alignment = 64
 var ErrExists = errors.New("shared-memory file already exists")
 
 // dtypeSizes gives the element size of each supported dtype.
-var dtypeSizes = map[string]int{"uint8": 1, "float16": 2, "float32": 4, "int64": 8}
+var dtypeSizes = fields.DTypes
 
 // FieldSpec describes one field of a batch (package fields).
 type FieldSpec = fields.Spec
@@ -42,6 +43,10 @@ type FieldInfo struct {
 	Shape  []int  `json:"shape"`
 	Offset int    `json:"offset"` // from the start of the slot; a multiple of Alignment
 	Bytes  int    `json:"bytes"`
+	// Ends names the field that says where each sample of this
+	// variable-size field ends (fields.Spec.Ends); empty for fixed-size
+	// fields.
+	Ends string `json:"ends,omitempty"`
 }
 
 // Validate checks the layout and returns the batch size (Shape[0], shared by
@@ -70,11 +75,23 @@ func (l Layout) Validate() (batch int, err error) {
 				return 0, fmt.Errorf("cudafeed: field %q: shape %v has a dimension < 1", f.Name, f.Shape)
 			}
 		}
+		if f.Ends != "" && len(f.Shape) != 2 {
+			return 0, fmt.Errorf("cudafeed: field %q: variable-size, shape %v; want [batch, capacity per sample]", f.Name, f.Shape)
+		}
 		if i == 0 {
 			batch = f.Shape[0]
 		} else if f.Shape[0] != batch {
 			return 0, fmt.Errorf("cudafeed: field %q: batch dimension %d, field %q has %d",
 				f.Name, f.Shape[0], l.Fields[0].Name, batch)
+		}
+	}
+	for _, f := range l.Fields {
+		if f.Ends == "" {
+			continue
+		}
+		i := slices.IndexFunc(l.Fields, func(e FieldSpec) bool { return e.Name == f.Ends })
+		if i < 0 || l.Fields[i].DType != "int64" || len(l.Fields[i].Shape) != 1 {
+			return 0, fmt.Errorf("cudafeed: field %q: its ends field %q is not an int64 field of shape [batch]", f.Name, f.Ends)
 		}
 	}
 	return batch, nil
@@ -92,7 +109,7 @@ func (l Layout) Plan() (fields []FieldInfo, slotBytes int, err error) {
 			n *= d
 		}
 		fields = append(fields, FieldInfo{Name: f.Name, DType: f.DType,
-			Shape: append([]int(nil), f.Shape...), Offset: off, Bytes: n})
+			Shape: append([]int(nil), f.Shape...), Offset: off, Bytes: n, Ends: f.Ends})
 		off = alignUp(off + n)
 	}
 	return fields, off, nil

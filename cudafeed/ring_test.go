@@ -111,11 +111,14 @@ func TestRingBadLayout(t *testing.T) {
 	for _, l := range []Layout{
 		{Slots: 0, Fields: testLayout().Fields},
 		{Slots: 1},
-		{Slots: 1, Fields: []FieldSpec{{Name: "x", DType: "int32", Shape: []int{2}}}},
+		{Slots: 1, Fields: []FieldSpec{{Name: "x", DType: "int24", Shape: []int{2}}}},
 		{Slots: 1, Fields: []FieldSpec{{Name: "x", DType: "uint8", Shape: nil}}},
 		{Slots: 1, Fields: []FieldSpec{{Name: "x", DType: "uint8", Shape: []int{2, 0}}}},
 		{Slots: 1, Fields: []FieldSpec{{Name: "x", DType: "uint8", Shape: []int{2}}, {Name: "x", DType: "uint8", Shape: []int{2}}}},
 		{Slots: 1, Fields: []FieldSpec{{Name: "x", DType: "uint8", Shape: []int{2}}, {Name: "y", DType: "uint8", Shape: []int{3}}}},
+		{Slots: 1, Fields: []FieldSpec{{Name: "x", DType: "uint8", Shape: []int{2, 8}, Ends: "x.ends"}}},
+		{Slots: 1, Fields: []FieldSpec{{Name: "x", DType: "uint8", Shape: []int{2}, Ends: "x.ends"}, {Name: "x.ends", DType: "int64", Shape: []int{2}}}},
+		{Slots: 1, Fields: []FieldSpec{{Name: "x", DType: "uint8", Shape: []int{2, 8}, Ends: "x.ends"}, {Name: "x.ends", DType: "int32", Shape: []int{2}}}},
 	} {
 		if _, err := CreateRing("cudafeed-test-bad", l); err == nil {
 			t.Errorf("layout %+v accepted", l)

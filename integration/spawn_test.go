@@ -151,3 +151,57 @@ func TestLoaderStartsServer(t *testing.T) {
 	gone("killed", pid, dir, true)
 	os.RemoveAll(dir)
 }
+
+// everyFieldScript reads every field but the image of FFCV's all-fields
+// fixture (argv[1]) through a Loader it starts, in sequential order, and
+// checks each sample against the fixture's manifest (what FFCV's reader
+// saw), as NumPy arrays, torch tensors and Ragged bytes; it prints "ok N"
+// or the first difference.
+const everyFieldScript = `
+import hashlib, json, sys
+import numpy as np
+import torch
+from ffcvfs import Loader, Ragged
+
+beton = sys.argv[1]
+want = json.load(open(beton + ".manifest.json"))["samples"]
+names = ("meta", "label", "weight", "features", "blob")
+sha = lambda b: hashlib.sha256(bytes(b)).hexdigest()
+with Loader(beton, fields=list(names), order="sequential", batch_size=10, workers=1, epochs=2) as loader:
+    assert loader.names == names, loader.names
+    s = 0
+    for meta, label, weight, features, blob in loader:
+        assert isinstance(meta, Ragged) and isinstance(blob, Ragged), (type(meta), type(blob))
+        assert label.dtype == np.int64 and weight.dtype == np.float64 and features.dtype == np.float32, (label.dtype, weight.dtype, features.dtype)
+        assert features.shape == (len(label), 3, 4), features.shape
+        for j, (m, js) in enumerate(zip(meta.tolist(), meta.json())):
+            w = want[s]
+            got = (int(label[j]), float(weight[j]), features[j].ravel().tolist(), sha(blob[j]), sha(m), js)
+            exp = (w["label"], w["weight"], w["features"]["values"], w["blob"]["sha256"], w["meta"]["sha256"], w["meta"]["json"])
+            if got != exp:
+                print("sample", s, "got", got, "FFCV reads", exp)
+                sys.exit(1)
+            s += 1
+    assert s == len(want), s
+    t = 0
+    for meta, label, weight, features, blob in loader.torch():
+        assert isinstance(label, torch.Tensor) and features.dtype == torch.float32 and isinstance(blob.data, torch.Tensor)
+        assert blob.data.numel() == int(blob.offsets[-1])
+        t += len(label)
+    assert t == len(want), t
+print("ok", s)
+`
+
+// TestLoaderEveryField: every field but the image of FFCV's all-fields
+// fixture (int, float, ndarray, bytes, JSON) reaches Python byte for byte
+// and value for value through a Loader that starts its server, as NumPy
+// arrays and as torch tensors.
+func TestLoaderEveryField(t *testing.T) {
+	py := installedPython(t, "numpy", "torch")
+	beton := testenv.Fixture(t, "beton", "all-fields.beton")
+	cmd := exec.Command(py, "-c", everyFieldScript, beton)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.HasPrefix(strings.TrimSpace(string(out)), "ok 64") {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}

@@ -27,6 +27,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -68,7 +69,15 @@ type Options struct {
 	Workers int
 	// OnError is Skip (replace a sample that cannot be decoded by another
 	// of its batch; the default) or Fail (end the epoch with the error).
-	OnError                OnError
+	OnError OnError
+	// Fields are the beton fields each batch carries, in this order, under
+	// their own names: the image field decoded as Op says, every other
+	// field as stored (see Pipeline.Fields). Empty means the image field
+	// and the label field, as "image" and "label".
+	Fields []string
+	// ImageField is the RGB image field to decode when Fields is empty
+	// (default: the first); LabelField the int field of labels (default
+	// "label").
 	ImageField, LabelField string
 	Logger                 *slog.Logger
 }
@@ -136,6 +145,10 @@ func (o *Options) Validate() error {
 			}
 		}
 	}
+	if o.Op.Kind == decode.Whole && o.Op.OutW == 0 && o.Op.OutH == 0 {
+		// New takes the size from the beton's images.
+		return o.Order.Validate()
+	}
 	if err := o.Op.Validate(); err != nil {
 		return err
 	}
@@ -151,7 +164,9 @@ func (o *Options) Validate() error {
 // publication of a filled slot.
 type Sink interface {
 	Acquire(ctx context.Context) (slot int, err error)
-	Buffers(slot int) (images, labels []byte)
+	// Buffers returns the slot's buffer of each field, in the order of
+	// Pipeline.Fields.
+	Buffers(slot int) [][]byte
 	Publish(slot, epoch, batch, size int) error
 }
 
@@ -160,8 +175,10 @@ type Pipeline struct {
 	c        *pagecache.Cache
 	f        *beton.File
 	opts     Options
-	image    int
-	label    int
+	image    int      // the beton field decoded, or -1
+	outs     []output // the fields of a batch
+	imageOut int      // the index in outs of the image
+	data     bool     // whether fields other than the image need the page
 	announce func(order []uint32) error
 	idle     chan *workerState // workers' states between epochs
 
@@ -186,13 +203,28 @@ func New(c *pagecache.Cache, opts Options, announce func([]uint32) error) (*Pipe
 			break
 		}
 	}
-	if p.image < 0 || f.Fields()[p.image].Type != beton.TypeRGBImage {
-		return nil, fmt.Errorf("%s: no RGB image field %q", f.Name(), opts.ImageField)
+	if p.image >= 0 && f.Fields()[p.image].Type != beton.TypeRGBImage {
+		p.image = -1
 	}
-	p.label = f.FieldIndex(opts.LabelField)
-	if p.label < 0 || f.Fields()[p.label].Type != beton.TypeInt {
-		return nil, fmt.Errorf("%s: no int field %q for labels", f.Name(), opts.LabelField)
+	if len(opts.Fields) > 0 {
+		p.image = -1 // the image field named there, if any
+		for _, name := range opts.Fields {
+			if i := f.FieldIndex(name); i >= 0 && f.Fields()[i].Type == beton.TypeRGBImage {
+				p.image = i
+			}
+		}
 	}
+	if opts.Op.Kind == decode.Whole && p.image >= 0 {
+		if err := p.wholeSize(); err != nil {
+			return nil, err
+		}
+	}
+	var err error
+	if p.outs, err = p.outputs(); err != nil {
+		return nil, err
+	}
+	p.imageOut = slices.IndexFunc(p.outs, func(o output) bool { return o.kind == outImage })
+	p.data = needsData(p.outs)
 	for c := 0; c < 3; c++ {
 		for v := 0; v < 256; v++ {
 			x := float64(v)
@@ -206,14 +238,51 @@ func New(c *pagecache.Cache, opts Options, announce func([]uint32) error) (*Pipe
 	return p, nil
 }
 
-// Fields returns the ring fields of a batch: "image" and "label".
+// Fields returns the fields of a batch, in order: by default "image" (the
+// decoded images, [B, H, W, 3] or [B, 3, H, W] of the output dtype) and
+// "label" (int64, [B]); with Options.Fields, each field named there under
+// its name: the image so, int fields as int64 [B], float fields as float64
+// [B], ndarray and torch tensor fields as [B, shape...] of their dtype, and
+// bytes and JSON fields variable-size (fields.Spec.Ends), each sample's
+// bytes as stored, followed by their ends field.
 func (p *Pipeline) Fields() []fields.Spec {
-	o := p.opts
-	shape := []int{o.BatchSize, o.Op.OutH, o.Op.OutW, 3}
-	if o.Layout == NCHW {
-		shape = []int{o.BatchSize, 3, o.Op.OutH, o.Op.OutW}
+	specs := make([]fields.Spec, len(p.outs))
+	for i, o := range p.outs {
+		specs[i] = o.spec
 	}
-	return []fields.Spec{{Name: "image", DType: string(o.DType), Shape: shape}, {Name: "label", DType: "int64", Shape: []int{o.BatchSize}}}
+	return specs
+}
+
+// wholeSize sets the output size of a Whole op (FFCV's
+// SimpleRGBImageDecoder) to the size every image has, or fails naming a
+// sample whose size differs.
+func (p *Pipeline) wholeSize() error {
+	f := p.f
+	w, h := 0, 0
+	for s := range f.NumSamples() {
+		img, err := f.Image(s, p.image)
+		if err != nil {
+			return err
+		}
+		switch {
+		case s == 0:
+			w, h = img.Width, img.Height
+		case img.Width != w || img.Height != h:
+			return fmt.Errorf("%s: sample %d is %dx%d, sample 0 %dx%d: decoding whole images needs images of one size (crop them instead)", f.Name(), s, img.Width, img.Height, w, h)
+		}
+	}
+	if o := &p.opts.Op; o.OutW == 0 && o.OutH == 0 {
+		o.OutW, o.OutH = w, h
+	} else if o.OutW != w || o.OutH != h {
+		return fmt.Errorf("%s: images are %dx%d; decoding whole images cannot make %dx%d", f.Name(), w, h, o.OutW, o.OutH)
+	}
+	if err := p.opts.Op.Validate(); err != nil {
+		return fmt.Errorf("%s: %w", f.Name(), err)
+	}
+	if per := int64(w) * int64(h) * 3 * 4; int64(p.opts.BatchSize) > MaxBatchBytes/per {
+		return fmt.Errorf("a batch of %d images of %dx%d would take more than %d bytes", p.opts.BatchSize, w, h, int64(MaxBatchBytes))
+	}
+	return nil
 }
 
 // sampleBytes returns the bytes of one sample's image in the output dtype.
@@ -261,7 +330,7 @@ func (p *Pipeline) orderOf(epoch int) order.Options {
 type batch struct {
 	slot, index, size int
 	ids               []uint32
-	images, labels    []byte
+	bufs              [][]byte // per field (Pipeline.outs)
 	next, remaining   atomic.Int32
 	failed            []bool
 	err               error
@@ -382,12 +451,12 @@ func (p *Pipeline) run(ctx context.Context, epoch int, all []uint32, start int, 
 				return
 			}
 			lo, hi := bi*B, min(len(all), (bi+1)*B)
-			images, labels := sink.Buffers(slot)
-			if len(images) != B*p.sampleBytes() || len(labels) != 8*B {
-				feedErr <- fmt.Errorf("slot %d holds %d image and %d label bytes; a batch needs %d and %d", slot, len(images), len(labels), B*p.sampleBytes(), 8*B)
+			bufs := sink.Buffers(slot)
+			if err := p.checkBuffers(slot, bufs); err != nil {
+				feedErr <- err
 				return
 			}
-			b := &batch{slot: slot, index: bi, size: hi - lo, ids: all[lo:hi], images: images, labels: labels, failed: make([]bool, hi-lo)}
+			b := &batch{slot: slot, index: bi, size: hi - lo, ids: all[lo:hi], bufs: bufs, failed: make([]bool, hi-lo)}
 			b.remaining.Store(int32(hi - lo))
 			for range workers {
 				select {
@@ -438,7 +507,21 @@ func (p *Pipeline) run(ctx context.Context, epoch int, all []uint32, start int, 
 	return delivered, runErr
 }
 
-// finish replaces the failed samples of a finished batch, or fails it.
+// checkBuffers checks that a slot's buffers are those of a batch's fields.
+func (p *Pipeline) checkBuffers(slot int, bufs [][]byte) error {
+	if len(bufs) != len(p.outs) {
+		return fmt.Errorf("slot %d has %d fields; a batch has %d", slot, len(bufs), len(p.outs))
+	}
+	for k, o := range p.outs {
+		if want := p.opts.BatchSize * o.per; len(bufs[k]) != want {
+			return fmt.Errorf("slot %d holds %d bytes of field %q; a batch needs %d", slot, len(bufs[k]), o.spec.Name, want)
+		}
+	}
+	return nil
+}
+
+// finish replaces the failed samples of a finished batch, or fails it, and
+// packs its variable-size fields.
 func (p *Pipeline) finish(b *batch) error {
 	if b.err != nil {
 		return b.err
@@ -450,7 +533,6 @@ func (p *Pipeline) finish(b *batch) error {
 			break
 		}
 	}
-	per := p.sampleBytes()
 	for j, f := range b.failed {
 		if !f {
 			continue
@@ -458,9 +540,9 @@ func (p *Pipeline) finish(b *batch) error {
 		if good < 0 {
 			return fmt.Errorf("%s: batch %d: no sample of the batch could be decoded", p.f.Name(), b.index)
 		}
-		copy(b.images[j*per:(j+1)*per], b.images[good*per:(good+1)*per])
-		copy(b.labels[j*8:j*8+8], b.labels[good*8:good*8+8])
+		p.replace(b, j, good)
 	}
+	p.pack(b)
 	return nil
 }
 
@@ -541,42 +623,54 @@ func (p *Pipeline) worker(ctx context.Context, epoch int, jobs <-chan *batch, do
 func (p *Pipeline) sample(ctx context.Context, dec *decode.Decoder, rng *rand.Rand, b *batch, j int, id uint32, scratch []byte) error {
 	o := p.opts
 	s := int(id)
-	img, err := p.f.Image(s, p.image)
-	if err != nil {
-		return err
+	var img beton.Image
+	if p.image >= 0 {
+		var err error
+		if img, err = p.f.Image(s, p.image); err != nil {
+			return err
+		}
+		if img.Size == 0 || img.Width == 0 || img.Height == 0 {
+			return fmt.Errorf("%s: sample %d: empty image (%dx%d, %d bytes): %w", p.f.Name(), s, img.Width, img.Height, img.Size, beton.ErrCorrupt)
+		}
 	}
-	if img.Size == 0 || img.Width == 0 || img.Height == 0 {
-		return fmt.Errorf("%s: sample %d: empty image (%dx%d, %d bytes): %w", p.f.Name(), s, img.Width, img.Height, img.Size, beton.ErrCorrupt)
+	var pg *pagecache.Page
+	if p.image >= 0 || p.data {
+		var err error
+		if pg, err = p.c.AcquireSample(ctx, s); err != nil {
+			return err
+		}
+		if pg == nil && p.image >= 0 { // no page: cannot be, with a non-empty image
+			return fmt.Errorf("%s: sample %d: no data page: %w", p.f.Name(), s, beton.ErrCorrupt)
+		}
+		if pg != nil {
+			defer pg.Release()
+		}
 	}
-	pg, err := p.c.AcquireSample(ctx, s)
-	if err != nil {
-		return err
+	var data []byte
+	var off int64
+	if pg != nil {
+		data, off = pg.Data, pg.Off
 	}
-	if pg == nil { // no page: cannot be, with a non-empty image
-		return fmt.Errorf("%s: sample %d: no data page: %w", p.f.Name(), s, beton.ErrCorrupt)
+	if p.image >= 0 {
+		mode := decode.JPEG
+		if img.Mode == beton.ModeRaw {
+			mode = decode.Raw
+		}
+		pix := o.Op.OutW * o.Op.OutH * 3
+		per := p.sampleBytes()
+		out := b.bufs[p.imageOut][j*per : (j+1)*per]
+		dst := scratch
+		if dst == nil {
+			dst = out[:pix]
+		}
+		if err := dec.Apply(data[int64(img.Ptr)-off:][:img.Size], mode, img.Width, img.Height, o.Op, rng, dst); err != nil {
+			return err
+		}
+		if scratch != nil {
+			p.convert(out, scratch)
+		}
 	}
-	data := pg.Data[int64(img.Ptr)-pg.Off:][:img.Size]
-	mode := decode.JPEG
-	if img.Mode == beton.ModeRaw {
-		mode = decode.Raw
-	}
-	pix := o.Op.OutW * o.Op.OutH * 3
-	per := p.sampleBytes()
-	out := b.images[j*per : (j+1)*per]
-	dst := scratch
-	if dst == nil {
-		dst = out[:pix]
-	}
-	err = dec.Apply(data, mode, img.Width, img.Height, o.Op, rng, dst)
-	pg.Release()
-	if err != nil {
-		return err
-	}
-	if scratch != nil {
-		p.convert(out, scratch)
-	}
-	binary.LittleEndian.PutUint64(b.labels[j*8:], uint64(p.f.Int(s, p.label)))
-	return nil
+	return p.fill(b, j, s, data, off)
 }
 
 // convert writes the HWC uint8 pixels src into out in the output dtype and
@@ -653,24 +747,32 @@ func float16Bits(f float32) uint16 {
 // of a server, its buffers lie outside the Go heap, so that the heap, and
 // the resident size, are what they would be when serving.
 type DiscardSink struct {
-	free           chan int
-	mem            []byte
-	images, labels [][]byte
+	free  chan int
+	mem   []byte
+	slots [][][]byte
 }
 
 // NewDiscardSink returns a DiscardSink of slots batch buffers sized for p.
 // Close returns their memory.
 func NewDiscardSink(p *Pipeline, slots int) (*DiscardSink, error) {
-	img, lab := p.opts.BatchSize*p.sampleBytes(), 8*p.opts.BatchSize
-	mem, err := syscall.Mmap(-1, 0, slots*(img+lab), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
+	per := 0
+	for _, o := range p.outs {
+		per += p.opts.BatchSize * o.per
+	}
+	mem, err := syscall.Mmap(-1, 0, max(1, slots*per), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reserve %d batch buffers of %d bytes: %w", slots, img+lab, err)
+		return nil, fmt.Errorf("cannot reserve %d batch buffers of %d bytes: %w", slots, per, err)
 	}
 	d := &DiscardSink{free: make(chan int, slots), mem: mem}
 	for i := 0; i < slots; i++ {
-		b := mem[i*(img+lab):]
-		d.images = append(d.images, b[:img:img])
-		d.labels = append(d.labels, b[img:img+lab:img+lab])
+		b := mem[i*per:]
+		var bufs [][]byte
+		for _, o := range p.outs {
+			n := p.opts.BatchSize * o.per
+			bufs = append(bufs, b[:n:n])
+			b = b[n:]
+		}
+		d.slots = append(d.slots, bufs)
 		d.free <- i
 	}
 	return d, nil
@@ -682,7 +784,7 @@ func (d *DiscardSink) Close() error {
 		return nil
 	}
 	err := syscall.Munmap(d.mem)
-	d.mem, d.images, d.labels = nil, nil, nil
+	d.mem, d.slots = nil, nil
 	return err
 }
 
@@ -697,7 +799,7 @@ func (d *DiscardSink) Acquire(ctx context.Context) (int, error) {
 }
 
 // Buffers implements Sink.
-func (d *DiscardSink) Buffers(slot int) ([]byte, []byte) { return d.images[slot], d.labels[slot] }
+func (d *DiscardSink) Buffers(slot int) [][]byte { return d.slots[slot] }
 
 // Publish implements Sink: the batch is dropped and its slot freed.
 func (d *DiscardSink) Publish(slot, epoch, batch, size int) error {

@@ -49,7 +49,7 @@ func (s *collectSink) Acquire(ctx context.Context) (int, error) {
 		return 0, ctx.Err()
 	}
 }
-func (s *collectSink) Buffers(slot int) ([]byte, []byte) { return s.images[slot], s.labels[slot] }
+func (s *collectSink) Buffers(slot int) [][]byte { return [][]byte{s.images[slot], s.labels[slot]} }
 func (s *collectSink) Publish(slot, epoch, batch, size int) error {
 	p := published{epoch: epoch, batch: batch, images: append([]byte(nil), s.images[slot]...)}
 	for j := 0; j < size; j++ {

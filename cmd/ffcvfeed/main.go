@@ -73,9 +73,10 @@ func pipelineFlags() []cli.Flag {
 		&cli.StringFlag{Name: "cache-size", Value: "512MiB", Usage: "RAM for pages of the beton", Category: "data"},
 		&cli.StringFlag{Name: "image-field", Usage: "RGB image field (default: the first)", Category: "data"},
 		&cli.StringFlag{Name: "label-field", Value: "label", Usage: "int field of labels", Category: "data"},
+		&cli.StringFlag{Name: "fields", Usage: "the beton fields each batch carries, `NAME,...` in order, under their names (default: the image\n\tfield and --label-field, as \"image\" and \"label\"): the image field decoded and augmented, int fields as\n\tint64 [B], float fields as float64 [B], ndarray and torch tensor fields as [B, shape...] of their dtype,\n\tbytes and JSON fields as each sample's bytes one after another plus NAME.ends (int64 [B], where\n\teach sample ends); ffcvfs info lists a beton's fields", Category: "data"},
 		&cli.IntFlag{Name: "batch-size", Value: 256, Usage: "`N` samples per batch", Category: "batches"},
 		&cli.IntFlag{Name: "resolution", Value: 160, Usage: "output side in pixels `N` (square)", Category: "augment"},
-		&cli.StringFlag{Name: "crop", Value: "random-resized", Usage: "random-resized (training) or center (validation)", Category: "augment"},
+		&cli.StringFlag{Name: "crop", Value: "random-resized", Usage: "random-resized (training), center (validation), or none: every image whole and not resized, as\n\tFFCV's SimpleRGBImageDecoder (images of one size, e.g. CIFAR; --resolution is then their size)", Category: "augment"},
 		&cli.StringFlag{Name: "scale", Value: "0.08,1", Usage: "random-resized: area fraction range", Category: "augment"},
 		&cli.StringFlag{Name: "ratio", Value: "0.75,1.3333333333333333", Usage: "random-resized: aspect ratio range", Category: "augment"},
 		&cli.Float64Flag{Name: "center-ratio", Value: decode.DefaultCenterRatio, Usage: "center: crop side over the shorter side", Category: "augment"},
@@ -95,6 +96,17 @@ func pipelineFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "drop-last", Usage: "leave out an epoch's last batch when it is incomplete, as FFCV's Loader does with drop_last", Category: "batches"},
 		&cli.StringFlag{Name: "on-error", Value: "skip", Usage: "skip (replace an undecodable sample by another of its batch) or fail", Category: "batches"},
 	}, append(cacheflags.Flags("data"), cacheflags.SourceFlags("storage")...)...)
+}
+
+// splitList splits a comma-separated list, dropping empty items.
+func splitList(s string) []string {
+	var l []string
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			l = append(l, x)
+		}
+	}
+	return l
 }
 
 func pair(s, name string) ([2]float64, error) {
@@ -148,7 +160,8 @@ func pipelineOptions(c *cli.Context) (pipeline.Options, error) {
 		DType: dtype, Layout: layout,
 		Workers: c.Int("workers"), OnError: onError,
 		ImageField: c.String("image-field"), LabelField: c.String("label-field"),
-		Op: decode.Op{OutW: c.Int("resolution"), OutH: c.Int("resolution"), FlipProb: c.Float64("flip"), CenterRatio: c.Float64("center-ratio"), Exact: c.Bool("exact")},
+		Fields: splitList(c.String("fields")),
+		Op:     decode.Op{OutW: c.Int("resolution"), OutH: c.Int("resolution"), FlipProb: c.Float64("flip"), CenterRatio: c.Float64("center-ratio"), Exact: c.Bool("exact")},
 	}
 	switch c.String("crop") {
 	case "random-resized":
@@ -161,8 +174,13 @@ func pipelineOptions(c *cli.Context) (pipeline.Options, error) {
 		}
 	case "center":
 		o.Op.Kind = decode.CenterCrop
+	case "none":
+		o.Op.Kind = decode.Whole
+		if !c.IsSet("resolution") {
+			o.Op.OutW, o.Op.OutH = 0, 0 // the images' size
+		}
 	default:
-		return o, cli.Exit(fmt.Sprintf("--crop %q: want random-resized or center", c.String("crop")), 2)
+		return o, cli.Exit(fmt.Sprintf("--crop %q: want random-resized, center or none", c.String("crop")), 2)
 	}
 	switch n := c.String("normalize"); n {
 	case "none", "":
@@ -413,10 +431,7 @@ type serverSink struct {
 }
 
 func (s serverSink) Acquire(ctx context.Context) (int, error) { return s.srv.AcquireSlot(ctx) }
-func (s serverSink) Buffers(slot int) ([]byte, []byte) {
-	b := s.ring.Slot(slot)
-	return b[0], b[1]
-}
+func (s serverSink) Buffers(slot int) [][]byte                { return s.ring.Slot(slot) }
 func (s serverSink) Publish(slot, epoch, batch, size int) error {
 	return s.srv.Publish(slot, epoch, batch, size)
 }

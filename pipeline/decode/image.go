@@ -13,6 +13,9 @@ const (
 	RandomResizedCrop Kind = iota
 	// CenterCrop is FFCV's validation crop (CenterCropParams).
 	CenterCrop
+	// Whole takes the whole image, not resized: FFCV's
+	// SimpleRGBImageDecoder. OutW×OutH must be the image's size.
+	Whole
 )
 
 // Mode says how the bytes handed to Apply are encoded.
@@ -52,7 +55,7 @@ const MaxOutputSide = 65535
 // Validate reports whether op can be applied.
 func (op Op) Validate() error {
 	switch {
-	case op.Kind != RandomResizedCrop && op.Kind != CenterCrop:
+	case op.Kind != RandomResizedCrop && op.Kind != CenterCrop && op.Kind != Whole:
 		return fmt.Errorf("op: unknown kind %d: %w", op.Kind, ErrArgument)
 	case op.OutW <= 0 || op.OutH <= 0 || op.OutW > MaxOutputSide || op.OutH > MaxOutputSide:
 		return fmt.Errorf("op: output size %dx%d: each side must be 1 to %d: %w", op.OutW, op.OutH, MaxOutputSide, ErrArgument)
@@ -73,6 +76,8 @@ func (op Op) Validate() error {
 // flip when 0 < FlipProb < 1.
 func (op Op) Crop(rng *rand.Rand, w, h int) (x, y, cw, ch int, flip bool) {
 	switch op.Kind {
+	case Whole:
+		x, y, cw, ch = 0, 0, w, h
 	case CenterCrop:
 		r := op.CenterRatio
 		if r == 0 {
@@ -121,7 +126,13 @@ func (d *Decoder) Apply(src []byte, mode Mode, w, h int, op Op, rng *rand.Rand, 
 	if w <= 0 || h <= 0 {
 		return fmt.Errorf("apply: image size %dx%d: %w", w, h, ErrArgument)
 	}
+	if op.Kind == Whole && (w != op.OutW || h != op.OutH) {
+		return fmt.Errorf("apply: a %dx%d image, decoded whole, cannot make %dx%d: %w", w, h, op.OutW, op.OutH, ErrArgument)
+	}
 	x, y, cw, ch, flip := op.Crop(rng, w, h)
+	if op.Kind == Whole {
+		return d.whole(src, mode, w, h, flip, dst)
+	}
 	switch mode {
 	case Raw:
 		if len(src) < w*h*3 {
@@ -155,4 +166,38 @@ func (d *Decoder) Apply(src []byte, mode Mode, w, h int, op Op, rng *rand.Rand, 
 	default:
 		return fmt.Errorf("apply: unknown mode %d: %w", mode, ErrArgument)
 	}
+}
+
+// whole decodes a w×h image in full into dst, flipped when asked: raw
+// pixels are copied, a JPEG decoded at full scale.
+func (d *Decoder) whole(src []byte, mode Mode, w, h int, flip bool, dst []byte) error {
+	row := w * 3
+	switch mode {
+	case Raw:
+		if len(src) < w*h*3 {
+			return fmt.Errorf("apply: raw image has %d bytes, %dx%d needs %d: %w", len(src), w, h, w*h*3, ErrArgument)
+		}
+		copy(dst[:w*h*3], src)
+	case JPEG:
+		ow, oh, err := d.DecodeRegion(src, 0, 0, w, h, 8, dst[:w*h*3], row)
+		if err != nil {
+			return fmt.Errorf("apply: %w", err)
+		}
+		if ow != w || oh != h {
+			return fmt.Errorf("apply: the JPEG is %dx%d, its metadata says %dx%d: %w", ow, oh, w, h, ErrCorrupt)
+		}
+	default:
+		return fmt.Errorf("apply: unknown mode %d: %w", mode, ErrArgument)
+	}
+	if flip {
+		for y := range h {
+			r := dst[y*row : (y+1)*row]
+			for a, b := 0, w-1; a < b; a, b = a+1, b-1 {
+				r[3*a], r[3*b] = r[3*b], r[3*a]
+				r[3*a+1], r[3*b+1] = r[3*b+1], r[3*a+1]
+				r[3*a+2], r[3*b+2] = r[3*b+2], r[3*a+2]
+			}
+		}
+	}
+	return nil
 }

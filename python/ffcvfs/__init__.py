@@ -13,7 +13,7 @@ The modules ``ffcvfs_sampler`` and ``ffcvfeed`` are the old names of
 
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["QuasiRandomSampler", "RandomSampler", "NotAnFfcvfsMountError", "Loader", "FeedError"]
+__all__ = ["QuasiRandomSampler", "RandomSampler", "NotAnFfcvfsMountError", "Loader", "FeedError", "Ragged"]
 
 _WHERE = {
     "QuasiRandomSampler": "sampler",
@@ -21,10 +21,11 @@ _WHERE = {
     "NotAnFfcvfsMountError": "sampler",
     "Loader": "feed",
     "FeedError": "feed",
+    "Ragged": "feed",
 }
 
 if TYPE_CHECKING:
-    from .feed import FeedError, Loader
+    from .feed import FeedError, Loader, Ragged
     from .sampler import NotAnFfcvfsMountError, QuasiRandomSampler, RandomSampler
 
 

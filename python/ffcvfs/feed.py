@@ -83,9 +83,54 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-__all__ = ["Loader", "FeedError"]
+__all__ = ["Loader", "FeedError", "Ragged"]
 
-_DTYPES = {"uint8": np.uint8, "float16": np.float16, "float32": np.float32, "int64": np.int64}
+_DTYPES = {name: np.dtype(name) for name in (
+    "bool", "uint8", "int8", "uint16", "int16", "float16", "uint32", "int32", "float32",
+    "uint64", "int64", "float64", "complex64", "complex128")}
+
+
+class Ragged:
+    """A variable-size field of a batch (a beton's bytes or JSON field): the
+    samples' bytes one after another in ``data`` (uint8), sample i being
+    ``data[offsets[i]:offsets[i+1]]`` (``offsets``: int64, one more than the
+    batch's samples). Views of the ring, like every field of a batch.
+
+    ``ragged[i]`` is sample i's bytes (an array view), ``len(ragged)`` the
+    number of samples, ``ragged.tolist()`` a list of ``bytes``, and
+    ``ragged.json()`` the samples of a JSON field decoded (FFCV stores each
+    with a trailing NUL byte, dropped here as ``JSONField.unpack`` does).
+    """
+
+    __slots__ = ("data", "offsets")
+
+    def __init__(self, data, offsets):
+        self.data = data
+        self.offsets = offsets
+
+    def __len__(self):
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i):
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"sample {i} of a batch of {n}")
+        i %= n
+        return self.data[int(self.offsets[i]):int(self.offsets[i + 1])]
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __repr__(self):
+        return f"Ragged({len(self)} samples, {int(self.offsets[-1])} bytes)"
+
+    def tolist(self):
+        """Each sample's bytes, copied."""
+        return [np.asarray(self[i]).tobytes() for i in range(len(self))]
+
+    def json(self):
+        """Each sample of a JSON field, decoded."""
+        return [json.loads(b.split(b"\0", 1)[0].decode("utf8")) for b in self.tolist()]
 
 
 class FeedError(Exception):
@@ -116,8 +161,9 @@ class Loader:
     pin: register the ring with CUDA (cudaHostRegister) when torch sees a GPU,
         so .torch() copies to the device asynchronously from pinned memory.
         Ignored when the server delivers to a CUDA device.
-    names: the two fields yielded as (images, labels); default ("images",
-        "labels") when present, else the first two fields.
+    names: the fields iteration and .torch() yield, as a tuple in this
+        order; default every field the server delivers ("image", "label"
+        unless it was started with --fields / fields=).
     hello_timeout: seconds to wait for the server's hello.
     connect_timeout: seconds to wait for the server to come up (its socket
         to appear and accept), so that a job may start the server and the
@@ -196,6 +242,8 @@ class Loader:
             self.segments = [[int(w), int(p)] for w, p in hello.get("segments", [])]
             fields = [(str(f["name"]), str(f["dtype"]), tuple(int(d) for d in f["shape"]),
                        int(f["offset"]), int(f["bytes"])) for f in hello["fields"]]
+            # Variable-size fields: name → the field of their samples' ends.
+            self._ends = {str(f["name"]): str(f["ends"]) for f in hello["fields"] if f.get("ends")}
         except (KeyError, TypeError, ValueError) as e:
             raise FeedError(f"malformed hello from {self.socket_path}: {e!r} in {hello!r}") from e
         if not fields or self.slots < 1:
@@ -203,8 +251,14 @@ class Loader:
         for name, dtype, shape, off, nbytes in fields:
             if dtype not in _DTYPES:
                 raise FeedError(f"malformed hello: field {name}: unknown dtype {dtype}")
-            if int(np.prod(shape)) * np.dtype(_DTYPES[dtype]).itemsize != nbytes or off + nbytes > self.slot_bytes:
+            if int(np.prod(shape)) * _DTYPES[dtype].itemsize != nbytes or off + nbytes > self.slot_bytes:
                 raise FeedError(f"malformed hello: field {name}: shape {shape} does not fit {nbytes} bytes at {off}")
+        self._ends_of = set(self._ends.values())
+        kinds = {f[0]: f for f in fields}
+        for name, ends in self._ends.items():
+            e = kinds.get(ends)
+            if e is None or e[1] != "int64" or len(e[2]) != 1 or len(kinds[name][2]) != 2:
+                raise FeedError(f"malformed hello: variable-size field {name}: its ends field {ends} is not int64 [batch]")
         fd = os.open(self.shm, os.O_RDWR)
         try:
             size = os.fstat(fd).st_size
@@ -217,9 +271,14 @@ class Loader:
         # Views of every field of every slot, built once.
         self._views = [{name: np.ndarray(shape, _DTYPES[dtype], self._mm, i * self.slot_bytes + off)
                         for name, dtype, shape, off, _ in fields} for i in range(self.slots)]
-        self.field_names = [f[0] for f in fields]
+        # The batch's fields; a variable-size field's ends are part of it.
+        hidden = set(self._ends.values())
+        self.field_names = [f[0] for f in fields if f[0] not in hidden]
         if names is None:
-            names = ("images", "labels") if {"images", "labels"} <= set(self.field_names) else self.field_names[:2]
+            names = self.field_names
+        unknown = [n for n in names if n not in self.field_names]
+        if unknown:
+            raise FeedError(f"the server at {self.socket_path} delivers fields {self.field_names}, not {unknown}")
         self.names = tuple(names)
         if "cuda" in hello and device != "cpu":
             self._cuda = _DeviceSlots(hello["cuda"], fields, self.slots, self.slot_bytes, device, self.socket_path)
@@ -323,7 +382,7 @@ class Loader:
                 views = self._cuda.views[msg["slot"]]
             else:
                 views = self._views[msg["slot"]]
-            yield msg, {k: v[:n] for k, v in views.items()}
+            yield msg, self._batch_fields(views, n, self._cuda is not None)
             last = msg["batch"] == self.batches_per_epoch - 1
             self._release(flush=last)
             if last:
@@ -334,18 +393,39 @@ class Loader:
                         self._pending = nxt
                 return
 
+    def _batch_fields(self, views, n, on_device=False):
+        """The first n samples of each field of a slot's views; a
+        variable-size field as a Ragged (on a device its data keep the
+        field's whole capacity: the end is known on the device only)."""
+        out = {}
+        for k, v in views.items():
+            if k in self._ends_of:
+                continue
+            if k in self._ends:
+                ends = views[self._ends[k]][:n]
+                xp = self._cuda.cp if on_device else np
+                offsets = xp.concatenate([xp.zeros(1, ends.dtype), ends])
+                data = v.reshape(-1)
+                if not on_device:
+                    data = data[:int(offsets[-1])]
+                out[k] = Ragged(data, offsets)
+            else:
+                out[k] = v[:n]
+        return out
+
     # --- public iteration ---
 
     def __iter__(self):
-        """Yields (images, labels) NumPy views for one epoch (CuPy arrays in
-        CUDA mode)."""
-        a, b = self.names
+        """Yields a tuple of the fields in ``names`` for one epoch, by
+        default every field: (images, labels) from a server started with its
+        default fields. NumPy views (CuPy arrays in CUDA mode); variable-size
+        fields as Ragged."""
         for _, f in self._batches():
-            yield f[a], f[b]
+            yield tuple(f[k] for k in self.names)
 
     def fields(self):
         """Yields a dict {name: NumPy view} of every field, for one epoch
-        (CuPy arrays in CUDA mode)."""
+        (CuPy arrays in CUDA mode; variable-size fields as Ragged)."""
         for _, f in self._batches():
             yield f
 
@@ -355,11 +435,11 @@ class Loader:
         bytes as the device arrays, under the same lifetime rule."""
         if self.current is None or self._views is None:
             return None
-        n = self.current["size"]
-        return {k: v[:n] for k, v in self._views[self.current["slot"]].items()}
+        return self._batch_fields(self._views[self.current["slot"]], self.current["size"])
 
     def torch(self, device=None):
-        """Yields (images, labels) as torch tensors for one epoch.
+        """Yields the fields in ``names`` as torch tensors for one epoch
+        (variable-size fields as a Ragged of tensors).
 
         Without pinning (or without CUDA) the tensors share the ring's memory
         (torch.from_numpy). With pin=True and CUDA, they are copied to the
@@ -369,7 +449,6 @@ class Loader:
         """
         import torch
 
-        a, b = self.names
         if self._cuda is not None:
             if device is not None and torch.device(device) != torch.device("cuda", self.device):
                 raise FeedError(f"the batches are on cuda:{self.device}, not {device}: pass device= to Loader")
@@ -379,16 +458,19 @@ class Loader:
                 return torch.cuda.current_stream(self.device).cuda_stream
 
             for _, f in self._batches(stream):
-                yield from_dlpack(f[a]), from_dlpack(f[b])
+                yield tuple(_map(from_dlpack, f[k]) for k in self.names)
             return
+
+        def convert(a):
+            t = torch.from_numpy(a)
+            return t.cuda(device, non_blocking=True) if self._pinned else t
+
         for _, f in self._batches():
-            ta, tb = torch.from_numpy(f[a]), torch.from_numpy(f[b])
+            out = tuple(_map(convert, f[k]) for k in self.names)
             if self._pinned:
-                ta = ta.cuda(device, non_blocking=True)
-                tb = tb.cuda(device, non_blocking=True)
                 self._event = torch.cuda.Event()
                 self._event.record()
-            yield ta, tb
+            yield out
 
     def dlpack(self):
         """Yields a dict {name: DLPack capsule} of every field, for one epoch
@@ -396,7 +478,7 @@ class Loader:
         capsules are of device memory, and CuPy's current stream is the
         consumer stream."""
         for _, f in self._batches():
-            yield {k: v.__dlpack__() for k, v in f.items()}
+            yield {k: _map(lambda a: a.__dlpack__(), v) for k, v in f.items()}
 
     def __len__(self) -> int:
         return self.batches_per_epoch
@@ -523,6 +605,11 @@ class Loader:
             self.close()
         except Exception:
             pass
+
+
+def _map(fn, v):
+    """fn of an array, or of each array of a Ragged."""
+    return Ragged(fn(v.data), fn(v.offsets)) if isinstance(v, Ragged) else fn(v)
 
 
 def _expected_segments(state, world_size):

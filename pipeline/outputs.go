@@ -1,0 +1,199 @@
+package pipeline
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/fields"
+)
+
+// outKind says how a batch field is filled from a sample.
+type outKind int
+
+const (
+	outImage outKind = iota // the decoded (cropped, resized, converted) image
+	outMeta                 // an int or float field: 8 bytes of the metadata record
+	outArray                // an ndarray or torch tensor field: its bytes, fixed size
+	outVar                  // a bytes or JSON field: its bytes, variable size
+	outEnds                 // where each sample of the outVar field before it ends
+)
+
+// output is one field of a batch: its spec, how it is filled, from which
+// beton field, and the bytes one sample takes in it (for outVar, the most).
+type output struct {
+	spec  fields.Spec
+	kind  outKind
+	field int
+	per   int
+}
+
+// MaxSampleBytes bounds what one sample of a bytes or JSON field may hold
+// for ffcvfeed to deliver the field: batch buffers are sized by the largest.
+const MaxSampleBytes = 1 << 28
+
+// outputs lists the batch fields the options ask of f: the beton fields of
+// Options.Fields in order, or else the image and the label field as
+// "image" and "label".
+func (p *Pipeline) outputs() ([]output, error) {
+	o, f := p.opts, p.f
+	B := o.BatchSize
+	names := o.Fields
+	rename := map[string]string{}
+	if len(names) == 0 {
+		if p.image < 0 {
+			return nil, fmt.Errorf("%s: no RGB image field %q", f.Name(), o.ImageField)
+		}
+		img, lab := f.Fields()[p.image].Name, o.LabelField
+		if i := f.FieldIndex(lab); i < 0 || f.Fields()[i].Type != beton.TypeInt {
+			return nil, fmt.Errorf("%s: no int field %q for labels", f.Name(), lab)
+		}
+		names = []string{img, lab}
+		rename[img], rename[lab] = "image", "label"
+	}
+	var outs []output
+	images := 0
+	for _, name := range names {
+		i := f.FieldIndex(name)
+		if i < 0 {
+			return nil, fmt.Errorf("%s: no field %q (it has %s)", f.Name(), name, fieldNames(f))
+		}
+		fd := f.Fields()[i]
+		out := output{field: i, spec: fields.Spec{Name: name}}
+		if r, ok := rename[name]; ok {
+			out.spec.Name = r
+		}
+		switch fd.Type {
+		case beton.TypeRGBImage:
+			if images++; images > 1 {
+				return nil, fmt.Errorf("%s: fields %v name two image fields; a stream decodes one", f.Name(), names)
+			}
+			p.image = i
+			out.kind, out.per = outImage, p.sampleBytes()
+			out.spec.DType = string(o.DType)
+			out.spec.Shape = []int{B, o.Op.OutH, o.Op.OutW, 3}
+			if o.Layout == NCHW {
+				out.spec.Shape = []int{B, 3, o.Op.OutH, o.Op.OutW}
+			}
+		case beton.TypeInt:
+			out.kind, out.per, out.spec.DType, out.spec.Shape = outMeta, 8, "int64", []int{B}
+		case beton.TypeFloat:
+			out.kind, out.per, out.spec.DType, out.spec.Shape = outMeta, 8, "float64", []int{B}
+		case beton.TypeNDArray, beton.TypeTorchTensor:
+			dt, err := fields.FromNumPy(fd.DType)
+			if err != nil {
+				return nil, fmt.Errorf("%s: field %q: %w", f.Name(), name, err)
+			}
+			n, err := fd.DataSize()
+			if err != nil || n > MaxSampleBytes {
+				return nil, fmt.Errorf("%s: field %q: shape %v of %s: too large to deliver (at most %d bytes per sample)", f.Name(), name, fd.Shape, fd.DType, MaxSampleBytes)
+			}
+			out.kind, out.per, out.spec.DType = outArray, int(n), dt
+			out.spec.Shape = []int{B}
+			for _, d := range fd.Shape {
+				out.spec.Shape = append(out.spec.Shape, int(d))
+			}
+		case beton.TypeBytes, beton.TypeJSON:
+			most := uint64(0)
+			for s := range f.NumSamples() {
+				_, size := f.Pointer(s, i)
+				most = max(most, size)
+			}
+			if most > MaxSampleBytes {
+				return nil, fmt.Errorf("%s: field %q: a sample holds %d bytes; ffcvfeed delivers at most %d per sample", f.Name(), name, most, MaxSampleBytes)
+			}
+			out.kind, out.per, out.spec.DType = outVar, max(1, int(most)), "uint8"
+			out.spec.Shape = []int{B, out.per}
+			out.spec.Ends = out.spec.Name + fields.EndsSuffix
+		default:
+			return nil, fmt.Errorf("%s: field %q is a %s field, which ffcvfeed cannot deliver", f.Name(), name, fd.Type)
+		}
+		if int64(B) > MaxBatchBytes/int64(max(1, out.per)) {
+			return nil, fmt.Errorf("%s: field %q: a batch of %d samples would take more than %d bytes", f.Name(), name, B, int64(MaxBatchBytes))
+		}
+		outs = append(outs, out)
+		if out.kind == outVar {
+			outs = append(outs, output{kind: outEnds, field: i, per: 8,
+				spec: fields.Spec{Name: out.spec.Ends, DType: "int64", Shape: []int{B}}})
+		}
+	}
+	if images == 0 {
+		p.image = -1
+	}
+	return outs, nil
+}
+
+func fieldNames(f *beton.File) string {
+	var s []string
+	for _, fd := range f.Fields() {
+		s = append(s, fmt.Sprintf("%s (%s)", fd.Name, fd.Type))
+	}
+	return fmt.Sprint(s)
+}
+
+// fill writes sample s's non-image fields into row j of the batch's
+// buffers. data is the sample's pinned page data starting at file offset
+// off (nil when no field needs it).
+func (p *Pipeline) fill(b *batch, j, s int, data []byte, off int64) error {
+	for k, out := range p.outs {
+		buf := b.bufs[k]
+		switch out.kind {
+		case outMeta:
+			copy(buf[j*8:j*8+8], p.f.Record(s)[p.f.Layout().Offsets[out.field]:][:8])
+		case outArray, outVar:
+			a, err := p.f.Data(s, out.field)
+			if err != nil {
+				return err
+			}
+			lo := int64(a.Ptr) - off
+			if a.Size > 0 && (lo < 0 || lo+int64(a.Size) > int64(len(data))) {
+				return fmt.Errorf("%s: sample %d, field %q: data at %d lies outside the sample's page: %w", p.f.Name(), s, out.spec.Name, a.Ptr, beton.ErrCorrupt)
+			}
+			if a.Size > uint64(out.per) { // cannot be: per is the largest
+				return fmt.Errorf("%s: sample %d, field %q: %d bytes, more than the %d the batch has room for: %w", p.f.Name(), s, out.spec.Name, a.Size, out.per, beton.ErrCorrupt)
+			}
+			if a.Size > 0 {
+				copy(buf[j*out.per:], data[lo:lo+int64(a.Size)])
+			}
+			if out.kind == outVar {
+				// The length, until finish packs the batch.
+				binary.LittleEndian.PutUint64(b.bufs[k+1][8*j:], a.Size)
+			}
+		}
+	}
+	return nil
+}
+
+// needsData reports whether a sample's page must be read for fields other
+// than the image.
+func needsData(outs []output) bool {
+	return slices.ContainsFunc(outs, func(o output) bool { return o.kind == outArray || o.kind == outVar })
+}
+
+// replace copies row good of every field over row bad (a sample that
+// failed), before the batch is packed.
+func (p *Pipeline) replace(b *batch, bad, good int) {
+	for k, out := range p.outs {
+		buf := b.bufs[k]
+		copy(buf[bad*out.per:(bad+1)*out.per], buf[good*out.per:(good+1)*out.per])
+	}
+}
+
+// pack moves the samples of each variable-size field together, in order,
+// and turns their lengths into ends.
+func (p *Pipeline) pack(b *batch) {
+	for k, out := range p.outs {
+		if out.kind != outVar {
+			continue
+		}
+		data, ends := b.bufs[k], b.bufs[k+1]
+		pos := 0
+		for j := range b.size {
+			n := int(binary.LittleEndian.Uint64(ends[8*j:]))
+			copy(data[pos:], data[j*out.per:j*out.per+n]) // pos ≤ j×per: moves down
+			pos += n
+			binary.LittleEndian.PutUint64(ends[8*j:], uint64(pos))
+		}
+	}
+}
