@@ -2,11 +2,17 @@ package pipeline
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"slices"
+	"unsafe"
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/fields"
+	"github.com/ffcvfs/ffcvfs/internal/half"
+	"github.com/ffcvfs/ffcvfs/pipeline/augment"
 )
 
 // outKind says how a batch field is filled from a sample.
@@ -18,6 +24,7 @@ const (
 	outArray                // an ndarray or torch tensor field: its bytes, fixed size
 	outVar                  // a bytes or JSON field: its bytes, variable size
 	outEnds                 // where each sample of the outVar field before it ends
+	outMixup                // LabelMixup's (label, label before, weight) of a batch
 )
 
 // output is one field of a batch: its spec, how it is filled, from which
@@ -140,6 +147,10 @@ func (p *Pipeline) fill(b *batch, j, s int, data []byte, off int64) error {
 		buf := b.bufs[k]
 		switch out.kind {
 		case outMeta:
+			if out.field == p.label && p.opts.ReplaceLabel != nil {
+				binary.LittleEndian.PutUint64(buf[j*8:], uint64(p.opts.ReplaceLabel.Label(int64(s), p.f.Int(s, out.field))))
+				continue
+			}
 			copy(buf[j*8:j*8+8], p.f.Record(s)[p.f.Layout().Offsets[out.field]:][:8])
 		case outArray, outVar:
 			a, err := p.f.Data(s, out.field)
@@ -195,5 +206,81 @@ func (p *Pipeline) pack(b *batch) {
 			pos += n
 			binary.LittleEndian.PutUint64(ends[8*j:], uint64(pos))
 		}
+	}
+}
+
+// checkAugment checks the augmentations against the images and fields,
+// and adds the mixup field.
+func (p *Pipeline) checkAugment() error {
+	o := &p.opts
+	w, h := o.Op.OutW, o.Op.OutH
+	p.augment = o.Augment.Active()
+	if (p.augment || o.Poison != nil || o.MixupAlpha > 0) && p.image < 0 {
+		return errors.New("augmentations (translate, cutout, jitters, poison, mixup) need an image field among the fields delivered")
+	}
+	if p.augment {
+		if err := o.Augment.Validate(w, h); err != nil {
+			return err
+		}
+	}
+	if po := o.Poison; po != nil {
+		if len(po.Mask) != w*h*3 || len(po.Alpha) != w*h {
+			return fmt.Errorf("poison: the mask has %d values and alpha %d; images of %dx%d need %d and %d", len(po.Mask), len(po.Alpha), w, h, w*h*3, w*h)
+		}
+	}
+	if (o.ReplaceLabel != nil || o.MixupAlpha > 0) && p.label < 0 {
+		return fmt.Errorf("%s: replacing labels and mixup need the int label field %q", p.f.Name(), o.LabelField)
+	}
+	if o.MixupAlpha > 0 {
+		if slices.ContainsFunc(p.outs, func(out output) bool { return out.spec.Name == "mixup" }) {
+			return errors.New(`mixup adds a field "mixup"; the beton has one of that name among the fields delivered`)
+		}
+		p.outs = append(p.outs, output{kind: outMixup, field: p.label, per: 12,
+			spec: fields.Spec{Name: "mixup", DType: "float32", Shape: []int{o.BatchSize, 3}}})
+	}
+	return nil
+}
+
+// mixup mixes a finished batch's images (ImageMixup) and writes its mixup
+// field (LabelMixup). Failed rows hold sample good's data by now.
+func (p *Pipeline) mixup(b *batch, good int) {
+	o := p.opts
+	n := b.size
+	lam := make([]float64, n)
+	// The weights depend only on (seed, epoch, batch): a resumed stream
+	// repeats them.
+	rng := rand.New(rand.NewPCG(o.Order.Seed^uint64(b.epoch)*0x9E3779B97F4A7C15, 1<<63|uint64(b.index)))
+	augment.Lambdas(rng, o.MixupAlpha, o.MixupSameLambda, lam)
+	img := p.outs[p.imageOut]
+	buf := b.bufs[p.imageOut][:n*img.per]
+	switch o.DType {
+	case Uint8:
+		augment.MixImages(buf, n, img.per, lam, make([]byte, img.per))
+	case Float32:
+		v := unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(buf))), len(buf)/4)
+		augment.MixFloat32(v, n, img.per/4, lam, make([]float32, img.per/4))
+	case Float16:
+		v := make([]float32, len(buf)/2)
+		for i := range v {
+			v[i] = half.Value(binary.LittleEndian.Uint16(buf[2*i:]))
+		}
+		augment.MixFloat32(v, n, img.per/2, lam, make([]float32, img.per/2))
+		for i, x := range v {
+			binary.LittleEndian.PutUint16(buf[2*i:], half.Bits(x))
+		}
+	}
+	labels := make([]int64, n)
+	for j := range n {
+		s := b.ids[j]
+		if b.failed[j] && good >= 0 {
+			s = b.ids[good]
+		}
+		labels[j] = o.ReplaceLabel.Label(int64(s), p.f.Int(int(s), p.label))
+	}
+	out := make([]float32, 3*n)
+	augment.MixLabels(labels, lam, out)
+	k := slices.IndexFunc(p.outs, func(out output) bool { return out.kind == outMixup })
+	for i, x := range out {
+		binary.LittleEndian.PutUint32(b.bufs[k][4*i:], math.Float32bits(x))
 	}
 }

@@ -34,8 +34,10 @@ import (
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/fields"
+	"github.com/ffcvfs/ffcvfs/internal/half"
 	"github.com/ffcvfs/ffcvfs/order"
 	"github.com/ffcvfs/ffcvfs/pagecache"
+	"github.com/ffcvfs/ffcvfs/pipeline/augment"
 	"github.com/ffcvfs/ffcvfs/pipeline/decode"
 )
 
@@ -57,6 +59,25 @@ type Options struct {
 	DropLast bool
 	// Op is the crop, resize and flip of every image.
 	Op decode.Op
+	// Augment is what FFCV's RandomTranslate, Cutout and color jitters do
+	// to every image after Op, Poison to the images of its samples (both
+	// on uint8 pixels, before the conversion to DType).
+	Augment augment.Options
+	Poison  *augment.Poison
+	// ReplaceLabel gives some samples another label (FFCV's ReplaceLabel),
+	// wherever the label field is delivered and in the mixup field.
+	ReplaceLabel *augment.ReplaceLabel
+	// MixupAlpha > 0 mixes every batch's images as FFCV's ImageMixup does,
+	// each with the one before it by a weight drawn from Beta(α, α) (one
+	// for the batch when MixupSameLambda), and adds a field "mixup"
+	// (float32, [B, 3]) of LabelMixup's (label, label before, weight).
+	MixupAlpha      float64
+	MixupSameLambda bool
+	// Indices, when set, restricts every epoch to these samples (FFCV's
+	// Loader's indices): in their order for a sequential order, else
+	// ordered as the whole beton would be with the rest left out (a
+	// sample named twice is read twice, as FFCV does).
+	Indices []uint32
 	// DType is the images' element type (default Uint8), Layout their
 	// dimensions' order (default NHWC).
 	DType  DType
@@ -145,6 +166,12 @@ func (o *Options) Validate() error {
 			}
 		}
 	}
+	if !(o.MixupAlpha >= 0 && o.MixupAlpha <= 1e6) {
+		return fmt.Errorf("mixup: alpha %v: want a positive number (0: no mixup)", o.MixupAlpha)
+	}
+	if len(o.Indices) > 0 && (len(o.Order.Resumed) > 0 || o.Order.Nodes > 1) {
+		return errors.New("a subset of samples (indices) cannot be combined with a resume at another world size or a node-affine order")
+	}
 	if o.Op.Kind == decode.Whole && o.Op.OutW == 0 && o.Op.OutH == 0 {
 		// New takes the size from the beton's images.
 		return o.Order.Validate()
@@ -178,6 +205,9 @@ type Pipeline struct {
 	image    int      // the beton field decoded, or -1
 	outs     []output // the fields of a batch
 	imageOut int      // the index in outs of the image
+	label    int      // the beton's label field, or -1
+	subset   []uint32 // how often Options.Indices names each sample
+	augment  bool     // whether Options.Augment does anything
 	data     bool     // whether fields other than the image need the page
 	announce func(order []uint32) error
 	idle     chan *workerState // workers' states between epochs
@@ -225,6 +255,22 @@ func New(c *pagecache.Cache, opts Options, announce func([]uint32) error) (*Pipe
 	}
 	p.imageOut = slices.IndexFunc(p.outs, func(o output) bool { return o.kind == outImage })
 	p.data = needsData(p.outs)
+	p.label = f.FieldIndex(opts.LabelField)
+	if p.label >= 0 && f.Fields()[p.label].Type != beton.TypeInt {
+		p.label = -1
+	}
+	if err := p.checkAugment(); err != nil {
+		return nil, err
+	}
+	if len(opts.Indices) > 0 {
+		p.subset = make([]uint32, f.NumSamples())
+		for _, s := range opts.Indices {
+			if int(s) >= f.NumSamples() {
+				return nil, fmt.Errorf("%s: index %d: the beton has samples 0 to %d", f.Name(), s, f.NumSamples()-1)
+			}
+			p.subset[s]++
+		}
+	}
 	for c := 0; c < 3; c++ {
 		for v := 0; v < 256; v++ {
 			x := float64(v)
@@ -232,7 +278,7 @@ func New(c *pagecache.Cache, opts Options, announce func([]uint32) error) (*Pipe
 				x = (x/255 - opts.Mean[c]) / opts.Std[c]
 			}
 			p.lut32[c][v] = float32(x)
-			p.lut16[c][v] = float16Bits(float32(x))
+			p.lut16[c][v] = half.Bits(float32(x))
 		}
 	}
 	return p, nil
@@ -299,7 +345,7 @@ func (p *Pipeline) sampleBytes() int {
 
 // BatchesPerEpoch returns the number of batches an epoch yields.
 func (p *Pipeline) BatchesPerEpoch() (int, error) {
-	ids, err := order.Generate(p.f, p.orderOf(0))
+	ids, err := p.generate(p.orderOf(0))
 	if err != nil {
 		return 0, err
 	}
@@ -319,6 +365,45 @@ func (p *Pipeline) batches(n int) int {
 	return (n + p.opts.BatchSize - 1) / p.opts.BatchSize
 }
 
+// generate is order.Generate over the beton, or over the subset of
+// Options.Indices: a sequential order takes them as given, any other the
+// whole beton's order with the rest left out, both dealt to the ranks in
+// equal contiguous shares (padded with the share's start, or cut with
+// DropLast).
+func (p *Pipeline) generate(o order.Options) ([]uint32, error) {
+	if p.subset == nil {
+		return order.Generate(p.f, o)
+	}
+	world, rank := max(1, o.WorldSize), o.Rank
+	var ids []uint32
+	if o.Kind == order.Sequential {
+		ids = p.opts.Indices
+	} else {
+		whole := o
+		whole.Rank, whole.WorldSize = 0, 1
+		all, err := order.Generate(p.f, whole)
+		if err != nil {
+			return nil, err
+		}
+		ids = make([]uint32, 0, len(p.opts.Indices))
+		for _, s := range all {
+			for range p.subset[s] { // a sample named twice is read twice
+				ids = append(ids, s)
+			}
+		}
+	}
+	per := (len(ids) + world - 1) / world
+	if o.DropLast {
+		per = len(ids) / world
+	}
+	lo := min(len(ids), rank*per)
+	share := append([]uint32(nil), ids[lo:min(len(ids), lo+per)]...)
+	for len(share) < per { // padded with the samples after the share, cyclically
+		share = append(share, ids[(lo+len(share))%len(ids)])
+	}
+	return share, nil
+}
+
 func (p *Pipeline) orderOf(epoch int) order.Options {
 	o := p.opts.Order
 	o.Epoch = uint64(epoch)
@@ -328,6 +413,7 @@ func (p *Pipeline) orderOf(epoch int) order.Options {
 // batch is one batch being filled: its samples, claimed one at a time by
 // the workers (next), and counted down as they finish (remaining).
 type batch struct {
+	epoch             int
 	slot, index, size int
 	ids               []uint32
 	bufs              [][]byte // per field (Pipeline.outs)
@@ -348,7 +434,7 @@ func (p *Pipeline) RunEpoch(ctx context.Context, epoch int, sink Sink) (int, err
 // its order. The batches are those RunEpoch makes (the same samples, the
 // same augmentations, the same indices).
 func (p *Pipeline) RunEpochFrom(ctx context.Context, epoch, start int, sink Sink) (int, error) {
-	all, err := order.Generate(p.f, p.orderOf(epoch))
+	all, err := p.generate(p.orderOf(epoch))
 	if err != nil {
 		return 0, err
 	}
@@ -375,7 +461,7 @@ type Rest struct {
 func (p *Pipeline) Rest(epoch int, resumed []order.Segment) (*Rest, error) {
 	o := p.orderOf(epoch)
 	o.Resumed = resumed
-	ids, err := order.Generate(p.f, o)
+	ids, err := p.generate(o)
 	if err != nil {
 		return nil, err
 	}
@@ -456,7 +542,7 @@ func (p *Pipeline) run(ctx context.Context, epoch int, all []uint32, start int, 
 				feedErr <- err
 				return
 			}
-			b := &batch{slot: slot, index: bi, size: hi - lo, ids: all[lo:hi], bufs: bufs, failed: make([]bool, hi-lo)}
+			b := &batch{epoch: epoch, slot: slot, index: bi, size: hi - lo, ids: all[lo:hi], bufs: bufs, failed: make([]bool, hi-lo)}
 			b.remaining.Store(int32(hi - lo))
 			for range workers {
 				select {
@@ -542,6 +628,9 @@ func (p *Pipeline) finish(b *batch) error {
 		}
 		p.replace(b, j, good)
 	}
+	if p.opts.MixupAlpha > 0 {
+		p.mixup(b, good)
+	}
 	p.pack(b)
 	return nil
 }
@@ -551,6 +640,7 @@ func (p *Pipeline) finish(b *batch) error {
 type workerState struct {
 	dec     *decode.Decoder
 	scratch []byte
+	aug     []byte // the translate's copy of the image
 }
 
 // getWorkerState returns a worker state left by an earlier epoch, or a new
@@ -566,6 +656,9 @@ func (p *Pipeline) getWorkerState() (*workerState, error) {
 		return nil, err
 	}
 	ws := &workerState{dec: dec}
+	if p.opts.Augment.TranslatePad > 0 {
+		ws.aug = make([]byte, p.opts.Op.OutW*p.opts.Op.OutH*3)
+	}
 	if o := p.opts; o.DType != Uint8 || o.Layout != NHWC {
 		ws.scratch = make([]byte, o.Op.OutW*o.Op.OutH*3)
 	}
@@ -587,7 +680,7 @@ func (p *Pipeline) worker(ctx context.Context, epoch int, jobs <-chan *batch, do
 		return
 	}
 	defer p.putWorkerState(ws)
-	dec, scratch := ws.dec, ws.scratch
+	dec := ws.dec
 	o := p.opts
 	pcg := rand.NewPCG(0, 0)
 	rng := rand.New(pcg)
@@ -600,7 +693,7 @@ func (p *Pipeline) worker(ctx context.Context, epoch int, jobs <-chan *batch, do
 			s := b.ids[j]
 			// Each sample's augmentation depends only on (seed, epoch, sample).
 			pcg.Seed(o.Order.Seed^uint64(epoch)*0x9E3779B97F4A7C15, uint64(s))
-			err := p.sample(ctx, dec, rng, b, j, s, scratch)
+			err := p.sample(ctx, dec, rng, b, j, s, ws)
 			if err != nil {
 				p.Errors.Add(1)
 				if ctx.Err() == nil {
@@ -620,7 +713,7 @@ func (p *Pipeline) worker(ctx context.Context, epoch int, jobs <-chan *batch, do
 	}
 }
 
-func (p *Pipeline) sample(ctx context.Context, dec *decode.Decoder, rng *rand.Rand, b *batch, j int, id uint32, scratch []byte) error {
+func (p *Pipeline) sample(ctx context.Context, dec *decode.Decoder, rng *rand.Rand, b *batch, j int, id uint32, ws *workerState) error {
 	o := p.opts
 	s := int(id)
 	var img beton.Image
@@ -659,15 +752,21 @@ func (p *Pipeline) sample(ctx context.Context, dec *decode.Decoder, rng *rand.Ra
 		pix := o.Op.OutW * o.Op.OutH * 3
 		per := p.sampleBytes()
 		out := b.bufs[p.imageOut][j*per : (j+1)*per]
-		dst := scratch
+		dst := ws.scratch
 		if dst == nil {
 			dst = out[:pix]
 		}
 		if err := dec.Apply(data[int64(img.Ptr)-off:][:img.Size], mode, img.Width, img.Height, o.Op, rng, dst); err != nil {
 			return err
 		}
-		if scratch != nil {
-			p.convert(out, scratch)
+		if p.augment {
+			o.Augment.Apply(rng, dst, o.Op.OutW, o.Op.OutH, ws.aug)
+		}
+		if o.Poison.Has(int64(s)) {
+			o.Poison.Apply(dst)
+		}
+		if ws.scratch != nil {
+			p.convert(out, ws.scratch)
 		}
 	}
 	return p.fill(b, j, s, data, off)
@@ -704,42 +803,6 @@ func (p *Pipeline) convert(out, src []byte) {
 			}
 		}
 	}
-}
-
-// float16Bits converts to IEEE half precision, rounding to nearest even.
-func float16Bits(f float32) uint16 {
-	b := math.Float32bits(f)
-	sign := uint16(b>>16) & 0x8000
-	exp := int32(b>>23&0xff) - 127 + 15
-	mant := b & 0x7fffff
-	switch {
-	case b&0x7fffffff == 0:
-		return sign
-	case exp >= 31:
-		if b&0x7fffffff > 0x7f800000 {
-			return sign | 0x7e00 // NaN
-		}
-		return sign | 0x7c00 // overflow to infinity
-	case exp <= 0:
-		if exp < -10 {
-			return sign
-		}
-		mant |= 0x800000
-		shift := uint32(14 - exp)
-		h := mant >> shift
-		rem := mant & (1<<shift - 1)
-		half := uint32(1) << (shift - 1)
-		if rem > half || rem == half && h&1 == 1 {
-			h++
-		}
-		return sign | uint16(h)
-	}
-	h := uint32(exp)<<10 | mant>>13
-	rem := mant & 0x1fff
-	if rem > 0x1000 || rem == 0x1000 && h&1 == 1 {
-		h++
-	}
-	return sign | uint16(h)
 }
 
 // DiscardSink is a Sink whose batches are consumed as soon as they are

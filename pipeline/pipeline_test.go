@@ -177,17 +177,6 @@ func float16ToFloat(h uint16) float64 {
 	return sign * (1 + mant/1024) * math.Pow(2, float64(exp-15))
 }
 
-func TestFloat16Bits(t *testing.T) {
-	for _, c := range []struct {
-		f    float32
-		want uint16
-	}{{0, 0}, {1, 0x3c00}, {-2, 0xc000}, {65504, 0x7bff}, {1e6, 0x7c00}, {0.1, 0x2e66}, {6e-8, 0x0001}, {float32(math.Inf(-1)), 0xfc00}} {
-		if got := float16Bits(c.f); got != c.want {
-			t.Errorf("float16Bits(%v) = %#04x, want %#04x", c.f, got, c.want)
-		}
-	}
-}
-
 // A corrupt JPEG is replaced by another sample of its batch with skip, and
 // ends the epoch with fail.
 func TestCorruptSample(t *testing.T) {

@@ -82,6 +82,21 @@ func pipelineFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "center-ratio", Value: decode.DefaultCenterRatio, Usage: "center: crop side over the shorter side", Category: "augment"},
 		&cli.Float64Flag{Name: "flip", Value: 0.5, Usage: "probability `P` of a horizontal flip per sample (0: never, 1: always); not a switch", Category: "augment"},
 		&cli.BoolFlag{Name: "exact", Usage: "decode each crop at full resolution before resizing it: the pixels of a full decode, cropped and\n\tarea-resized, but slower; by default a crop decodes at the smallest JPEG DCT scale m/8 that keeps\n\tthe output's pixels (about 47 dB from the exact pixels on average, never under 30 dB)", Category: "augment"},
+		&cli.IntFlag{Name: "translate", Usage: "shift each image by up to `N` pixels each way, filling with --translate-fill (FFCV's RandomTranslate)", Category: "augment"},
+		&cli.StringFlag{Name: "translate-fill", Value: "0,0,0", Usage: "`R,G,B` (0-255) that --translate fills with", Category: "augment"},
+		&cli.IntFlag{Name: "cutout", Usage: "fill a square of side `N` at a random place with --cutout-fill (FFCV's Cutout)", Category: "augment"},
+		&cli.StringFlag{Name: "cutout-fill", Value: "0,0,0", Usage: "`R,G,B` (0-255) that --cutout fills with", Category: "augment"},
+		&cli.StringFlag{Name: "brightness", Usage: "`M[,P]`: with probability P (default 0.5) scale the pixels by a factor from [max(0, 1-M), 1+M]\n\t(FFCV's RandomBrightness)", Category: "augment"},
+		&cli.StringFlag{Name: "contrast", Usage: "`M[,P]`: blend with the mean gray by such a factor (FFCV's RandomContrast)", Category: "augment"},
+		&cli.StringFlag{Name: "saturation", Usage: "`M[,P]`: blend each pixel with its gray by such a factor (FFCV's RandomSaturation)", Category: "augment"},
+		&cli.Float64Flag{Name: "mixup", Usage: "mix each image with the one before it in its batch by a weight from Beta(`ALPHA`, ALPHA), and add a\n\tfield \"mixup\" (float32 [B, 3]: label, label mixed in, weight), as FFCV's ImageMixup and LabelMixup", Category: "augment"},
+		&cli.BoolFlag{Name: "mixup-same-lambda", Usage: "--mixup: one weight per batch, not one per image", Category: "augment"},
+		&cli.Int64Flag{Name: "replace-label", Usage: "give the samples of --replace-label-indices the label `N` (FFCV's ReplaceLabel)", Category: "augment"},
+		&cli.StringFlag{Name: "replace-label-indices", Usage: "the samples --replace-label relabels: `IDS` as 1,5,9 or @FILE (.npy, or ids in text)", Category: "augment"},
+		&cli.StringFlag{Name: "poison-mask", Usage: "poison the images of --poison-indices (FFCV's Poison): x(1-alpha) + mask·alpha, with `FILE`.npy a\n\tuint8 array [H, W, 3] of the output's size", Category: "augment"},
+		&cli.StringFlag{Name: "poison-alpha", Usage: "--poison-mask: `FILE`.npy of the weights, [H, W]", Category: "augment"},
+		&cli.StringFlag{Name: "poison-indices", Usage: "--poison-mask: the samples poisoned, `IDS` as 1,5,9 or @FILE", Category: "augment"},
+		&cli.StringFlag{Name: "poison-clamp", Value: "0,255", Usage: "--poison-mask: clip the poisoned values to `LO,HI`", Category: "augment"},
 		&cli.StringFlag{Name: "dtype", Value: "uint8", Usage: "uint8, float16 or float32", Category: "output"},
 		&cli.StringFlag{Name: "layout", Value: "nhwc", Usage: "nhwc or nchw", Category: "output"},
 		&cli.StringFlag{Name: "normalize", Value: "none", Usage: "none, imagenet, or M,M,M/S,S,S on the 0-1 scale (float dtypes)", Category: "output"},
@@ -93,6 +108,7 @@ func pipelineFlags() []cli.Flag {
 		&cli.IntFlag{Name: "nodes", Usage: "node-affine order: the `N` machines the ranks run on (--world-size / N ranks each, numbered node by node): each node reads the same pages every epoch, so its caches keep serving them (0: the pages of each epoch are dealt over all ranks)", Category: "batches"},
 		&cli.Float64Flag{Name: "move", Usage: "node-affine order: the share `F` (0 to 1) of each node's pages that moves to another node per epoch", Category: "batches"},
 		&cli.IntFlag{Name: "workers", Value: runtime.NumCPU(), DefaultText: "the cores", Usage: "`N` decoding goroutines", Category: "batches"},
+		&cli.StringFlag{Name: "indices", Usage: "read only these samples (FFCV's Loader's indices): `IDS` as 1,5,9 or @FILE (.npy, or ids in text);\n\ta sequential order takes them as given, other orders as the whole beton's order without the rest", Category: "batches"},
 		&cli.BoolFlag{Name: "drop-last", Usage: "leave out an epoch's last batch when it is incomplete, as FFCV's Loader does with drop_last", Category: "batches"},
 		&cli.StringFlag{Name: "on-error", Value: "skip", Usage: "skip (replace an undecodable sample by another of its batch) or fail", Category: "batches"},
 	}, append(cacheflags.Flags("data"), cacheflags.SourceFlags("storage")...)...)
@@ -195,6 +211,9 @@ func pipelineOptions(c *cli.Context) (pipeline.Options, error) {
 			return o, cli.Exit(fmt.Sprintf("--normalize %q: want none, imagenet or M,M,M/S,S,S", n), 2)
 		}
 		o.Normalize = true
+	}
+	if err := augmentOptions(c, &o); err != nil {
+		return o, err
 	}
 	if err := o.Validate(); err != nil {
 		return o, cli.Exit(err.Error(), 2)

@@ -139,3 +139,43 @@ func TestFlagsBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestAugmentFlags: the augmentation, subset and field flags run a bench
+// when they make sense, and otherwise fail with exit 2 and a sentence
+// naming the flag.
+func TestAugmentFlags(t *testing.T) {
+	beton := testenv.Fixture(t, "beton", "label-first-two-images.beton")
+	dir := t.TempDir()
+	ids := filepath.Join(dir, "ids.txt")
+	if err := os.WriteFile(ids, []byte("1 2\n3\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"bench", "--data", beton, "--workers", "1", "--batch-size", "8", "--epochs", "1"}
+	out, code := runFfcvfeed(t, append(base, "--fields", "thumb,label", "--crop", "none", "--translate", "2", "--translate-fill", "125,123,114",
+		"--cutout", "4", "--brightness", "0.2", "--contrast", "0.2,1", "--saturation", "0.2", "--mixup", "0.2",
+		"--replace-label", "3", "--replace-label-indices", "@"+ids, "--indices", "0,1,2,5,7,9,11,13,15")...)
+	if code != 0 || !strings.Contains(out, "9 images") {
+		t.Errorf("bench with every augmentation: exit %d\n%s", code, out)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--translate-fill", "1,2"}, "--translate-fill"},
+		{[]string{"--brightness", "x"}, "--brightness"},
+		{[]string{"--contrast", "0.5,2"}, "--contrast"},
+		{[]string{"--indices", "1,-4"}, "--indices"},
+		{[]string{"--indices", "@" + filepath.Join(dir, "missing")}, "missing"},
+		{[]string{"--indices", "0,999"}, "index 999"},
+		{[]string{"--replace-label", "3"}, "--replace-label-indices"},
+		{[]string{"--poison-mask", ids}, "--poison-alpha"},
+		{[]string{"--fields", "label,nope"}, `no field "nope"`},
+		{[]string{"--crop", "none"}, "one size"},
+		{[]string{"--cutout", "400"}, "cutout"},
+	} {
+		out, code := runFfcvfeed(t, append(base, tc.args...)...)
+		if code == 0 || !strings.Contains(out, tc.want) || strings.Contains(out, "panic") {
+			t.Errorf("%v: exit %d, want an error naming %q:\n%s", tc.args, code, tc.want, out)
+		}
+	}
+}

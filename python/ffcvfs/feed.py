@@ -640,18 +640,29 @@ def _is_data(source):
     return not stat.S_ISSOCK(st.st_mode)
 
 
-def _flag_args(flags):
+def _flag_args(flags, folder=None):
     """ffcvfeed serve's flags from keyword arguments: batch_size=512 →
-    --batch-size 512; True → the flag alone; False and None → left out."""
+    --batch-size 512; True → the flag alone; False and None → left out;
+    a list, tuple or array → its items joined by commas, or, for long lists
+    of sample ids (indices=, replace_label_indices=, ...), written to a
+    file in folder and passed as @FILE."""
     args = []
     for key, value in flags.items():
         name = "--" + key.replace("_", "-")
         if value is None or value is False:
             continue
+        if isinstance(value, np.ndarray):
+            value = value.tolist()
         if value is True:
             args.append(name)
-        elif isinstance(value, (list, tuple)):
-            args += [name, ",".join(str(v) for v in value)]
+        elif isinstance(value, (list, tuple, range)):
+            text = ",".join(str(v) for v in value)
+            if folder is not None and key.endswith("indices") and len(text) > 4096:
+                path = os.path.join(folder, key + ".txt")
+                with open(path, "w") as f:
+                    f.write(text)
+                text = "@" + path
+            args += [name, text]
         else:
             args += [name, str(value)]
     return args
@@ -677,7 +688,7 @@ class _Server:
         self.socket_path = os.path.join(self.dir, "feed.sock")
         self.data = os.fspath(data)
         self._log = open(os.path.join(self.dir, "serve.log"), "w+b")
-        args = [exe, "serve", "--data", self.data, "--socket", self.socket_path] + _flag_args(flags)
+        args = [exe, "serve", "--data", self.data, "--socket", self.socket_path] + _flag_args(flags, self.dir)
         try:
             # Its own session: a Ctrl-C meant for training reaches the
             # Loader, which stops the server. FFCVFEED_EXIT_WITH_PARENT: the

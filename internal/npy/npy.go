@@ -1,0 +1,190 @@
+// Package npy reads NumPy's .npy files (format versions 1 to 3): the
+// arrays FFCV users hold their poison masks, weights and index lists in.
+// Written here because the format is a dozen lines of header and no
+// maintained Go module reads it without pulling in far more.
+package npy
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Array is a C-ordered array: its NumPy type string, shape and bytes.
+type Array struct {
+	Descr string // e.g. "|u1", "<f8", "<i8"
+	Shape []int
+	Data  []byte
+}
+
+// MaxBytes bounds what ReadFile reads.
+const MaxBytes = 1 << 30
+
+var magic = []byte("\x93NUMPY")
+
+var (
+	descrRE = regexp.MustCompile(`'descr':\s*'([^']*)'`)
+	fortRE  = regexp.MustCompile(`'fortran_order':\s*(True|False)`)
+	shapeRE = regexp.MustCompile(`'shape':\s*\(([^)]*)\)`)
+)
+
+// Read parses a .npy file's bytes.
+func Read(b []byte) (*Array, error) {
+	if len(b) < 10 || !bytes.Equal(b[:6], magic) {
+		return nil, errors.New("not a .npy file (no \\x93NUMPY magic)")
+	}
+	var hlen, start int
+	switch b[6] {
+	case 1:
+		hlen, start = int(binary.LittleEndian.Uint16(b[8:])), 10
+	case 2, 3:
+		if len(b) < 12 {
+			return nil, errors.New(".npy header cut short")
+		}
+		h := binary.LittleEndian.Uint32(b[8:])
+		if h > uint32(len(b)) {
+			return nil, fmt.Errorf(".npy header of %d bytes in a file of %d", h, len(b))
+		}
+		hlen, start = int(h), 12
+	default:
+		return nil, fmt.Errorf(".npy format version %d.%d is not known", b[6], b[7])
+	}
+	if start+hlen > len(b) {
+		return nil, fmt.Errorf(".npy header of %d bytes in a file of %d", hlen, len(b))
+	}
+	header := string(b[start : start+hlen])
+	d, f, s := descrRE.FindStringSubmatch(header), fortRE.FindStringSubmatch(header), shapeRE.FindStringSubmatch(header)
+	if d == nil || f == nil || s == nil {
+		return nil, fmt.Errorf(".npy header %q lacks descr, fortran_order or shape", header)
+	}
+	if f[1] == "True" {
+		return nil, errors.New(".npy array is in Fortran order; save it C-ordered (np.ascontiguousarray)")
+	}
+	a := &Array{Descr: d[1]}
+	size, err := itemSize(a.Descr)
+	if err != nil {
+		return nil, err
+	}
+	n := 1
+	for _, p := range strings.Split(s[1], ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		k, err := strconv.Atoi(p)
+		if err != nil || k < 0 || k > MaxBytes {
+			return nil, fmt.Errorf(".npy shape (%s): %q is not a dimension", s[1], p)
+		}
+		a.Shape = append(a.Shape, k)
+		if n = n * k; n > MaxBytes {
+			return nil, fmt.Errorf(".npy shape (%s) is too large", s[1])
+		}
+	}
+	data := b[start+hlen:]
+	if len(data) != n*size {
+		return nil, fmt.Errorf(".npy array of shape %v and type %s needs %d bytes, the file holds %d", a.Shape, a.Descr, n*size, len(data))
+	}
+	a.Data = data
+	return a, nil
+}
+
+func itemSize(descr string) (int, error) {
+	switch strings.TrimLeft(descr, "<|=") {
+	case "u1", "i1", "b1":
+		return 1, nil
+	case "u2", "i2", "f2":
+		return 2, nil
+	case "u4", "i4", "f4":
+		return 4, nil
+	case "u8", "i8", "f8":
+		return 8, nil
+	}
+	return 0, fmt.Errorf(".npy type %q: want a little-endian integer or float", descr)
+}
+
+// ReadFile reads a .npy file, at most MaxBytes.
+func ReadFile(path string) (*Array, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(b) > MaxBytes {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, MaxBytes)
+	}
+	a, err := Read(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return a, nil
+}
+
+// Len is the number of elements.
+func (a *Array) Len() int {
+	n := 1
+	for _, d := range a.Shape {
+		n *= d
+	}
+	return n
+}
+
+// Float64s returns the values as float64.
+func (a *Array) Float64s() []float64 {
+	out := make([]float64, a.Len())
+	for i := range out {
+		out[i] = a.at(i)
+	}
+	return out
+}
+
+// Int64s returns the values as int64, or an error naming one that is not
+// a whole number.
+func (a *Array) Int64s() ([]int64, error) {
+	out := make([]int64, a.Len())
+	for i := range out {
+		v := a.at(i)
+		if v != float64(int64(v)) {
+			return nil, fmt.Errorf("value %d, %v, is not a whole number", i, v)
+		}
+		out[i] = int64(v)
+	}
+	return out, nil
+}
+
+func (a *Array) at(i int) float64 {
+	b := a.Data
+	switch strings.TrimLeft(a.Descr, "<|=") {
+	case "u1", "b1":
+		return float64(b[i])
+	case "i1":
+		return float64(int8(b[i]))
+	case "u2":
+		return float64(binary.LittleEndian.Uint16(b[2*i:]))
+	case "i2":
+		return float64(int16(binary.LittleEndian.Uint16(b[2*i:])))
+	case "f2":
+		return float64(halfValue(binary.LittleEndian.Uint16(b[2*i:])))
+	case "u4":
+		return float64(binary.LittleEndian.Uint32(b[4*i:]))
+	case "i4":
+		return float64(int32(binary.LittleEndian.Uint32(b[4*i:])))
+	case "f4":
+		return float64(float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
+	case "u8":
+		return float64(binary.LittleEndian.Uint64(b[8*i:]))
+	case "i8":
+		return float64(int64(binary.LittleEndian.Uint64(b[8*i:])))
+	case "f8":
+		return float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
+	}
+	return 0
+}
