@@ -205,3 +205,52 @@ func TestLoaderEveryField(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 }
+
+// ffcvFixtureScript reads every field of the beton FFCV wrote with every
+// field type (argv[1], manifest argv[2]) through a Loader it starts, the
+// raw image whole, and compares each sample's bytes with FFCV's (see
+// pipeline.TestFFCVEveryField for which of FFCV's).
+const ffcvFixtureScript = `
+import hashlib, json, sys
+import numpy as np
+from ffcvfs import Loader
+
+beton, manifest = sys.argv[1], sys.argv[2]
+want = json.load(open(manifest))["samples"]
+names = ("image", "label", "weight", "vec", "tensor", "blob", "meta")
+sha = lambda a: hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
+s = 0
+with Loader(beton, fields=list(names), crop="none", flip=0, order="sequential", batch_size=16, workers=1) as loader:
+    for batch in loader:
+        f = dict(zip(names, batch))
+        assert f["vec"].dtype == np.int16 and f["tensor"].dtype == np.float64 and f["image"].shape[1:] == (32, 32, 3)
+        metas = f["meta"].json()
+        for j in range(len(f["label"])):
+            w = want[s]
+            for k in names:
+                exp = w[k]["stored_sha256"] if k in ("blob", "meta") else w[k]["sha256"]
+                got = sha(f[k][j])
+                if got != exp:
+                    print("sample", s, "field", k, got, "FFCV", exp)
+                    sys.exit(1)
+            if metas[j] != w["meta"]["json"]:
+                print("sample", s, "meta", metas[j], "FFCV", w["meta"]["json"])
+                sys.exit(1)
+            s += 1
+print("ok", s)
+`
+
+// TestLoaderFFCVEveryField: every field of a beton FFCV wrote with every
+// field type it has reaches Python through the Loader byte for byte.
+func TestLoaderFFCVEveryField(t *testing.T) {
+	py := installedPython(t, "numpy")
+	repo, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	beton := testenv.Gunzip(t, filepath.Join(repo, "pipeline", "testdata", "ffcv-every-field.beton.gz"))
+	out, err := exec.Command(py, "-c", ffcvFixtureScript, beton, filepath.Join(repo, "pipeline", "testdata", "ffcv-every-field.beton.manifest.json")).CombinedOutput()
+	if err != nil || !strings.HasPrefix(strings.TrimSpace(string(out)), "ok 40") {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}

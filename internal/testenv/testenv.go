@@ -5,9 +5,12 @@
 package testenv
 
 import (
+	"compress/gzip"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -75,4 +78,31 @@ func LookPath(t testing.TB, name string) string {
 		Missing(t, "%s not found on PATH", name)
 	}
 	return p
+}
+
+// Gunzip decompresses the gzip file at path into the test's temporary
+// folder and returns the path of the result.
+func Gunzip(t testing.TB, path string) string {
+	t.Helper()
+	in, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	z, err := gzip.NewReader(in)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	out := filepath.Join(t.TempDir(), strings.TrimSuffix(filepath.Base(path), ".gz"))
+	f, err := os.Create(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(f, z); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
