@@ -228,6 +228,16 @@ func checkOpen(t *testing.T, sf *sparseFile) {
 		return
 	}
 	exercise(t, f)
+	if f.HasNames() {
+		var names []string
+		noPanic(t, "Names", func() { names, err = f.Names() })
+		if err == nil && len(names) != f.NumSamples() {
+			t.Fatalf("Names: %d names for %d samples", len(names), f.NumSamples())
+		}
+		if err != nil && (!errors.Is(err, beton.ErrCorrupt) || !strings.HasPrefix(err.Error(), fuzzName+": ")) {
+			t.Fatalf("Names: %v", err)
+		}
+	}
 	var errs []error
 	noPanic(t, "Verify", func() { errs = beton.Verify(f, beton.VerifyOptions{All: true}) })
 	for _, err := range errs {

@@ -39,6 +39,9 @@ type File struct {
 	pageStart   []uint32 // pageSamples[pageStart[i]:pageStart[i+1]] are the samples of data page i
 	pageSamples []uint32
 
+	names   nameIndex // the names index, if any (names.go)
+	dataEnd uint64    // the end of the data pages: the names index or the allocation table
+
 	closer io.Closer
 }
 
@@ -149,15 +152,23 @@ func Open(r io.ReaderAt, size int64, name string) (*File, error) {
 	if tableLen%AllocEntrySize != 0 {
 		return nil, fmt.Errorf("%s: allocation table of %d bytes is not a whole number of %d-byte entries (file truncated or pointer wrong): %w", name, tableLen, AllocEntrySize, ErrCorrupt)
 	}
+	f.dataEnd = h.AllocTablePtr
+	if ix, ok := findNameIndex(f.fields); ok {
+		// The names index lies between the data pages and the table.
+		if ix.off < uint64(metaEnd) || ix.size > h.AllocTablePtr || ix.off != h.AllocTablePtr-ix.size {
+			return nil, fmt.Errorf("%s: field %q: names index at %d of %d bytes is not right before the allocation table at %d: %w", name, f.fields[ix.field].Name, ix.off, ix.size, h.AllocTablePtr, ErrCorrupt)
+		}
+		f.names, f.dataEnd = ix, ix.off
+	}
 	ps := int64(h.PageSize)
 	f.firstPage = (metaEnd + ps - 1) / ps
 	// A table right after the metadata means there are no data pages (every
 	// allocation is empty).
-	if tableLen > 0 && h.AllocTablePtr != uint64(metaEnd) {
-		if h.AllocTablePtr%uint64(ps) != 0 {
-			return nil, fmt.Errorf("%s: data region ends at %d, which is not a page boundary (page size %d): last page truncated: %w", name, h.AllocTablePtr, ps, ErrCorrupt)
+	if tableLen > 0 && f.dataEnd != uint64(metaEnd) {
+		if f.dataEnd%uint64(ps) != 0 {
+			return nil, fmt.Errorf("%s: data region ends at %d, which is not a page boundary (page size %d): last page truncated: %w", name, f.dataEnd, ps, ErrCorrupt)
 		}
-		f.numPages = int(int64(h.AllocTablePtr)/ps - f.firstPage)
+		f.numPages = int(int64(f.dataEnd)/ps - f.firstPage)
 	}
 	if err := f.readAllocTable(); err != nil {
 		return nil, err
@@ -226,7 +237,7 @@ func (f *File) readAllocTable() error {
 	}
 	f.allocs = make([]Alloc, n)
 	dataStart := uint64(f.firstPage) << f.pageShift
-	dataEnd := h.AllocTablePtr
+	dataEnd := f.dataEnd
 	f.samplePage = make([]int32, h.NumSamples)
 	for i := range f.samplePage {
 		f.samplePage[i] = NoPage

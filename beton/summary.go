@@ -60,6 +60,7 @@ type Summary struct {
 	RecordSize     int            `json:"record_size"`
 	Fields         []FieldSummary `json:"fields"`
 	AllocEntries   int            `json:"alloc_entries"`
+	NamesIndex     uint64         `json:"names_index_bytes,omitempty"` // see PathField
 	FirstPage      int64          `json:"first_page"`
 	Pages          int            `json:"pages"`
 	DataBytes      uint64         `json:"data_bytes"`
@@ -74,7 +75,7 @@ func Summarize(f *File) Summary {
 	s := Summary{
 		File: f.name, Size: f.size, Version: h.Version, NumSamples: h.NumSamples,
 		PageSize: h.PageSize, AllocTablePtr: h.AllocTablePtr, RecordSize: f.layout.RecordSize,
-		AllocEntries: len(f.allocs), FirstPage: f.firstPage, Pages: f.numPages,
+		AllocEntries: len(f.allocs), FirstPage: f.firstPage, Pages: f.numPages, NamesIndex: f.names.size,
 	}
 	for i, fd := range f.fields {
 		s.Fields = append(s.Fields, FieldSummary{Name: fd.Name, Type: fd.Type.String(), TypeID: uint8(fd.Type),

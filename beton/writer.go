@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"math"
 	"os"
@@ -71,6 +72,10 @@ type Writer struct {
 	allocs []Alloc
 	next   int // next sample id
 	err    error
+
+	// The names index (SetNames), if any.
+	nameField int
+	names     []string
 }
 
 // Create starts writing a .beton with the given fields and number of samples
@@ -318,6 +323,18 @@ func (w *Writer) finish() error {
 		}
 		w.written += w.pageSize
 		tablePtr += w.written
+	}
+	if w.names != nil {
+		blob := encodeNames(w.names)
+		if _, err := w.out.Write(blob); err != nil {
+			return err
+		}
+		a := &w.fields[w.nameField].Args
+		copy(a[:16], namesMagic)
+		binary.LittleEndian.PutUint64(a[16:], tablePtr)
+		binary.LittleEndian.PutUint64(a[24:], uint64(len(blob)))
+		binary.LittleEndian.PutUint32(a[32:], crc32.Checksum(blob, castagnoli))
+		tablePtr += uint64(len(blob))
 	}
 	entry := make([]byte, AllocEntrySize)
 	for _, a := range w.allocs {

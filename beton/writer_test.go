@@ -2,8 +2,12 @@ package beton_test
 
 import (
 	"bytes"
+	"encoding/binary"
+	"errors"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ffcvfs/ffcvfs/beton"
@@ -198,5 +202,61 @@ func TestWriterAbortLeavesNothing(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Fatalf("left behind: %v", ents)
+	}
+}
+
+// TestNamesIndex: names written with SetNames come back from Names, in
+// sample order; the per-sample values of the field hold them too; a
+// damaged index is an error naming the file, never wrong names.
+func TestNamesIndex(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "names.beton")
+	fields := []beton.Field{{Type: beton.TypeInt, Name: "label"}, {Type: beton.TypeBytes, Name: beton.PathField}}
+	w, err := beton.Create(path, fields, 3, beton.WriterOptions{PageSize: beton.MinPageSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"b/x.jpg", "a/é y.jpg", "a/sub/z.JPEG"}
+	if err := w.SetNames(1, names); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range names {
+		if err := w.WriteSample([]beton.Value{{Int: int64(i)}, {Data: []byte(n)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := beton.OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.Names()
+	if err != nil || !slices.Equal(got, names) || f.NumPages() != 1 {
+		t.Fatalf("Names: %q, %v (%d pages); want %q", got, err, f.NumPages(), names)
+	}
+	for i, n := range names {
+		if b, err := f.ReadData(i, 1, nil); err != nil || string(b) != n {
+			t.Errorf("sample %d's path value: %q, %v", i, b, err)
+		}
+	}
+	f.Close()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := int(binary.LittleEndian.Uint64(raw[16:])) // the allocation table: the index ends there
+	damaged := bytes.Clone(raw)
+	damaged[end-3] ^= 0xff // a byte of the last name
+	if f, err := beton.Open(bytes.NewReader(damaged), int64(len(damaged)), "damaged.beton"); err != nil {
+		t.Fatal(err)
+	} else if _, err := f.Names(); err == nil || !errors.Is(err, beton.ErrCorrupt) || !strings.Contains(err.Error(), "damaged.beton") {
+		t.Errorf("a damaged names index: %v", err)
+	}
+	moved := bytes.Clone(raw)
+	arg := 24 + beton.DescriptorSize + 1 + beton.NameSize + 16 // the path field's index offset
+	binary.LittleEndian.PutUint64(moved[arg:], 99)
+	if _, err := beton.Open(bytes.NewReader(moved), int64(len(moved)), "moved.beton"); err == nil || !errors.Is(err, beton.ErrCorrupt) {
+		t.Errorf("a names index that is not before the allocation table: %v", err)
 	}
 }

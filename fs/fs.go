@@ -25,6 +25,10 @@ type Options struct {
 	// names must sort in label order, as ImageFolder assigns indices by
 	// sorted name. Default: zero-padded label numbers.
 	Classes []string
+	// NoFileNames names files by sample id even when the beton keeps its
+	// files' paths (beton.PathField, ffcvfs write --keep-names); by
+	// default such a beton is served as the tree it was written from.
+	NoFileNames bool
 	// KernelCache lets the kernel cache file contents. Off by default, so
 	// that the page cache's budget is the real memory use.
 	KernelCache bool
@@ -151,6 +155,7 @@ type View struct {
 	ifIndex  []uint32   // sample id of each ImageFolder index
 	ifOf     []int32    // ImageFolder index of each sample, or -1
 	idWidth  int        // digits of a sample file name
+	named    *namedTree // the files' own names and folders (names.go), or nil
 
 	errs     errorLog
 	reads    readCounters
@@ -213,7 +218,18 @@ func NewView(c *pagecache.Cache, opts Options) (*View, error) {
 	if t := f.Fields()[v.label].Type; t != beton.TypeInt {
 		return nil, fmt.Errorf("%s: label field %q is a %s field, not an int", f.Name(), opts.LabelField, t)
 	}
-	if err := v.buildClasses(); err != nil {
+	if f.HasNames() && !opts.NoFileNames {
+		if opts.Classes != nil {
+			return nil, fmt.Errorf("%s keeps its files' paths, which name the class folders: give no class list, or serve it without its names (--no-file-names)", f.Name())
+		}
+		names, err := f.Names()
+		if err != nil {
+			return nil, err
+		}
+		if err := v.buildNamed(names); err != nil {
+			return nil, err
+		}
+	} else if err := v.buildClasses(); err != nil {
 		return nil, err
 	}
 	v.kcopies = newKernelCopies(f, c.Stats().Slots >= f.NumPages()) // started by Mount, if files are read through the page cache
@@ -328,6 +344,9 @@ func (v *View) Classes() []string { return slices.Clone(v.classes) }
 // SampleName returns the file name of sample s, with the extension of its
 // stored image.
 func (v *View) SampleName(s int) string {
+	if v.named != nil {
+		return v.named.base[s]
+	}
 	m := v.f.Record(s)[v.f.Layout().Offsets[v.image]]
 	ext := ".jpg"
 	if beton.ImageMode(m) == beton.ModeRaw {

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"syscall"
@@ -110,6 +111,9 @@ func (n *rootNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errn
 
 // Readdir lists the class folders, never the control folder.
 func (n *rootNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	if n.v.named != nil {
+		return namedList(n.v.named, 0), 0
+	}
 	list := make([]fuse.DirEntry, len(n.v.classes))
 	for i, name := range n.v.classes {
 		list[i] = fuse.DirEntry{Name: name, Mode: syscall.S_IFDIR, Ino: inoClass + uint64(i)}
@@ -123,6 +127,9 @@ func (n *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 		v.dirAttr(&out.Attr, inoCtl, 0o555)
 		v.entry(out)
 		return n.NewInode(ctx, &ctlNode{v: v}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: inoCtl}), 0
+	}
+	if v.named != nil {
+		return namedLookup(ctx, &n.Inode, v, 0, name, out)
 	}
 	// Class names sort like ImageFolder's classes: binary search.
 	lo, hi := 0, len(v.classes)
@@ -175,13 +182,18 @@ func (n *classNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	if err != nil || s < 0 || s >= v.f.NumSamples() || int(v.classIdx[s]) != n.class || v.SampleName(s) != name {
 		return nil, syscall.ENOENT
 	}
+	return v.sampleEntry(ctx, &n.Inode, s, out)
+}
+
+// sampleEntry answers the lookup of sample s's file in parent.
+func (v *View) sampleEntry(ctx context.Context, parent *gofs.Inode, s int, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	size, _, err := v.sampleSize(s)
 	if err != nil {
-		return nil, v.readError("lookup of sample "+stem, err)
+		return nil, v.readError(fmt.Sprintf("lookup of sample %d", s), err)
 	}
 	v.fileAttr(&out.Attr, inoSample+uint64(s), 0o444, size)
 	v.entry(out)
-	return n.NewInode(ctx, &sampleNode{v: v, sample: s, size: size}, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: inoSample + uint64(s)}), 0
+	return parent.NewInode(ctx, &sampleNode{v: v, sample: s, size: size}, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: inoSample + uint64(s)}), 0
 }
 
 type sampleNode struct {

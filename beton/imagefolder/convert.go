@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"runtime"
 	"syscall"
 	"time"
@@ -20,6 +21,10 @@ type ConvertOptions struct {
 	PageSize int64 // 0: beton.DefaultPageSize
 	Workers  int   // images prepared in parallel; 0: all cores
 	Seed     int64 // seeds proportion mode, per sample, so output does not depend on Workers
+	// KeepNames adds a bytes field beton.PathField holding each image's
+	// path relative to the root, with a names index, so that a mount can
+	// serve the files under their own names.
+	KeepNames bool
 
 	// Progress, if set, is called from Convert's goroutine with the samples
 	// written so far.
@@ -57,9 +62,28 @@ type Result struct {
 	Elapsed  time.Duration
 }
 
-// Fields returns the fields Convert writes: an RGB image and an int label.
-func Fields() []beton.Field {
-	return []beton.Field{{Type: beton.TypeRGBImage, Name: "image"}, {Type: beton.TypeInt, Name: "label"}}
+// Fields returns the fields Convert writes: an RGB image and an int label,
+// and with names the bytes field beton.PathField.
+func Fields(names bool) []beton.Field {
+	f := []beton.Field{{Type: beton.TypeRGBImage, Name: "image"}, {Type: beton.TypeInt, Name: "label"}}
+	if names {
+		f = append(f, beton.Field{Type: beton.TypeBytes, Name: beton.PathField})
+	}
+	return f
+}
+
+// relNames returns each sample's path relative to the tree's root, with
+// forward slashes.
+func relNames(tree *Tree) ([]string, error) {
+	names := make([]string, len(tree.Samples))
+	for i, s := range tree.Samples {
+		rel, err := filepath.Rel(tree.Root, s.Path)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", s.Path, err)
+		}
+		names[i] = filepath.ToSlash(rel)
+	}
+	return names, nil
 }
 
 type prepared struct {
@@ -82,9 +106,21 @@ func Convert(ctx context.Context, root, out string, opts ConvertOptions) (Result
 		return Result{}, err
 	}
 	res := Result{Classes: tree.Classes, Samples: len(tree.Samples)}
-	w, err := beton.Create(out, Fields(), len(tree.Samples), beton.WriterOptions{PageSize: opts.PageSize})
+	var names []string
+	if opts.KeepNames {
+		if names, err = relNames(tree); err != nil {
+			return res, err
+		}
+	}
+	w, err := beton.Create(out, Fields(opts.KeepNames), len(tree.Samples), beton.WriterOptions{PageSize: opts.PageSize})
 	if err != nil {
 		return res, err
+	}
+	if names != nil {
+		if err := w.SetNames(2, names); err != nil {
+			w.Abort()
+			return res, err
+		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -117,7 +153,7 @@ func Convert(ctx context.Context, root, out string, opts ConvertOptions) (Result
 			}
 		}()
 	}
-	err = convertLoop(ctx, w, tree, jobs, results, window, opts.Progress, &res)
+	err = convertLoop(ctx, w, tree, names, jobs, results, window, opts.Progress, &res)
 	close(jobs)
 	cancel()
 	for range opts.Workers {
@@ -138,10 +174,13 @@ func Convert(ctx context.Context, root, out string, opts ConvertOptions) (Result
 	return res, nil
 }
 
-func convertLoop(ctx context.Context, w *beton.Writer, tree *Tree, jobs chan<- int, results <-chan prepared, window int, progress func(int, int), res *Result) error {
+func convertLoop(ctx context.Context, w *beton.Writer, tree *Tree, names []string, jobs chan<- int, results <-chan prepared, window int, progress func(int, int), res *Result) error {
 	n := len(tree.Samples)
 	pending := make(map[int]prepared, window)
-	vals := make([]beton.Value, 2)
+	vals := make([]beton.Value, 2, 3)
+	if names != nil {
+		vals = vals[:3]
+	}
 	next, sent := 0, 0
 	for next < n {
 		var jobCh chan<- int
@@ -174,6 +213,9 @@ func convertLoop(ctx context.Context, w *beton.Writer, tree *Tree, jobs chan<- i
 				}
 				vals[0] = beton.Value{Mode: mode, Width: r.p.Width, Height: r.p.Height, Data: r.p.Data}
 				vals[1] = beton.Value{Int: int64(s.Label)}
+				if names != nil {
+					vals[2] = beton.Value{Data: []byte(names[next])}
+				}
 				if err := w.WriteSample(vals); err != nil {
 					return fmt.Errorf("%s: %w", s.Path, err)
 				}

@@ -100,6 +100,9 @@ func printSummary(out io.Writer, s beton.Summary) {
 	fmt.Fprintf(tw, "pages\t%d data pages from page %d; %s of data\n", s.Pages, s.FirstPage, bytesize.Format(int64(s.DataBytes)))
 	fmt.Fprintf(tw, "record size\t%d bytes\n", s.RecordSize)
 	fmt.Fprintf(tw, "alloc table\t%d entries at %d\n", s.AllocEntries, s.AllocTablePtr)
+	if s.NamesIndex > 0 {
+		fmt.Fprintf(tw, "file names\tkept (%s index before the alloc table): the mount serves the tree it was written from\n", bytesize.Format(int64(s.NamesIndex)))
+	}
 	tw.Flush()
 	fmt.Fprintln(out, "\nfields:")
 	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)

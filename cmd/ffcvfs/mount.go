@@ -92,6 +92,7 @@ Examples:
 			&cli.DurationFlag{Name: "plan-lease", Value: 10 * time.Minute, Usage: "withdraw an announced order when none of its samples was read for this long (its reader stalled); an order is also withdrawn as soon as the process that announced it exits", Category: "cache"},
 			&cli.BoolFlag{Name: "kernel-cache", Usage: "let the kernel keep what it read of the files as long as it likes (RAM beyond --cache-size); by default its copies are dropped with the cache's pages", Category: "cache"},
 			&cli.StringFlag{Name: "classes", Usage: "class folder names, one per line in label order, from `FILE` (e.g. from ffcvfs write --classes-out)", Category: "view"},
+			&cli.BoolFlag{Name: "no-file-names", Usage: "name files <class>/<sample id>.jpg even when the beton keeps its files' paths (ffcvfs write --keep-names);\n\tby default such a beton mounts as the tree it was written from, folders and names", Category: "view"},
 			&cli.StringFlag{Name: "image-field", Usage: "the RGB image field to serve (default: the first one)", Category: "view"},
 			&cli.StringFlag{Name: "label-field", Value: "label", Usage: "the int field that makes the classes", Category: "view"},
 			&cli.IntFlag{Name: "order-batch-size", Value: 256, Usage: "batch size that sets the window of quasi-random orders under .ffcvfs/orders", Category: "view"},
@@ -185,7 +186,7 @@ func runMount(c *cli.Context) error {
 	defer cache.Close()
 	opts := fs.Options{
 		ImageField: c.String("image-field"), LabelField: c.String("label-field"),
-		Classes: classes, KernelCache: c.Bool("kernel-cache"), OrderBatchSize: c.Int("order-batch-size"),
+		Classes: classes, NoFileNames: c.Bool("no-file-names"), KernelCache: c.Bool("kernel-cache"), OrderBatchSize: c.Int("order-batch-size"),
 		Compat: compat, PlanLease: c.Duration("plan-lease"), RequestTimes: metricsAddr != "",
 	}
 	localPath := ""

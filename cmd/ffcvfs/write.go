@@ -23,7 +23,7 @@ func writeCommand() *cli.Command {
 		Description: `Walks IMAGEFOLDER the way torchvision's ImageFolder does: one folder per class,
 sorted by name, label = class index; files with the extensions ImageFolder
 accepts (.jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp). Writes fields
-"image" (RGB image) and "label" (int).
+"image" (RGB image) and "label" (int), and with --keep-names "path" (bytes).
 
 Modes:
    jpg         store JPEG (default). A JPEG that already fits --max-resolution is
@@ -50,6 +50,7 @@ Examples:
 			&cli.Int64Flag{Name: "seed", Usage: "random seed for proportion mode", Category: "images"},
 			&cli.StringFlag{Name: "page-size", Value: "8MiB", Usage: "page `SIZE`: a power of two, 2MiB ≤ SIZE < 4GiB; every sample must fit in one page", Category: "file"},
 			&cli.IntFlag{Name: "workers", Value: runtime.NumCPU(), DefaultText: "the cores", Usage: "`N` images decoded and encoded in parallel", Category: "file"},
+			&cli.BoolFlag{Name: "keep-names", Usage: "keep each file's path relative to IMAGEFOLDER in a bytes field \"path\" (FFCV reads it as any BytesField;\n\tffcvfeed --fields path delivers it), so that ffcvfs mount serves the files under their own names and folders", Category: "file"},
 			&cli.StringFlag{Name: "classes-out", Usage: "write the class names, one per line in label order, to `FILE`", Category: "file"},
 		},
 		Action: runWrite,
@@ -72,9 +73,10 @@ func runWrite(c *cli.Context) error {
 			SmartThreshold:      c.Int("smart-threshold"),
 			CompressProbability: c.Float64("compress-probability"),
 		},
-		PageSize: pageSize,
-		Workers:  c.Int("workers"),
-		Seed:     c.Int64("seed"),
+		PageSize:  pageSize,
+		Workers:   c.Int("workers"),
+		Seed:      c.Int64("seed"),
+		KeepNames: c.Bool("keep-names"),
 	}
 	// Zero means "the default" to the options struct; said on the command
 	// line it means something else, which another mode expresses.

@@ -31,7 +31,7 @@ func main() {
 }
 
 func write(out string, n, classes int) error {
-	w, err := beton.Create(out, imagefolder.Fields(), n, beton.WriterOptions{})
+	w, err := beton.Create(out, imagefolder.Fields(false), n, beton.WriterOptions{})
 	if err != nil {
 		return err
 	}
