@@ -20,6 +20,10 @@
 #                                 (when it builds here) and vs torchvision
 #                                 ImageFolder + DataLoader (2 workers) doing the same;
 #                                 then ffcvfeed's peak RSS after epochs 1, 2 and 5
+#   scripts/bench.sh cifar [N]    FFCV's CIFAR-10 training pipeline on N raw 32x32
+#                                 images cut from those photos (default 50000): FFCV's
+#                                 Loader vs ffcvfeed vs the limit, a plain loop that
+#                                 copies and mirrors the same bytes (tools/rawcopy)
 #   scripts/bench.sh legacy [N]   unchanged torchvision code over the mount: ImageFolder +
 #                                 RandomResizedCrop(224) + flip + PILToTensor, DataLoader(2
 #                                 workers, batches of 64), on N real photos (default 5000),
@@ -377,6 +381,60 @@ legacy_cleanup() {
 page_cache_mib() {
 	find "$1" -type f -print0 | xargs -0 fincore --bytes --noheadings --output RES |
 		awk '{s += $1} END {printf "%.1f\n", s / 1048576}'
+}
+
+# bench_cifar N: FFCV's CIFAR-10 training pipeline (raw 32x32 images whole,
+# flip, translate by 2 filling with the mean, cutout 4) by FFCV's Loader and
+# by ffcvfeed on one beton of N images cut from the feed bench's photos,
+# beside the limit: the same bytes copied and mirrored by a plain loop
+# (tools/rawcopy). All three take turns, RUNS times.
+bench_cifar() {
+	local n=${1:-50000}
+	[[ $n =~ ^[0-9]+$ ]] && ((n >= 1000)) || die "N must be a whole number, at least 1000, got '$n'"
+	local base=${BENCH_DIR:-${FFCVFS_CACHE:-$HOME/.cache/ffcvfs}/bench}
+	local photos=$base/feed-5000 dir=$base/cifar-$n
+	ensure_apt python3-pil
+	scripts/make-bench-data.sh 5000 "$photos" >&2 || die "make-bench-data.sh failed"
+	go build -o bin/ffcvfeed ./cmd/ffcvfeed || die "go build ./cmd/ffcvfeed failed"
+	go build -o bin/ffcvfs ./cmd/ffcvfs || die "go build ./cmd/ffcvfs failed"
+	go build -o bin/rawcopy ./tools/rawcopy || die "go build ./tools/rawcopy failed"
+	local beton=$dir/cifar.beton
+	if [[ ! -f $beton ]]; then
+		rm -rf "$dir"
+		log "making $n 32x32 images from the photos of $photos"
+		/usr/bin/python3 scripts/make_cifar_data.py "$photos/imagefolder" "$dir/imagefolder" "$n" >&2 || die "make_cifar_data.py failed"
+		bin/ffcvfs write --mode raw "$dir/imagefolder" "$dir/tmp.beton" >&2 || die "ffcvfs write failed"
+		mv "$dir/tmp.beton" "$beton"
+	fi
+	local epochs=8 mean=125,122,113
+	local feed=(--crop none --flip 0.5 --translate 2 --translate-fill "$mean" --cutout 4 --cutout-fill "$mean"
+		--batch-size 512 --workers 2 --order random --drop-last --epochs "$epochs")
+	local ffcv i l f c
+	local -a ls fs cs rf rc rfc
+	ffcv=$(ffcv_src)
+	echo
+	echo "CIFAR-10 pipeline: $n raw 32x32 images cut from real photos, batches of 512 in random order, 2 workers,"
+	echo "$(nproc) cores, median of $RUNS runs taking turns; each figure the median images/s of epochs 2-$epochs."
+	echo "ffcvfeed: --crop none --flip 0.5 --translate 2 --cutout 4 (fill $mean, the example's int(CIFAR_MEAN)), uint8 NHWC."
+	echo "FFCV 1.0: SimpleRGBImageDecoder, RandomHorizontalFlip, RandomTranslate(2), Cutout(4), ToTensor, ToTorchImage"
+	echo "(examples/cifar/train_cifar.py up to the GPU), os_cache. limit: tools/rawcopy, the bytes copied, half mirrored."
+	for ((i = 0; i < RUNS; i++)); do
+		l=$(steady_rate bin/rawcopy -data "$beton" -workers 2 -batch-size 512 -epochs "$epochs")
+		f=$(steady_rate bin/ffcvfeed bench --data "$beton" "${feed[@]}")
+		ls+=("$l") fs+=("$f") rf+=("$(echo "$f / $l" | bc -l)")
+		if [[ -n $ffcv ]]; then
+			c=$(steady_rate /usr/bin/python3 scripts/ffcv_loader_bench.py "$beton" --ffcv "$ffcv" --pipeline cifar --workers 2 --batch-size 512 --epochs "$epochs")
+			cs+=("$c") rc+=("$(echo "$c / $l" | bc -l)") rfc+=("$(echo "$f / $c" | bc -l)")
+		fi
+	done
+	printf '%-44s %10s %-9s %8s\n' "what" "value" "unit" "ratio"
+	printf '%-44s %10.0f %-9s %8s\n' "limit: copy + mirror loop (baseline)" "$(printf '%s\n' "${ls[@]}" | median)" "images/s" "1.00"
+	printf '%-44s %10.0f %-9s %8.3f\n' "ffcvfeed bench" "$(printf '%s\n' "${fs[@]}" | median)" "images/s" "$(printf '%s\n' "${rf[@]}" | median)"
+	if [[ -n $ffcv ]]; then
+		printf '%-44s %10.0f %-9s %8.3f\n' "FFCV 1.0 Loader" "$(printf '%s\n' "${cs[@]}" | median)" "images/s" "$(printf '%s\n' "${rc[@]}" | median)"
+		printf '%-44s %10.2f %-9s\n' "ffcvfeed / FFCV, median of per-run ratios" "$(printf '%s\n' "${rfc[@]}" | median)" "x"
+	fi
+	echo "  per run, limit / ffcvfeed / FFCV images/s: $(for ((i = 0; i < RUNS; i++)); do printf '%.0f/%.0f/%.0f ' "${ls[i]}" "${fs[i]}" "${cs[i]:-0}"; done)"
 }
 
 # bench_legacy N [WAY...]: the legacy loader over the plain folder and over
@@ -1004,6 +1062,11 @@ feed)
 	shift
 	bench_feed "$@"
 	;;
+cifar)
+	ensure_go
+	shift
+	bench_cifar "$@"
+	;;
 mount)
 	build
 	shift
@@ -1039,7 +1102,7 @@ write)
 	bench_write "$@"
 	;;
 *)
-	echo "usage: scripts/bench.sh write [N] | cache | mount [N] | legacy [N] | metrics [N] | scan [N] | feed [N] | storage [N] | disk [N] | cluster" >&2
+	echo "usage: scripts/bench.sh write [N] | cache | mount [N] | legacy [N] | metrics [N] | scan [N] | feed [N] | cifar [N] | storage [N] | disk [N] | cluster" >&2
 	exit 2
 	;;
 esac

@@ -28,29 +28,38 @@ def main():
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--resolution", type=int, default=160)
+    p.add_argument("--pipeline", choices=("imagenet", "cifar"), default="imagenet",
+                   help="imagenet: the pipeline above; cifar: FFCV's CIFAR-10 example's training pipeline "
+                        "(SimpleRGBImageDecoder, RandomHorizontalFlip, RandomTranslate(2, mean), Cutout(4, mean), "
+                        "up to ToTorchImage: no GPU here), drop_last as the example")
     a = p.parse_args()
     if a.epochs < 1 or a.workers < 1 or a.batch_size < 1 or a.resolution < 1:
         p.error("--epochs, --workers, --batch-size and --resolution must be positive")
     sys.path.insert(0, a.ffcv)
 
     import torch
-    from ffcv.fields.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
+    from ffcv.fields.decoders import IntDecoder, RandomResizedCropRGBImageDecoder, SimpleRGBImageDecoder
     from ffcv.loader import Loader, OrderOption
-    from ffcv.transforms import RandomHorizontalFlip, ToTensor, ToTorchImage
+    from ffcv.transforms import Cutout, RandomHorizontalFlip, RandomTranslate, Squeeze, ToTensor, ToTorchImage
 
     torch.set_num_threads(1)
+    if a.pipeline == "cifar":
+        mean = (125, 122, 113)  # tuple(map(int, CIFAR_MEAN)) of the example
+        image = [SimpleRGBImageDecoder(), RandomHorizontalFlip(), RandomTranslate(padding=2, fill=mean),
+                 Cutout(4, mean), ToTensor(), ToTorchImage()]
+        label = [IntDecoder(), ToTensor(), Squeeze()]
+    else:
+        image = [RandomResizedCropRGBImageDecoder((a.resolution, a.resolution)),
+                 RandomHorizontalFlip(), ToTensor(), ToTorchImage()]
+        label = [IntDecoder(), ToTensor()]
     loader = Loader(
         a.beton,
         batch_size=a.batch_size,
         num_workers=a.workers,
         order=OrderOption.RANDOM,
         os_cache=True,
-        drop_last=False,
-        pipelines={
-            "image": [RandomResizedCropRGBImageDecoder((a.resolution, a.resolution)),
-                      RandomHorizontalFlip(), ToTensor(), ToTorchImage()],
-            "label": [IntDecoder(), ToTensor()],
-        },
+        drop_last=a.pipeline == "cifar",
+        pipelines={"image": image, "label": label},
     )
     for e in range(a.epochs):
         n, start = 0, time.perf_counter()
