@@ -14,7 +14,11 @@
 //	   "batches_per_epoch":K,"epochs":E,"start_epoch":E0,"start_batch":B0,
 //	   "world_size":W,"batch_size":B,"segments":[[W0,P0],...]}
 //	  field f of slot i lies at bytes [i*S+O, i*S+O+L) of the shm file; shape[0]
-//	  is the batch dimension. The stream starts at batch B0 of epoch E0 (both
+//	  is the batch dimension; dtype is NumPy's name of a little-endian number
+//	  type or bool. A variable-size field (a beton's bytes or JSON) carries
+//	  "ends":"NAME.ends", shape [B, C]: its samples' bytes lie one after
+//	  another from its start, and the int64 [B] field NAME.ends says where
+//	  each ends (the first starts at 0); C bounds one sample's bytes. The stream starts at batch B0 of epoch E0 (both
 //	  0 unless it was resumed mid-way). W and B are the order's world size
 //	  and batch size; segments, when not empty, are the parts of epoch E0
 //	  read before at other world sizes (ffcvfeed serve --resume): epoch E0
