@@ -233,33 +233,32 @@ func (p *Poison) Apply(img []byte) {
 // λᵢ·imageᵢ + (1−λᵢ)·image₍ᵢ₋₁₎, truncated, the first mixed with the last.
 // last must hold per bytes.
 func MixImages(imgs []byte, n, per int, lam []float64, last []byte) {
-	copy(last, imgs[(n-1)*per:n*per])
-	for i := n - 1; i >= 0; i-- {
-		prev := last
-		if i > 0 {
-			prev = imgs[(i-1)*per : i*per]
-		}
-		l := lam[i]
-		cur := imgs[i*per : (i+1)*per]
-		for k, x := range cur {
-			cur[k] = clip255(float64(l*float64(x)) + float64((1-l)*float64(prev[k])))
-		}
-	}
+	mix(imgs, n, per, lam, last, func(l float64, x, prev byte) byte {
+		return clip255(float64(l*float64(x)) + float64((1-l)*float64(prev)))
+	})
 }
 
 // MixFloat32 is MixImages for float32 values (normalized pixels): no
 // rounding. The mix of normalized values is the normalized mix.
 func MixFloat32(vals []float32, n, per int, lam []float64, last []float32) {
+	mix(vals, n, per, lam, last, func(l float64, x, prev float32) float32 {
+		return float32(l)*x + (1-float32(l))*prev
+	})
+}
+
+// mix replaces each of n images of per values by f(λᵢ, its value, the
+// value of the image before it), the first taking the last as the one
+// before it (saved in last), as ImageMixup does.
+func mix[T byte | float32](vals []T, n, per int, lam []float64, last []T, f func(l float64, x, prev T) T) {
 	copy(last, vals[(n-1)*per:n*per])
 	for i := n - 1; i >= 0; i-- {
 		prev := last
 		if i > 0 {
 			prev = vals[(i-1)*per : i*per]
 		}
-		l := float32(lam[i])
 		cur := vals[i*per : (i+1)*per]
 		for k, x := range cur {
-			cur[k] = l*x + (1-l)*prev[k]
+			cur[k] = f(lam[i], x, prev[k])
 		}
 	}
 }
