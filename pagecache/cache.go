@@ -359,6 +359,7 @@ func (c *Cache) Close() error {
 		// hold pins.
 		syscall.Munmap(e.buf)
 	}
+	c.trimPool(0)
 	c.rng = rangeSet{m: map[int32]*rangeEntry{}, lent: c.rng.lent}
 	c.mu.Unlock()
 	return freeArena(c.arena)

@@ -3,6 +3,7 @@ package pagecache
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"slices"
 	"syscall"
 
@@ -65,6 +66,12 @@ type rangeSet struct {
 	m    map[int32]*rangeEntry
 	used int64   // bytes of the entries' mappings
 	lent []int32 // slots lent to ranges
+	// pool keeps the mappings of ranges gone, by size, for ranges to come:
+	// mapping and unmapping per range cost more than the rest of a read
+	// (munmap most, for its TLB shootdowns). pooled counts their bytes,
+	// which with used stay within the slots lent.
+	pool   map[int64][][]byte
+	pooled int64
 	// ahead is a heap of the ready ranges a plan needs, farthest position
 	// on top.
 	ahead []*rangeEntry
@@ -156,15 +163,62 @@ func (r *rangeSet) unfile(e *rangeEntry) {
 	e.prev, e.next = nil, nil
 }
 
-// mapping returns n bytes (rounded up to OS pages) of memory of their own.
-func mapping(n int) ([]byte, error) {
-	return syscall.Mmap(-1, 0, int(mappedSize(uint32(n))), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON|syscall.MAP_POPULATE)
+// mapping returns a mapping of mappedSize(n) bytes for a range: one the
+// pool holds, or a new one, trimming the pool first so that the ranges'
+// mappings stay within the slots lent (makeRoom made room for used + n).
+func (c *Cache) mapping(n uint32) ([]byte, error) {
+	size := mappedSize(n)
+	r := &c.rng
+	// The smallest pooled mapping that holds the range, if it is at most
+	// twice its size (a larger one would hold budget the range does not use).
+	best := int64(0)
+	for sz, l := range r.pool {
+		if len(l) > 0 && sz >= size && sz <= 2*size && (best == 0 || sz < best) {
+			best = sz
+		}
+	}
+	if best > 0 && r.used+best <= int64(len(r.lent))*c.pageSize {
+		l := r.pool[best]
+		buf := l[len(l)-1]
+		r.pool[best] = l[:len(l)-1]
+		r.pooled -= best
+		return buf, nil
+	}
+	c.trimPool(int64(len(r.lent))*c.pageSize - r.used - size)
+	c.stats.RangeMappings++
+	return syscall.Mmap(-1, 0, int(size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON|syscall.MAP_POPULATE)
 }
 
-// mappedSize is what a mapping of n bytes takes: whole OS pages.
+// trimPool unmaps pooled mappings until the pool holds at most keep bytes.
+func (c *Cache) trimPool(keep int64) {
+	r := &c.rng
+	for size, l := range r.pool {
+		for r.pooled > max(keep, 0) && len(l) > 0 {
+			if err := syscall.Munmap(l[len(l)-1]); err != nil {
+				panic(fmt.Sprintf("pagecache: unmapping a range: %v", err))
+			}
+			l = l[:len(l)-1]
+			r.pooled -= size
+		}
+		r.pool[size] = l
+		if r.pooled <= max(keep, 0) {
+			return
+		}
+	}
+}
+
+// mappedSize is what the mapping of a range of n bytes takes: whole OS
+// pages, and above 8 of them a size among 8 per doubling, so that the
+// mapping of a range gone fits many ranges to come (at most 1/8 more than
+// their pages).
 func mappedSize(n uint32) int64 {
 	ps := int64(syscall.Getpagesize())
-	return (int64(n) + ps - 1) &^ (ps - 1)
+	p := (int64(n) + ps - 1) / ps
+	if p > 8 {
+		step := int64(1) << (bits.Len64(uint64(p)) - 4)
+		p = (p + step - 1) / step * step
+	}
+	return max(p, 1) * ps
 }
 
 // extent returns sample s's bytes in the file: [lo, lo+n).
@@ -189,13 +243,16 @@ func (c *Cache) rekeyAll() {
 	}
 }
 
-// unmapRange forgets range e, filed nowhere, and returns its memory.
+// unmapRange forgets range e, filed nowhere, and pools its mapping.
 func (c *Cache) unmapRange(e *rangeEntry) {
 	delete(c.rng.m, e.s)
-	c.rng.used -= int64(len(e.buf))
-	if err := syscall.Munmap(e.buf); err != nil {
-		panic(fmt.Sprintf("pagecache: unmapping a range: %v", err))
+	size := int64(len(e.buf))
+	c.rng.used -= size
+	if c.rng.pool == nil {
+		c.rng.pool = map[int64][][]byte{}
 	}
+	c.rng.pool[size] = append(c.rng.pool[size], e.buf)
+	c.rng.pooled += size
 }
 
 // evictRange drops ready, unpinned range e.
@@ -232,7 +289,8 @@ func (c *Cache) lendSlot() bool {
 // slot is free.
 func (c *Cache) spareSlots() bool {
 	for len(c.rng.lent) > 0 {
-		if c.rng.used > int64(len(c.rng.lent)-1)*c.pageSize {
+		c.trimPool(int64(len(c.rng.lent)-1)*c.pageSize - c.rng.used)
+		if c.rng.used+c.rng.pooled > int64(len(c.rng.lent)-1)*c.pageSize {
 			e := c.idleVictim()
 			if e == nil {
 				break
@@ -256,6 +314,31 @@ func (c *Cache) idleVictim() *rangeEntry {
 		}
 	}
 	return nil
+}
+
+// idleVictimFor is idleVictim, but among the least recently used idle
+// ranges it prefers one whose mapping a range of need bytes can reuse
+// (mapping): its memory then changes hands with no system call.
+func (c *Cache) idleVictimFor(need int64) *rangeEntry {
+	const look = 32
+	var lru *rangeEntry
+	i := 0
+	for e := c.rng.tail; e != nil && i < look; e = e.prev {
+		if e.pins > 0 {
+			continue
+		}
+		if lru == nil {
+			lru = e
+		}
+		if sz := int64(len(e.buf)); sz >= need && sz <= 2*need {
+			return e
+		}
+		i++
+	}
+	if lru == nil {
+		return c.idleVictim()
+	}
+	return lru
 }
 
 // aheadVictim returns the range needed farthest away and its distance, or
@@ -295,7 +378,7 @@ func (c *Cache) evictPage(dp int32) {
 func (c *Cache) makeRoom(need int64, dist int) bool {
 	demand := dist < 0
 	for c.rng.used+need > int64(len(c.rng.lent))*c.pageSize {
-		if e := c.idleVictim(); e != nil {
+		if e := c.idleVictimFor(need); e != nil {
 			c.evictRange(e)
 			continue
 		}
@@ -329,7 +412,7 @@ func (c *Cache) makeRoom(need int64, dist int) bool {
 // counted against the ranges' bytes (makeRoom made room).
 func (c *Cache) newRange(s int, op *loadOp) (*rangeEntry, error) {
 	lo, n := c.extent(s)
-	buf, err := mapping(n)
+	buf, err := c.mapping(uint32(n))
 	if err != nil {
 		return nil, fmt.Errorf("%s: memory for sample %d's %d bytes: %w", c.src.Name(), s, n, err)
 	}
@@ -529,7 +612,11 @@ func (c *Cache) checkRanges() {
 			panic("pagecache: range heap out of order")
 		}
 	}
-	if used != c.rng.used || used > int64(len(c.rng.lent))*c.pageSize || ahead != len(c.rng.ahead) || ahead+idle != ready {
+	pooled := int64(0)
+	for size, l := range c.rng.pool {
+		pooled += size * int64(len(l))
+	}
+	if used != c.rng.used || pooled != c.rng.pooled || used+pooled > int64(len(c.rng.lent))*c.pageSize || ahead != len(c.rng.ahead) || ahead+idle != ready {
 		panic(fmt.Sprintf("pagecache: ranges use %d bytes (counted %d) of %d slots lent; %d ahead (heap %d), %d idle, %d ready", used, c.rng.used, len(c.rng.lent), ahead, len(c.rng.ahead), idle, ready))
 	}
 	if c.pol.Slots() != len(c.slots)-len(c.rng.lent) {

@@ -1,7 +1,9 @@
 package pagecache
 
 import (
+	"encoding/binary"
 	"fmt"
+	"path/filepath"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/storage"
 )
 
 // bytesOf returns the bytes of the samples of order.
@@ -200,4 +203,65 @@ func TestRangeReadErrors(t *testing.T) {
 	}
 	src.Fail(nil)
 	readSample(t, c, s)
+}
+
+// Random reads no plan announces, of photos of many sizes through a cache
+// far smaller than the data, are served as ranges whose memory changes
+// hands: after the first epoch, few ranges need a mapping of their own
+// (each costs an mmap and, when its memory goes back, an munmap), and the
+// ranges' memory stays within the slots lent.
+func TestUnplannedRangesReuseMappings(t *testing.T) {
+	// 1,500 samples of 4 to 64 KiB, about 25 pages; a budget of 4.
+	path := filepath.Join(t.TempDir(), "sizes.beton")
+	const n = 1500
+	w, err := beton.Create(path, []beton.Field{{Type: beton.TypeBytes, Name: "data"}}, n, beton.WriterOptions{PageSize: beton.MinPageSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sizes := rand.New(rand.NewPCG(7, 7))
+	for i := range n {
+		b := make([]byte, 4<<10+sizes.IntN(60<<10)) // as readSample checks them
+		for j := range b {
+			b[j] = byte(i*31 + j)
+		}
+		binary.LittleEndian.PutUint64(b, uint64(i))
+		if err := w.WriteSample([]beton.Value{{Data: b}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	src, err := storage.Open(t.Context(), path, storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	f, err := beton.Open(storage.ReaderAt(t.Context(), src), src.Size(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(src, f, Options{Budget: 4 * f.PageSize(), Readers: 4, Debug: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rng := rand.New(rand.NewPCG(6, 6))
+	for epoch := 0; epoch < 3; epoch++ {
+		order := randomOrder(f.NumSamples(), rng)
+		before := c.Stats()
+		consume(t, c, order, 4)
+		st := c.Stats()
+		ranges, maps := st.RangesRead-before.RangesRead, st.RangeMappings-before.RangeMappings
+		t.Logf("epoch %d: %d ranges read, %d mappings made, %d range evictions, %d requests", epoch, ranges, maps, st.RangeEvictions-before.RangeEvictions, st.Requests-before.Requests)
+		if ranges < uint64(len(order))/2 {
+			t.Fatalf("epoch %d: %d of %d samples read as ranges; the test needs ranges", epoch, ranges, len(order))
+		}
+		if epoch > 0 && float64(maps) > 0.25*float64(ranges) {
+			t.Errorf("epoch %d: %d mappings made for %d ranges read, want at most a quarter", epoch, maps, ranges)
+		}
+		if st.RangeBytes > int64(st.LentSlots)*f.PageSize() {
+			t.Errorf("epoch %d: ranges use %d bytes of %d slots lent", epoch, st.RangeBytes, st.LentSlots)
+		}
+	}
 }

@@ -39,6 +39,9 @@ type Stats struct {
 	ReadErrors        uint64   `json:"read_errors"`
 	Evictions         uint64   `json:"evictions"`
 	RangeEvictions    uint64   `json:"range_evictions"`
+	// RangeMappings counts the mappings made for ranges; a range mostly
+	// reuses the mapping of one gone (see rangeSet.pool).
+	RangeMappings uint64 `json:"range_mappings"`
 
 	Slots       int   `json:"slots"`
 	BudgetBytes int64 `json:"budget_bytes"`
