@@ -3,8 +3,8 @@ package pagecache
 import (
 	"encoding/binary"
 	"fmt"
-	"path/filepath"
 	"math/rand/v2"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"testing"
