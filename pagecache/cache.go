@@ -564,7 +564,7 @@ func (c *Cache) acquire(ctx context.Context, dp int32, sample int) (*Page, error
 				c.stats.Misses++
 				c.stats.RangeMisses++
 				op := &loadOp{done: make(chan struct{})}
-				e, err := c.newRange(sample, op)
+				e, err := c.newRange(sample, op, c.rangeRoom())
 				if err != nil {
 					c.mu.Unlock()
 					return nil, err

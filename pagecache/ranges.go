@@ -163,31 +163,36 @@ func (r *rangeSet) unfile(e *rangeEntry) {
 	e.prev, e.next = nil, nil
 }
 
-// mapping returns a mapping of mappedSize(n) bytes for a range: one the
-// pool holds, or a new one, trimming the pool first so that the ranges'
-// mappings stay within the slots lent (makeRoom made room for used + n).
-func (c *Cache) mapping(n uint32) ([]byte, error) {
+// mapping returns a mapping of at least mappedSize(n) bytes, and at most
+// limit, for a range: one the pool holds, or a new one, trimming the pool
+// first so that the ranges' mappings stay within the slots lent (makeRoom
+// made room for used + mappedSize(n) ≤ limit + used).
+func (c *Cache) mapping(n uint32, limit int64) ([]byte, error) {
 	size := mappedSize(n)
 	r := &c.rng
 	// The smallest pooled mapping that holds the range, if it is at most
 	// twice its size (a larger one would hold budget the range does not use).
 	best := int64(0)
 	for sz, l := range r.pool {
-		if len(l) > 0 && sz >= size && sz <= 2*size && (best == 0 || sz < best) {
+		if len(l) > 0 && sz >= size && sz <= min(2*size, limit) && (best == 0 || sz < best) {
 			best = sz
 		}
 	}
-	if best > 0 && r.used+best <= int64(len(r.lent))*c.pageSize {
+	if best > 0 {
 		l := r.pool[best]
 		buf := l[len(l)-1]
 		r.pool[best] = l[:len(l)-1]
 		r.pooled -= best
 		return buf, nil
 	}
-	c.trimPool(int64(len(r.lent))*c.pageSize - r.used - size)
+	c.trimPool(c.rangeRoom() - size)
 	c.stats.RangeMappings++
 	return syscall.Mmap(-1, 0, int(size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON|syscall.MAP_POPULATE)
 }
+
+// rangeRoom is the bytes the ranges may still map: those of the slots
+// lent that their mappings do not use.
+func (c *Cache) rangeRoom() int64 { return int64(len(c.rng.lent))*c.pageSize - c.rng.used }
 
 // trimPool unmaps pooled mappings until the pool holds at most keep bytes.
 func (c *Cache) trimPool(keep int64) {
@@ -409,10 +414,11 @@ func (c *Cache) makeRoom(need int64, dist int) bool {
 }
 
 // newRange makes the entry of sample s, loading under op, with its mapping
-// counted against the ranges' bytes (makeRoom made room).
-func (c *Cache) newRange(s int, op *loadOp) (*rangeEntry, error) {
+// of at most limit bytes counted against the ranges' bytes (makeRoom made
+// room).
+func (c *Cache) newRange(s int, op *loadOp, limit int64) (*rangeEntry, error) {
 	lo, n := c.extent(s)
-	buf, err := c.mapping(uint32(n))
+	buf, err := c.mapping(uint32(n), limit)
 	if err != nil {
 		return nil, fmt.Errorf("%s: memory for sample %d's %d bytes: %w", c.src.Name(), s, n, err)
 	}
@@ -500,8 +506,15 @@ func (c *Cache) prefetchRange() bool {
 		}
 		op := &loadOp{done: make(chan struct{})}
 		es := make([]*rangeEntry, 0, len(group))
+		left := int64(0) // what the group's members take at least
 		for _, g := range group {
-			e, err := c.newRange(g, op)
+			left += mappedSize(c.extLen[g])
+		}
+		for _, g := range group {
+			// A member may take a larger mapping from the pool if that
+			// leaves the rest of the group its room.
+			left -= mappedSize(c.extLen[g])
+			e, err := c.newRange(g, op, c.rangeRoom()-left)
 			if err != nil {
 				c.opts.Logger.Warn("range prefetch failed", "err", err)
 				for _, e := range es {
