@@ -17,8 +17,13 @@ import (
 // chooses (policy.RangeRead). Ranges share the budget with pages: slots
 // whose bytes ranges use are lent to them (and their memory given back to
 // the system), and ranges take at most the bytes of the slots lent. A range
-// lives in its own mapping, a whole number of OS pages, outside the Go heap
-// for the reason the arena is (see newArena).
+// lives in its own mapping, a whole number of OS pages (mappedSize), outside
+// the Go heap for the reason the arena is (see newArena). The mapping of a
+// range gone is pooled by size and taken by a range to come (mapping), and
+// eviction for a miss prefers a range whose mapping fits it
+// (idleVictimFor): an mmap and an munmap per range cost more CPU than the
+// rest of its read; the pool's bytes count against the slots lent, and
+// are unmapped when the slots go back to pages.
 //
 // Eviction follows the pages' rule: ranges no plan needs go first, least
 // recently used first; then the range whose next use is farthest, unless a
