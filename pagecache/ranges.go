@@ -183,6 +183,15 @@ func (c *Cache) mapping(n uint32, limit int64) ([]byte, error) {
 			best = sz
 		}
 	}
+	if best == 0 {
+		// An idle range whose mapping fits: no plan needs it, and its
+		// mapping changes hands instead of the pool being trimmed for a
+		// new one.
+		if e := c.idleFit(size, min(2*size, limit)); e != nil {
+			best = int64(len(e.buf))
+			c.evictRange(e)
+		}
+	}
 	if best > 0 {
 		l := r.pool[best]
 		buf := l[len(l)-1]
@@ -322,6 +331,22 @@ func (c *Cache) idleVictim() *rangeEntry {
 		if e.pins == 0 {
 			return e
 		}
+	}
+	return nil
+}
+
+// idleFit returns one of the least recently used idle ranges whose
+// mapping has lo to hi bytes, or nil.
+func (c *Cache) idleFit(lo, hi int64) *rangeEntry {
+	i := 0
+	for e := c.rng.tail; e != nil && i < 32; e = e.prev {
+		if e.pins > 0 {
+			continue
+		}
+		if sz := int64(len(e.buf)); sz >= lo && sz <= hi {
+			return e
+		}
+		i++
 	}
 	return nil
 }
