@@ -8,6 +8,7 @@ import (
 	"math/bits"
 	"os"
 	"slices"
+	"strings"
 )
 
 // NoPage is what SamplePage returns for a sample with no data in any page
@@ -360,6 +361,29 @@ func (f *File) FieldIndex(name string) int {
 		}
 	}
 	return -1
+}
+
+// ImageField returns the index of the field called name, of any type, or
+// with name "" that of the first RGB image field; -1 if there is none.
+func (f *File) ImageField(name string) int {
+	if name != "" {
+		return f.FieldIndex(name)
+	}
+	for i := range f.fields {
+		if f.fields[i].Type == TypeRGBImage {
+			return i
+		}
+	}
+	return -1
+}
+
+// FieldNames lists the fields' names, for messages: "image, label".
+func (f *File) FieldNames() string {
+	names := make([]string, len(f.fields))
+	for i := range f.fields {
+		names[i] = f.fields[i].Name
+	}
+	return strings.Join(names, ", ")
 }
 
 // NumSamples returns the number of samples.

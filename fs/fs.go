@@ -196,24 +196,18 @@ func NewView(c *pagecache.Cache, opts Options) (*View, error) {
 	if opts.RequestTimes {
 		v.latencyVec, v.latency = newLatency()
 	}
-	for i, fd := range f.Fields() {
-		if opts.ImageField == "" && fd.Type == beton.TypeRGBImage || fd.Name == opts.ImageField && opts.ImageField != "" {
-			v.image = i
-			break
-		}
-	}
-	if v.image < 0 {
+	if v.image = f.ImageField(opts.ImageField); v.image < 0 {
 		if opts.ImageField == "" {
 			return nil, fmt.Errorf("%s has no RGB image field to serve", f.Name())
 		}
-		return nil, fmt.Errorf("%s has no field %q (fields: %s)", f.Name(), opts.ImageField, fieldNames(f))
+		return nil, fmt.Errorf("%s has no field %q (fields: %s)", f.Name(), opts.ImageField, f.FieldNames())
 	}
 	if t := f.Fields()[v.image].Type; t != beton.TypeRGBImage {
 		return nil, fmt.Errorf("%s: field %q is a %s field, not an RGB image", f.Name(), opts.ImageField, t)
 	}
 	v.label = f.FieldIndex(opts.LabelField)
 	if v.label < 0 {
-		return nil, fmt.Errorf("%s has no field %q to take labels from (fields: %s); choose one with --label-field", f.Name(), opts.LabelField, fieldNames(f))
+		return nil, fmt.Errorf("%s has no field %q to take labels from (fields: %s); choose one with --label-field", f.Name(), opts.LabelField, f.FieldNames())
 	}
 	if t := f.Fields()[v.label].Type; t != beton.TypeInt {
 		return nil, fmt.Errorf("%s: label field %q is a %s field, not an int", f.Name(), opts.LabelField, t)
@@ -249,14 +243,6 @@ func (v *View) Close() {
 	v.cache.OnEvict(nil)
 	v.kcopies.close()
 	v.leases.close()
-}
-
-func fieldNames(f *beton.File) string {
-	var s []string
-	for _, fd := range f.Fields() {
-		s = append(s, fd.Name)
-	}
-	return strings.Join(s, ", ")
 }
 
 // maxLabel bounds the labels the view serves: a label names a class

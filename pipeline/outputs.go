@@ -42,7 +42,7 @@ const MaxSampleBytes = 1 << 28
 
 // outputs lists the batch fields the options ask of f: the beton fields of
 // Options.Fields in order, or else the image and the label field as
-// "image" and "label".
+// "image" and "label". p.image is the image field New chose.
 func (p *Pipeline) outputs() ([]output, error) {
 	o, f := p.opts, p.f
 	B := o.BatchSize
@@ -64,7 +64,7 @@ func (p *Pipeline) outputs() ([]output, error) {
 	for _, name := range names {
 		i := f.FieldIndex(name)
 		if i < 0 {
-			return nil, fmt.Errorf("%s: no field %q (it has %s)", f.Name(), name, fieldNames(f))
+			return nil, fmt.Errorf("%s: no field %q (it has %s)", f.Name(), name, f.FieldNames())
 		}
 		fd := f.Fields()[i]
 		out := output{field: i, spec: fields.Spec{Name: name}}
@@ -76,7 +76,6 @@ func (p *Pipeline) outputs() ([]output, error) {
 			if images++; images > 1 {
 				return nil, fmt.Errorf("%s: fields %v name two image fields; a stream decodes one", f.Name(), names)
 			}
-			p.image = i
 			out.kind, out.per = outImage, p.sampleBytes()
 			out.spec.DType = string(o.DType)
 			out.spec.Shape = []int{B, o.Op.OutH, o.Op.OutW, 3}
@@ -125,18 +124,7 @@ func (p *Pipeline) outputs() ([]output, error) {
 				spec: fields.Spec{Name: out.spec.Ends, DType: "int64", Shape: []int{B}}})
 		}
 	}
-	if images == 0 {
-		p.image = -1
-	}
 	return outs, nil
-}
-
-func fieldNames(f *beton.File) string {
-	var s []string
-	for _, fd := range f.Fields() {
-		s = append(s, fmt.Sprintf("%s (%s)", fd.Name, fd.Type))
-	}
-	return fmt.Sprint(s)
 }
 
 // fill writes sample s's non-image fields into row j of the batch's

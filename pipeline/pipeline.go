@@ -227,21 +227,15 @@ func New(c *pagecache.Cache, opts Options, announce func([]uint32) error) (*Pipe
 	}
 	f := c.File()
 	p := &Pipeline{c: c, f: f, opts: opts, image: -1, announce: announce, idle: make(chan *workerState, opts.Workers)}
-	for i, fd := range f.Fields() {
-		if opts.ImageField == "" && fd.Type == beton.TypeRGBImage || fd.Name == opts.ImageField {
+	// The image field decoded: the one Options.Fields names (outputs
+	// refuses two), or else Options.ImageField's.
+	names := opts.Fields
+	if len(names) == 0 {
+		names = []string{opts.ImageField}
+	}
+	for _, name := range names {
+		if i := f.ImageField(name); i >= 0 && f.Fields()[i].Type == beton.TypeRGBImage {
 			p.image = i
-			break
-		}
-	}
-	if p.image >= 0 && f.Fields()[p.image].Type != beton.TypeRGBImage {
-		p.image = -1
-	}
-	if len(opts.Fields) > 0 {
-		p.image = -1 // the image field named there, if any
-		for _, name := range opts.Fields {
-			if i := f.FieldIndex(name); i >= 0 && f.Fields()[i].Type == beton.TypeRGBImage {
-				p.image = i
-			}
 		}
 	}
 	if opts.Op.Kind == decode.Whole && p.image >= 0 {

@@ -510,13 +510,7 @@ func decodeBenchCommand() *cli.Command {
 				return err
 			}
 			defer f.Close()
-			fi := -1
-			for i, fd := range f.Fields() {
-				if fd.Type == beton.TypeRGBImage {
-					fi = i
-					break
-				}
-			}
+			fi := f.ImageField("")
 			if fi < 0 {
 				return cli.Exit("no RGB image field", 1)
 			}
