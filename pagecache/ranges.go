@@ -355,25 +355,10 @@ func (c *Cache) idleFit(lo, hi int64) *rangeEntry {
 // ranges it prefers one whose mapping a range of need bytes can reuse
 // (mapping): its memory then changes hands with no system call.
 func (c *Cache) idleVictimFor(need int64) *rangeEntry {
-	const look = 32
-	var lru *rangeEntry
-	i := 0
-	for e := c.rng.tail; e != nil && i < look; e = e.prev {
-		if e.pins > 0 {
-			continue
-		}
-		if lru == nil {
-			lru = e
-		}
-		if sz := int64(len(e.buf)); sz >= need && sz <= 2*need {
-			return e
-		}
-		i++
+	if e := c.idleFit(need, 2*need); e != nil {
+		return e
 	}
-	if lru == nil {
-		return c.idleVictim()
-	}
-	return lru
+	return c.idleVictim()
 }
 
 // aheadVictim returns the range needed farthest away and its distance, or

@@ -10,10 +10,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/ffcvfs/ffcvfs/internal/half"
 )
 
 // Array is a C-ordered array: its NumPy type string, shape and bytes.
@@ -172,19 +175,19 @@ func (a *Array) at(i int) float64 {
 	case "i2":
 		return float64(int16(binary.LittleEndian.Uint16(b[2*i:])))
 	case "f2":
-		return float64(halfValue(binary.LittleEndian.Uint16(b[2*i:])))
+		return float64(half.Value(binary.LittleEndian.Uint16(b[2*i:])))
 	case "u4":
 		return float64(binary.LittleEndian.Uint32(b[4*i:]))
 	case "i4":
 		return float64(int32(binary.LittleEndian.Uint32(b[4*i:])))
 	case "f4":
-		return float64(float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
+		return float64(math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
 	case "u8":
 		return float64(binary.LittleEndian.Uint64(b[8*i:]))
 	case "i8":
 		return float64(int64(binary.LittleEndian.Uint64(b[8*i:])))
 	case "f8":
-		return float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
+		return math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
 	}
 	return 0
 }
