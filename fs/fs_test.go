@@ -40,20 +40,7 @@ func testMountPages(t *testing.T, path string, opts Options, pages int64) (strin
 	if err := CheckFUSE(); err != nil {
 		testenv.Missing(t, "FUSE: %v", err)
 	}
-	src, f, err := storage.OpenBeton(t.Context(), path, storage.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { src.Close() })
-	c, err := pagecache.New(src, f, pagecache.Options{Budget: pages * f.PageSize(), Readers: 2, Debug: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	v, err := NewView(c, opts)
+	v, err := testView(t, path, opts, pages)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,6 +56,27 @@ func testMountPages(t *testing.T, path string, opts Options, pages int64) (strin
 		v.Close()
 	})
 	return mnt, v
+}
+
+// testView builds the view of the beton at path over a cache of the given
+// number of pages; the source and the cache are closed when the test
+// ends, the view by the caller.
+func testView(t *testing.T, path string, opts Options, pages int64) (*View, error) {
+	t.Helper()
+	src, f, err := storage.OpenBeton(t.Context(), path, storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	c, err := pagecache.New(src, f, pagecache.Options{Budget: pages * f.PageSize(), Readers: 2, Debug: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return NewView(c, opts)
 }
 
 func fixture(t *testing.T, name string) string {

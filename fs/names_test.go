@@ -1,16 +1,12 @@
 package fs
 
 import (
-	"io"
-	"log/slog"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/ffcvfs/ffcvfs/beton"
-	"github.com/ffcvfs/ffcvfs/pagecache"
-	"github.com/ffcvfs/ffcvfs/storage"
 )
 
 // namedView builds the view of a beton of 1x1 raw images named names.
@@ -33,19 +29,8 @@ func namedView(t *testing.T, names []string, opts Options) (*View, error) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	src, f, err := storage.OpenBeton(t.Context(), path, storage.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { src.Close() })
-	c, err := pagecache.New(src, f, pagecache.Options{Budget: 2 * f.PageSize()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	opts.ControlDir = t.TempDir()
-	v, err := NewView(c, opts)
+	v, err := testView(t, path, opts, 2)
 	if err == nil {
 		t.Cleanup(v.Close)
 	}

@@ -18,11 +18,11 @@ import (
 	"github.com/ffcvfs/ffcvfs/storage"
 )
 
-// collectSink keeps a copy of every published batch.
+// collectSink keeps the images and labels of every published batch of a
+// pipeline's default fields.
 type collectSink struct {
-	images, labels [][]byte
-	free           chan int
-	got            []published
+	*fieldSink
+	got []published
 }
 
 type published struct {
@@ -31,29 +31,15 @@ type published struct {
 	labels       []int64
 }
 
-func newCollectSink(slots, imageBytes, batch int) *collectSink {
-	s := &collectSink{free: make(chan int, slots)}
-	for i := 0; i < slots; i++ {
-		s.images = append(s.images, make([]byte, imageBytes))
-		s.labels = append(s.labels, make([]byte, 8*batch))
-		s.free <- i
-	}
-	return s
+func newCollectSink(p *Pipeline, slots int) *collectSink {
+	return &collectSink{fieldSink: newFieldSink(p, slots)}
 }
 
-func (s *collectSink) Acquire(ctx context.Context) (int, error) {
-	select {
-	case i := <-s.free:
-		return i, nil
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	}
-}
-func (s *collectSink) Buffers(slot int) [][]byte { return [][]byte{s.images[slot], s.labels[slot]} }
 func (s *collectSink) Publish(slot, epoch, batch, size int) error {
-	p := published{epoch: epoch, batch: batch, images: append([]byte(nil), s.images[slot]...)}
+	bufs := s.slots[slot]
+	p := published{epoch: epoch, batch: batch, images: append([]byte(nil), bufs[0]...)}
 	for j := 0; j < size; j++ {
-		p.labels = append(p.labels, int64(binary.LittleEndian.Uint64(s.labels[slot][8*j:])))
+		p.labels = append(p.labels, int64(binary.LittleEndian.Uint64(bufs[1][8*j:])))
 	}
 	s.got = append(s.got, p)
 	s.free <- slot
@@ -81,7 +67,7 @@ func run(t *testing.T, c *pagecache.Cache, opts Options, epochs int) *collectSin
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink := newCollectSink(3, p.opts.BatchSize*p.sampleBytes(), p.opts.BatchSize)
+	sink := newCollectSink(p, 3)
 	for e := 0; e < epochs; e++ {
 		if _, err := p.RunEpoch(context.Background(), e, sink); err != nil {
 			t.Fatal(err)
@@ -201,14 +187,14 @@ func TestCorruptSample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink := newCollectSink(2, 8*16*16*3, 8)
+	sink := newCollectSink(p, 2)
 	n, err := p.RunEpoch(context.Background(), 0, sink)
 	if err != nil || n != f.NumSamples() || p.Errors.Load() != 1 {
 		t.Fatalf("skip: %d samples, %v, %d errors", n, err, p.Errors.Load())
 	}
 	opts.OnError = "fail"
 	p, _ = New(c, opts, nil)
-	if _, err := p.RunEpoch(context.Background(), 0, newCollectSink(2, 8*16*16*3, 8)); err == nil {
+	if _, err := p.RunEpoch(context.Background(), 0, newCollectSink(p, 2)); err == nil {
 		t.Fatal("fail mode ignored a corrupt sample")
 	}
 }
@@ -266,7 +252,7 @@ func TestEmptyImageAllocation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := p.RunEpoch(context.Background(), 0, newCollectSink(2, 8*16*16*3, 8))
+	n, err := p.RunEpoch(context.Background(), 0, newCollectSink(p, 2))
 	if err != nil || n != c.File().NumSamples() || p.Errors.Load() != 1 {
 		t.Fatalf("%d samples, %v, %d errors; want all, nil, 1", n, err, p.Errors.Load())
 	}
