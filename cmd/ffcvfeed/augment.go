@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 
@@ -120,7 +119,7 @@ func indices(c *cli.Context, flag string) ([]int64, error) {
 				return nil, fail("%s: %v", path, err)
 			}
 		} else {
-			b, err := os.ReadFile(path)
+			b, err := npy.ReadBounded(path, npy.MaxBytes)
 			if err != nil {
 				return nil, fail("%v", err)
 			}
