@@ -272,8 +272,7 @@ class Loader:
         self._views = [{name: np.ndarray(shape, _DTYPES[dtype], self._mm, i * self.slot_bytes + off)
                         for name, dtype, shape, off, _ in fields} for i in range(self.slots)]
         # The batch's fields; a variable-size field's ends are part of it.
-        hidden = set(self._ends.values())
-        self.field_names = [f[0] for f in fields if f[0] not in hidden]
+        self.field_names = [f[0] for f in fields if f[0] not in self._ends_of]
         if names is None:
             names = self.field_names
         unknown = [n for n in names if n not in self.field_names]
