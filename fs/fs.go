@@ -297,19 +297,12 @@ func (v *View) buildClasses() error {
 		ci, _ := slices.BinarySearch(distinct, l)
 		members[ci] = append(members[ci], uint32(s))
 	}
-	v.classIdx = make([]int32, n)
-	v.ifOf = make([]int32, n)
-	v.ifIndex = make([]uint32, 0, n)
+	folders := make([]string, len(distinct))
 	for ci, l := range distinct {
-		v.classes = append(v.classes, nameOf(l))
-		v.labelOf = append(v.labelOf, l)
-		v.members = append(v.members, members[ci])
-		for _, s := range members[ci] {
-			v.classIdx[s] = int32(ci)
-			v.ifOf[s] = int32(len(v.ifIndex))
-			v.ifIndex = append(v.ifIndex, s)
-		}
+		folders[ci] = nameOf(l)
 	}
+	v.setClasses(folders, members)
+	v.labelOf = distinct
 	if empty := maxL + 1 - int64(len(distinct)); empty > 0 {
 		first := int64(0)
 		for i, l := range distinct {
@@ -322,6 +315,24 @@ func (v *View) buildClasses() error {
 	}
 	v.idWidth = len(fmt.Sprint(max(n-1, 0)))
 	return nil
+}
+
+// setClasses makes the class folders: their names, sorted, and their
+// samples, each folder's in ImageFolder's order; the ImageFolder indices
+// follow from them.
+func (v *View) setClasses(names []string, members [][]uint32) {
+	n := v.f.NumSamples()
+	v.classes, v.members = names, members
+	v.classIdx = make([]int32, n)
+	v.ifOf = make([]int32, n)
+	v.ifIndex = make([]uint32, 0, n)
+	for ci, m := range members {
+		for _, s := range m {
+			v.classIdx[s] = int32(ci)
+			v.ifOf[s] = int32(len(v.ifIndex))
+			v.ifIndex = append(v.ifIndex, s)
+		}
+	}
 }
 
 // Classes returns the class folder names, in ImageFolder order.

@@ -91,23 +91,18 @@ func (v *View) buildNamed(paths []string) error {
 		t.dirs[p].entries = append(t.dirs[p].entries, namedEntry{dir: d})
 		return d
 	}
-	v.classIdx = make([]int32, n)
-	v.ifOf = make([]int32, n)
-	v.ifIndex = make([]uint32, 0, n)
+	var classes []string
+	var members [][]uint32
 	for i, s := range order {
 		k := keys[s]
 		if i > 0 && paths[order[i-1]] == paths[s] {
 			return fmt.Errorf("%s: samples %d and %d are both named %q: serve it without its names (--no-file-names)", f.Name(), order[i-1], s, paths[s])
 		}
-		if len(v.classes) == 0 || v.classes[len(v.classes)-1] != k.class {
-			v.classes = append(v.classes, k.class)
-			v.members = append(v.members, nil)
+		if len(classes) == 0 || classes[len(classes)-1] != k.class {
+			classes = append(classes, k.class)
+			members = append(members, nil)
 		}
-		ci := len(v.classes) - 1
-		v.members[ci] = append(v.members[ci], s)
-		v.classIdx[s] = int32(ci)
-		v.ifOf[s] = int32(len(v.ifIndex))
-		v.ifIndex = append(v.ifIndex, s)
+		members[len(members)-1] = append(members[len(members)-1], s)
 		d := dir(k.dir)
 		t.dirs[d].names = append(t.dirs[d].names, k.base)
 		t.dirs[d].entries = append(t.dirs[d].entries, namedEntry{dir: -1, sample: s})
@@ -129,7 +124,8 @@ func (v *View) buildNamed(paths []string) error {
 		}
 		d.names, d.entries = names, entries
 	}
-	v.labelOf = make([]int64, len(v.classes))
+	v.setClasses(classes, members)
+	v.labelOf = make([]int64, len(classes))
 	v.named = t
 	v.idWidth = len(fmt.Sprint(max(n-1, 0)))
 	return nil
