@@ -62,7 +62,7 @@ type Server struct {
 }
 
 const (
-	maxIdle = 2
+	maxIdle = 8
 	// inHeaderSize is the size of fuse_in_header, which starts every
 	// request.
 	inHeaderSize = int(unsafe.Sizeof(fuse.InHeader{}))
@@ -137,13 +137,13 @@ func serve(dir string, raw fuse.RawFileSystem, mo fuse.MountOptions) (*Server, e
 // handshake answers the kernel's INIT, the first request, and records what
 // the kernel offered.
 func (s *Server) handshake() error {
-	in, out := s.getBuf(), s.getBuf()
-	defer s.putBuf(in)
-	defer s.putBuf(out)
-	n, err := s.read(*in)
+	in, n, err := s.read()
 	if err != nil {
 		return err
 	}
+	defer s.putBuf(in)
+	out := s.getBuf()
+	defer s.putBuf(out)
 	req := (*in)[:n]
 	if n < inHeaderSize || binary.NativeEndian.Uint32(req[4:8]) != 26 { // FUSE_INIT
 		return errors.New("the kernel's first request is not INIT")
@@ -179,14 +179,14 @@ func (s *Server) putBuf(b *[]byte) { s.bufs.Put(b) }
 // loop serves requests until the mount goes away. The goroutine that takes
 // a request answers it itself (no hand-off), after making sure another
 // goroutine waits for the next one: a READ waiting for storage must not
-// hold up the others.
+// hold up the others. A goroutine holds buffers only while it serves a
+// request, so up to maxIdle goroutines wait for one: fewer would make the
+// goroutines that answered READs from storage exit and new ones start (and
+// grow their stacks) for the next requests.
 func (s *Server) loop() {
 	defer s.loops.Done()
-	in, out := s.getBuf(), s.getBuf()
-	defer s.putBuf(in)
-	defer s.putBuf(out)
 	for {
-		n, err := s.read(*in)
+		in, n, err := s.read()
 		if errors.Is(err, syscall.ENOENT) {
 			continue // a request interrupted before it was read
 		}
@@ -203,7 +203,11 @@ func (s *Server) loop() {
 			s.loops.Add(1)
 			go s.loop()
 		}
-		if err := s.answer((*in)[:n], *out); err != nil && !errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.ENODEV) {
+		out := s.getBuf()
+		err = s.answer((*in)[:n], *out)
+		s.putBuf(out)
+		s.putBuf(in)
+		if err != nil && !errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.ENODEV) {
 			// ENOENT: the request was interrupted and is gone; ENODEV:
 			// the mount is.
 			s.log.Printf("answering a FUSE request: %v", err)
@@ -220,28 +224,38 @@ func (s *Server) loop() {
 	}
 }
 
-// read reads one request into buf, waiting in the netpoller while none is
-// queued.
-func (s *Server) read(buf []byte) (int, error) {
+// read reads one request into a buffer of the pool, waiting in the
+// netpoller (without a buffer) while none is queued.
+func (s *Server) read() (*[]byte, int, error) {
+	var buf *[]byte
 	var n int
 	var errno syscall.Errno
 	err := s.conn.Read(func(fd uintptr) bool {
+		buf = s.getBuf()
 		for {
-			r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
+			r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&(*buf)[0])), uintptr(len(*buf)))
 			if e == syscall.EINTR {
 				continue
 			}
 			n, errno = int(r), e
-			return e != syscall.EAGAIN
+			if e == syscall.EAGAIN {
+				s.putBuf(buf)
+				buf = nil
+				return false
+			}
+			return true
 		}
 	})
+	if err == nil && errno != 0 {
+		err = errno
+	}
 	if err != nil {
-		return 0, err
+		if buf != nil {
+			s.putBuf(buf)
+		}
+		return nil, 0, err
 	}
-	if errno != 0 {
-		return 0, errno
-	}
-	return n, nil
+	return buf, n, nil
 }
 
 // answer has the ProtocolServer answer req and writes its reply, if any.
