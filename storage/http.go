@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
@@ -22,8 +23,11 @@ type HTTPSource struct {
 	r       *netReader
 	url     string // with credentials, for requests only
 	client  *http.Client
-	etag    string // as the server sent it; "" if none
-	strong  bool   // etag is a strong validator, usable with If-Match
+	gets    *getClient // nil: client sends the ranged GETs
+	path    string     // the request line's path and query, for gets
+	auth    string     // the basic authentication of url's userinfo
+	etag    string     // as the server sent it; "" if none
+	strong  bool       // etag is a strong validator, usable with If-Match
 	lastMod string
 }
 
@@ -124,6 +128,13 @@ func OpenHTTP(ctx context.Context, rawURL string, opts Options) (*HTTPSource, er
 		client: &http.Client{Transport: newTransport(&opts)},
 	}
 	s.r.fetch = s.fetch
+	if s.gets = newGetClient(u, nil, min(opts.AttemptTimeout, 30*time.Second), max(16, opts.Parallel*4, opts.Concurrent)); s.gets != nil {
+		s.path = u.RequestURI()
+		if u.User != nil {
+			pw, _ := u.User.Password()
+			s.auth = "Basic " + base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+pw))
+		}
+	}
 	octx, cancel := s.r.withDeadline(ctx)
 	defer cancel()
 	if err := s.r.policy.do(octx, "open "+name, s.probe); err != nil {
@@ -227,18 +238,40 @@ func stripURLError(err error) error {
 // fetch is one attempt at dst = bytes [off, off+len(dst)).
 func (s *HTTPSource) fetch(ctx context.Context, dst []byte, off int64, progress func()) error {
 	end := off + int64(len(dst)) - 1
-	h := http.Header{"Range": {fmt.Sprintf("bytes=%d-%d", off, end)}}
+	var fields [6]string
+	f := append(fields[:0], "Range", rangeField(off, end))
 	switch {
 	case s.strong:
-		h.Set("If-Match", s.etag)
+		f = append(f, "If-Match", s.etag)
 	case s.lastMod != "":
-		h.Set("If-Unmodified-Since", s.lastMod)
+		f = append(f, "If-Unmodified-Since", s.lastMod)
+	}
+	if s.gets != nil {
+		if s.auth != "" {
+			f = append(f, "Authorization", s.auth)
+		}
+		resp, err := s.gets.get(ctx, s.path, f...)
+		if err != nil {
+			return err
+		}
+		defer resp.done()
+		return s.ranged(resp.Response, dst, off, end, progress)
+	}
+	h := http.Header{}
+	for i := 0; i < len(f); i += 2 {
+		h.Set(f[i], f[i+1])
 	}
 	resp, err := s.do(ctx, http.MethodGet, h)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
+	return s.ranged(resp, dst, off, end, progress)
+}
+
+// ranged checks the answer to a ranged GET of bytes [off, end] and reads
+// its body into dst.
+func (s *HTTPSource) ranged(resp *http.Response, dst []byte, off, end int64, progress func()) error {
 	progress()
 	switch resp.StatusCode {
 	case http.StatusPartialContent:
@@ -357,6 +390,9 @@ func (s *HTTPSource) ETag() string { return s.etag }
 func (s *HTTPSource) Close() error {
 	s.r.close()
 	s.client.CloseIdleConnections()
+	if s.gets != nil {
+		s.gets.close()
+	}
 	return nil
 }
 

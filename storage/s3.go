@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/xml"
 	"errors"
 	"fmt"
@@ -48,6 +49,8 @@ type S3Source struct {
 
 	// The direct GET path; url is "" where GetObject is used.
 	url    string
+	path   string     // url's escaped path, as the request line has it
+	gets   *getClient // nil: hc sends the GETs
 	hc     aws.HTTPClient
 	creds  aws.CredentialsProvider // nil: anonymous
 	signer *getSigner
@@ -119,7 +122,7 @@ func OpenS3(ctx context.Context, bucket, key string, opts Options) (*S3Source, e
 		return nil, err
 	}
 	if !strings.HasSuffix(bucket, "--x-s3") {
-		s.direct(ctx)
+		s.direct(ctx, &opts)
 	}
 	if s.etag == "" {
 		opts.Logger.Warn("S3 sends no ETag for the object: a replacement during reads can only be detected by its size",
@@ -131,7 +134,7 @@ func OpenS3(ctx context.Context, bucket, key string, opts Options) (*S3Source, e
 // direct sets up plain signed GETs: the object's URL is that of a
 // presigned GetObject without its query. Where presigning fails, reads
 // keep to GetObject.
-func (s *S3Source) direct(ctx context.Context) {
+func (s *S3Source) direct(ctx context.Context, opts *Options) {
 	pre, err := s3.NewPresignClient(s.client).PresignGetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &s.key})
 	if err != nil {
 		return
@@ -143,7 +146,16 @@ func (s *S3Source) direct(ctx context.Context) {
 	u.RawQuery = ""
 	o := s.client.Options()
 	s.url = u.String()
+	s.path = u.EscapedPath()
+	if s.path == "" {
+		s.path = "/"
+	}
 	s.hc = o.HTTPClient
+	var base *tls.Config
+	if bc, ok := s.hc.(*awshttp.BuildableClient); ok {
+		base = bc.GetTransport().TLSClientConfig
+	}
+	s.gets = newGetClient(u, base, min(opts.AttemptTimeout, 30*time.Second), max(16, opts.Parallel*4, opts.Concurrent))
 	s.creds = o.Credentials
 	if s.creds != nil && aws.IsCredentialsProvider(s.creds, (*aws.AnonymousCredentials)(nil)) {
 		s.creds = nil
@@ -266,19 +278,49 @@ func (s *S3Source) fetch(ctx context.Context, dst []byte, off int64, progress fu
 // fetchDirect is fetch as a plain signed GET.
 func (s *S3Source) fetchDirect(ctx context.Context, dst []byte, off int64, progress func()) error {
 	end := off + int64(len(dst)) - 1
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url, nil)
-	if err != nil {
-		return permanent(fmt.Errorf("cannot build request: %v", stripURLError(err)))
+	rng := rangeField(off, end)
+	if s.gets == nil {
+		return s.fetchHTTP(ctx, dst, off, end, rng, progress)
 	}
-	req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", off, end))
+	var fields [12]string
+	f := append(fields[:0], "Range", rng)
 	if s.etag != "" {
-		req.Header.Set("If-Match", s.etag)
+		f = append(f, "If-Match", s.etag)
 	}
 	if s.creds != nil {
 		creds, err := s.creds.Retrieve(ctx)
 		if err != nil {
 			// They served HeadObject at open: a refresh that failed, which
 			// another attempt may not.
+			return fmt.Errorf("AWS credentials: %w", err)
+		}
+		stamp, auth := s.signer.signature(s.gets.host, s.path, rng, s.etag, creds, time.Now())
+		f = append(f, "X-Amz-Date", stamp, "X-Amz-Content-Sha256", emptySHA256, "Authorization", auth)
+		if creds.SessionToken != "" {
+			f = append(f, "X-Amz-Security-Token", creds.SessionToken)
+		}
+	}
+	resp, err := s.gets.get(ctx, s.path, f...)
+	if err != nil {
+		return err
+	}
+	defer resp.done()
+	return s.ranged(ctx, resp.Response, dst, off, end, progress)
+}
+
+// fetchHTTP is fetchDirect through net/http.
+func (s *S3Source) fetchHTTP(ctx context.Context, dst []byte, off, end int64, rng string, progress func()) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url, nil)
+	if err != nil {
+		return permanent(fmt.Errorf("cannot build request: %v", stripURLError(err)))
+	}
+	req.Header.Set("Range", rng)
+	if s.etag != "" {
+		req.Header.Set("If-Match", s.etag)
+	}
+	if s.creds != nil {
+		creds, err := s.creds.Retrieve(ctx)
+		if err != nil {
 			return fmt.Errorf("AWS credentials: %w", err)
 		}
 		s.signer.sign(req, creds, time.Now())
@@ -288,6 +330,12 @@ func (s *S3Source) fetchDirect(ctx context.Context, dst []byte, off int64, progr
 		return fmt.Errorf("GET: %w", stripURLError(err))
 	}
 	defer resp.Body.Close()
+	return s.ranged(ctx, resp, dst, off, end, progress)
+}
+
+// ranged checks the answer to a ranged GET of bytes [off, end] and reads
+// its body into dst.
+func (s *S3Source) ranged(ctx context.Context, resp *http.Response, dst []byte, off, end int64, progress func()) error {
 	progress()
 	switch resp.StatusCode {
 	case http.StatusPartialContent:
@@ -369,11 +417,15 @@ func (s *S3Source) Identity() string {
 // ETag returns the object's ETag, as learnt at open.
 func (s *S3Source) ETag() string { return s.etag }
 
-// Close cancels reads in flight. Later reads fail with an error matching
-// os.ErrClosed. (Idle connections close by themselves after 90 s: the SDK's
-// client cannot be told to close them.)
+// Close cancels reads in flight and closes the idle connections of the
+// ranged GETs. Later reads fail with an error matching os.ErrClosed. (The
+// SDK client's idle connections close by themselves after 90 s: it cannot
+// be told to close them.)
 func (s *S3Source) Close() error {
 	s.r.close()
+	if s.gets != nil {
+		s.gets.close()
+	}
 	return nil
 }
 

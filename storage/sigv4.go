@@ -40,14 +40,29 @@ type getSigner struct {
 // a session token) and Authorization on req, a GET with no query and no
 // headers but Range and If-Match, for S3 at time t.
 func (g *getSigner) sign(req *http.Request, creds aws.Credentials, t time.Time) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	stamp := g.stampOf(t)
-	day := stamp[:8]
 	h := req.Header
+	path := req.URL.EscapedPath()
+	if path == "" {
+		path = "/"
+	}
+	stamp, auth := g.signature(req.URL.Host, path, strings.TrimSpace(h.Get("Range")), strings.TrimSpace(h.Get("If-Match")), creds, t)
 	h["X-Amz-Date"] = []string{stamp}
 	h["X-Amz-Content-Sha256"] = []string{emptySHA256}
-	ifMatch, rng := strings.TrimSpace(h.Get("If-Match")), strings.TrimSpace(h.Get("Range"))
+	if creds.SessionToken != "" {
+		h["X-Amz-Security-Token"] = []string{creds.SessionToken}
+	}
+	h["Authorization"] = []string{auth}
+}
+
+// signature returns the X-Amz-Date and Authorization of a GET of path (as
+// escaped in the request line) on host with the headers Range rng and
+// If-Match ifMatch ("": none), X-Amz-Content-Sha256 of an empty payload
+// and, with a session token, X-Amz-Security-Token.
+func (g *getSigner) signature(host, path, rng, ifMatch string, creds aws.Credentials, t time.Time) (stamp, auth string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	stamp = g.stampOf(t)
+	day := stamp[:8]
 	// The signed headers, sorted by name: host, if-match, range,
 	// x-amz-content-sha256, x-amz-date, x-amz-security-token.
 	signed := g.buf[:0]
@@ -60,18 +75,13 @@ func (g *getSigner) sign(req *http.Request, creds aws.Credentials, t time.Time) 
 	}
 	signed = append(signed, ";x-amz-content-sha256;x-amz-date"...)
 	if creds.SessionToken != "" {
-		h["X-Amz-Security-Token"] = []string{creds.SessionToken}
 		signed = append(signed, ";x-amz-security-token"...)
 	}
 	b := signed[len(signed):]
 	b = append(b, "GET\n"...)
-	if path := req.URL.EscapedPath(); path != "" {
-		b = append(b, path...)
-	} else {
-		b = append(b, '/')
-	}
+	b = append(b, path...)
 	b = append(b, "\n\nhost:"...)
-	b = append(b, req.URL.Host...)
+	b = append(b, host...)
 	if ifMatch != "" {
 		b = append(b, "\nif-match:"...)
 		b = append(b, ifMatch...)
@@ -107,16 +117,15 @@ func (g *getSigner) sign(req *http.Request, creds aws.Credentials, t time.Time) 
 	mac.Write(b)
 	var sum [sha256.Size]byte
 	sig := mac.Sum(sum[:0])
-	auth := make([]byte, 0, 256)
-	auth = append(auth, "AWS4-HMAC-SHA256 Credential="...)
-	auth = append(auth, creds.AccessKeyID...)
-	auth = append(auth, '/')
-	auth = append(auth, b[scope:scopeEnd]...)
-	auth = append(auth, ", SignedHeaders="...)
-	auth = append(auth, signed...)
-	auth = append(auth, ", Signature="...)
-	auth = hex.AppendEncode(auth, sig)
-	h["Authorization"] = []string{string(auth)}
+	a := make([]byte, 0, 256)
+	a = append(a, "AWS4-HMAC-SHA256 Credential="...)
+	a = append(a, creds.AccessKeyID...)
+	a = append(a, '/')
+	a = append(a, b[scope:scopeEnd]...)
+	a = append(a, ", SignedHeaders="...)
+	a = append(a, signed...)
+	a = append(a, ", Signature="...)
+	a = hex.AppendEncode(a, sig)
 	// Keep the larger buffer: signed lies at its start when b grew in
 	// place, and is rewritten first next time in any case.
 	if cap(b) > cap(signed)-len(signed) {
@@ -124,6 +133,7 @@ func (g *getSigner) sign(req *http.Request, creds aws.Credentials, t time.Time) 
 	} else {
 		g.buf = signed[:0]
 	}
+	return stamp, string(a)
 }
 
 // stampOf returns t as SigV4's X-Amz-Date, formatted once a second.
