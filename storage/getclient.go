@@ -175,6 +175,7 @@ func (c *getClient) conn(ctx context.Context, fresh bool) (*getConn, bool, error
 	if err != nil {
 		return nil, false, fmt.Errorf("GET: %w", err)
 	}
+	conn = rawTCP(conn)
 	if c.tls != nil {
 		tc := tls.Client(conn, c.tls)
 		if err := tc.HandshakeContext(ctx); err != nil {
