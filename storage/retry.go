@@ -142,6 +142,12 @@ type retryAfterer interface{ RetryAfter() time.Duration }
 // exhausted budget gives an error wrapping ErrUnavailable that says how many
 // attempts were made over how long, and the last cause.
 func (p *retryPolicy) do(ctx context.Context, what string, attempt attemptFunc) error {
+	return p.run(ctx, func() string { return what }, attempt)
+}
+
+// run is do with what made only for an error or a log line: a read's
+// name is formatted per request otherwise.
+func (p *retryPolicy) run(ctx context.Context, what func() string, attempt attemptFunc) error {
 	start := p.now()
 	var last error
 	for n := 1; ; n++ {
@@ -157,27 +163,27 @@ func (p *retryPolicy) do(ctx context.Context, what string, attempt attemptFunc) 
 			if cause := context.Cause(ctx); errors.Is(cause, errReadDeadline) || errors.Is(cause, context.DeadlineExceeded) {
 				p.counts.add(false, cause)
 			}
-			return p.stopped(ctx, what, n, start, last)
+			return p.stopped(ctx, what(), n, start, last)
 		}
 		last = err
 		if !retryable(err) {
 			p.counts.add(false, err)
-			return fmt.Errorf("%s: %w", what, err)
+			return fmt.Errorf("%s: %w", what(), err)
 		}
 		if n > max(p.maxRetries, 0) {
 			p.counts.add(false, err)
-			return p.unavailable(what, n, start, err, "no retries left")
+			return p.unavailable(what(), n, start, err, "no retries left")
 		}
 		wait := p.backoff(n, err)
 		if dl, ok := ctx.Deadline(); ok && p.now().Add(wait).After(dl) {
 			p.counts.add(false, err)
-			return p.unavailable(what, n, start, err,
+			return p.unavailable(what(), n, start, err,
 				fmt.Sprintf("the read deadline of %v would pass before another", p.deadline))
 		}
 		p.counts.add(true, err)
-		p.log.failed(what, n, wait, err)
+		p.log.failed(what(), n, wait, err)
 		if p.sleep(ctx, wait) != nil {
-			return p.stopped(ctx, what, n, start, err)
+			return p.stopped(ctx, what(), n, start, err)
 		}
 	}
 }
@@ -263,13 +269,13 @@ func (l *retryLog) failed(what string, n int, wait time.Duration, err error) {
 		"request", what, "attempt", n, "wait", wait.Round(time.Millisecond), "err", err.Error(), "cause", cause)
 }
 
-func (l *retryLog) succeeded(what string) {
+func (l *retryLog) succeeded(what func() string) {
 	l.mu.Lock()
 	n := len(l.seen)
 	clear(l.seen)
 	l.mu.Unlock()
 	if n > 0 {
-		l.log.Info("storage requests succeed again", "request", what)
+		l.log.Info("storage requests succeed again", "request", what())
 	}
 }
 
@@ -382,8 +388,8 @@ func (r *netReader) fetchParts(ctx context.Context, p []byte, off int64) error {
 }
 
 func (r *netReader) fetchPart(ctx context.Context, dst []byte, off int64) error {
-	what := fmt.Sprintf("%s: bytes %d-%d", r.name, off, off+int64(len(dst))-1)
-	return r.policy.do(ctx, what, func(actx context.Context, progress func()) error {
+	what := func() string { return fmt.Sprintf("%s: bytes %d-%d", r.name, off, off+int64(len(dst))-1) }
+	return r.policy.run(ctx, what, func(actx context.Context, progress func()) error {
 		return r.fetch(actx, dst, off, progress)
 	})
 }
