@@ -567,7 +567,7 @@ storage_mount() { mount_at "s3://bench/$STORAGE_KEY" "$1"; }
 mount_at() {
 	local src=$1 cache=$2
 	shift 2
-	bin/ffcvfs mount --s3-endpoint "http://127.0.0.1:$STORAGE_LINK" --s3-path-style --cache-size "$cache" \
+	GOMAXPROCS=${MOUNT_GOMAXPROCS:-} bin/ffcvfs mount --s3-endpoint "http://127.0.0.1:$STORAGE_LINK" --s3-path-style --cache-size "$cache" \
 		--readers "$STORAGE_READERS" --order-batch-size "$STORAGE_BATCH" "$@" \
 		"$src" "$STORAGE_TMP/mnt" 2>>"$STORAGE_TMP/mount.log" &
 	STORAGE_MOUNT_PID=$!
@@ -652,15 +652,22 @@ storage_row() {
 			k = 1000 / v["images"]
 			c_s3 = c_s3 " " v["cpu_s3"] * k; c_px = c_px " " v["cpu_proxy"] * k; c_ln = c_ln " " v["cpu_link"] * k
 			c_mt = c_mt " " v["cpu_mount"] * k; c_rd = c_rd " " v["cpu_reader"] * k
+			# The CPU per GET of whoever sends them: the mount, or the
+			# reader where there is none.
+			get = get " " (v["cpu_mount"] > 0 ? v["cpu_mount"] : v["cpu_reader"]) * 1000 / v["requests"]
 			conns = conns " " v["conns"]
 			c_all = c_all " " (v["cpu_s3"] + v["cpu_proxy"] + v["cpu_link"] + v["cpu_mount"] + v["cpu_reader"]) / 10 / v["seconds"]
 		}
 		END {
 			m = median(mb); r = median(rss)
 			printf "%-40s %7.0f %7.1f %6.1f%% %7.1f %8.3f %7.3f %7s %6.0f\n", what, median(img), m, 100 * m / cap, median(link), median(amp), median(req), (r > 0 ? sprintf("%.0f", r) : "-"), median(n)
-			printf "%-40s %7.0f %7.0f %7.0f %7.0f %7.0f %7.0f%% %6.0f\n", what, median(c_s3), median(c_px), median(c_ln), median(c_mt), median(c_rd), median(c_all), median(conns) >>cpufile
+			# The first row is the baseline: its reader sends the GETs.
+			own = (median(c_mt) > 0 ? median(c_mt) : median(c_rd))
+			if (base == "") { base = own; print base >basefile }
+			printf "%-40s %7.0f %7.0f %7.0f %7.0f %7.0f %7.0f%% %6.0f %7.0f %6.2f\n", what, median(c_s3), median(c_px), median(c_ln), median(c_mt), median(c_rd), median(c_all), median(conns), median(get), own / base >>cpufile
 			printf "%-40s", what >>runsfile; k = split(img, a, " "); for (i = 1; i <= k; i++) printf " %7.0f", a[i] >>runsfile; printf "\n" >>runsfile
-		}' cpufile="$STORAGE_TMP/cpu.txt" runsfile="$STORAGE_TMP/runs.txt" "$STORAGE_TMP/way-$k.txt"
+		}' cpufile="$STORAGE_TMP/cpu.txt" runsfile="$STORAGE_TMP/runs.txt" basefile="$STORAGE_TMP/base-cpu.txt" \
+		base="$(cat "$STORAGE_TMP/base-cpu.txt" 2>/dev/null)" "$STORAGE_TMP/way-$k.txt"
 }
 
 # storage_setup N: the S3 set-up of bench_storage and bench_disk: the bench
@@ -803,8 +810,9 @@ bench_storage() {
 	echo
 	echo "CPU per 1,000 images, ms (user + system, from /proc/PID/stat), by process, and all of them together"
 	echo "as a share of one core ($(nproc) cores): where the time of an epoch goes on this machine; conns: TCP"
-	echo "connections the reader or the mount opened to S3 in the run."
-	printf '%-40s %7s %7s %7s %7s %7s %8s %6s\n' "what" "S3" "proxy" "link" "mount" "reader" "of core" "conns"
+	echo "connections the reader or the mount opened to S3 in the run; µs/GET: CPU µs of whoever sends the GETs"
+	echo "(the mount, else the reader) per GET; ÷base: its CPU per image over the baseline reader's (first row)."
+	printf '%-40s %7s %7s %7s %7s %7s %8s %6s %7s %6s\n' "what" "S3" "proxy" "link" "mount" "reader" "of core" "conns" "µs/GET" "÷base"
 	cat "$STORAGE_TMP/cpu.txt" 2>/dev/null || true
 	echo
 	echo "Images/s of each run, in the order they ran (the ways take turns):"
