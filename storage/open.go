@@ -200,6 +200,13 @@ func Open(ctx context.Context, url string, opts Options) (Source, error) {
 	}
 }
 
+// IsNetwork reports whether url names storage reached over the network
+// (s3://, http://, https://) rather than a file.
+func IsNetwork(url string) bool {
+	scheme, _, ok := splitScheme(url)
+	return ok && (scheme == "s3" || scheme == "http" || scheme == "https")
+}
+
 // splitScheme splits "scheme://rest" into a lower-case scheme and rest; ok
 // is false for anything else, which is taken for a path.
 func splitScheme(s string) (scheme, rest string, ok bool) {

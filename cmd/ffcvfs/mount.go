@@ -65,9 +65,11 @@ Failed storage requests are retried until --read-deadline. A read that
 still fails returns EIO to its reader alone, is counted in stats.json
 (reads.errors) and logged once per cause; the mount stays up.
 
-The mount runs its Go code on one core (GOMAXPROCS=1 unless GOMAXPROCS is
-set): a FUSE request costs the least CPU that way, and the cores are left to
-the programs reading the mount.
+The mount runs its Go code on one core for a file (GOMAXPROCS=1 unless
+GOMAXPROCS is set): a FUSE request costs the least CPU that way, and the
+cores are left to the programs reading the mount. For S3 and HTTP(S) it
+takes one core per 8 (from 1 to 8): random reads from network storage cost
+a GET per image, and one core caps them at a few thousand images a second.
 
 FFCVFS_CPUPROFILE=FILE writes a CPU profile of the mount to FILE (for go
 tool pprof) when it ends.
@@ -107,6 +109,21 @@ Examples:
 	}
 }
 
+// mountProcs is the mount's GOMAXPROCS unless the environment sets one:
+// 1 for a file, and for network storage one per 8 cores, from 1 to 8.
+// With more than one P the runtime wakes a spare thread for the requests
+// the netpoller hands over (fs.Server), more thread switches per request:
+// a file's FUSE requests cost least on one. Random reads from network
+// storage cost about a GET of CPU per image, so one core caps them at a
+// few thousand images a second; a node with many cores can feed more, and
+// spends a small share of them doing so.
+func mountProcs(network bool, cpus int) int {
+	if !network {
+		return 1
+	}
+	return min(max(cpus/8, 1), 8)
+}
+
 func runMount(c *cli.Context) error {
 	if err := needArgs(c, "SRC", "MOUNTPOINT"); err != nil {
 		return err
@@ -120,10 +137,7 @@ func runMount(c *cli.Context) error {
 	}
 	mnt := c.Args().Get(1)
 	if os.Getenv("GOMAXPROCS") == "" {
-		// With more than one P, the runtime wakes a spare thread for
-		// every request the netpoller hands over (fs.Server): twice the
-		// thread switches per request, for no gain.
-		runtime.GOMAXPROCS(1)
+		runtime.GOMAXPROCS(mountProcs(storage.IsNetwork(src), runtime.NumCPU()))
 	}
 	if p := os.Getenv("FFCVFS_CPUPROFILE"); p != "" {
 		// A CPU profile of the whole mount, for go tool pprof.
