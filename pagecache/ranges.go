@@ -30,13 +30,18 @@ import (
 // page is needed later. Ranges are prefetched along plans (policy.
 // NextRange) as far ahead as that rule lets the budget go, neighbours in a
 // page needed soon (within coalesceLook positions, and within the
-// positions whose samples the budget holds; no more than coalesceGap
-// apart) in one request. A slot goes back from ranges to pages
+// positions whose samples the budget holds or coalesceSlack of the first;
+// no more than coalesceGap apart) in one request, which waits for the
+// room of all of them. A slot goes back from ranges to pages
 // when a page load finds none free and the ranges can spare one.
 
 // coalesceLook is how many of a plan's range positions after a prefetched
 // one are looked at for neighbours to read in the same request.
 const coalesceLook = 256
+
+// coalesceSlack is how many positions past the budget's horizon a
+// neighbour may be read with a prefetched range (see coalesce).
+const coalesceSlack = 8
 
 // coalesceGap is the most bytes between neighbours read in one request
 // (the bytes between are read and dropped).
@@ -509,7 +514,11 @@ func (c *Cache) prefetchRange() bool {
 		}
 		d := i - pl.Pos()
 		if !c.makeRoom(need, d) {
-			if len(group) == 1 {
+			// A group waits for its room, as a single range does, unless
+			// it needs more than half the budget: taken apart whenever
+			// the budget is full, as it is along a plan, neighbours would
+			// be read one by one.
+			if len(group) == 1 || need <= c.stats.BudgetBytes/2 {
 				return false
 			}
 			var n int
@@ -556,8 +565,12 @@ func (c *Cache) coalesce(pl *policy.Plan, i, s int) (group []int, lo, hi int64) 
 	hi = lo + int64(n)
 	dp := c.samplePage[s]
 	// Only neighbours the budget can hold until they are read: those
-	// within the positions whose samples fit in it.
-	horizon := pl.Pos() + int(c.stats.BudgetBytes/c.meanExtent)
+	// within the positions whose samples fit in it, or within
+	// coalesceSlack positions of s. Prefetch runs at the horizon's edge
+	// while the budget is full, so without the slack a neighbour read
+	// right after s would be left to a request of its own; a later
+	// prefetch evicts only what is read after its own position, never it.
+	horizon := max(pl.Pos()+int(c.stats.BudgetBytes/c.meanExtent), i+1+coalesceSlack)
 	var near []int
 	pl.RangesAfter(i, coalesceLook, func(j, t int) bool {
 		if j >= horizon {

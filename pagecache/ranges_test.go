@@ -271,3 +271,50 @@ func TestUnplannedRangesReuseMappings(t *testing.T) {
 		}
 	}
 }
+
+// A random order of pairs of neighbours (the first two samples of each
+// page, read one after the other; the page's other samples never) is read
+// as ranges, one request per pair: the requests are the pairs plus the
+// reads that missed (and so could not wait to be coalesced), and the bytes
+// fetched are those of the samples and of the gaps between the pairs'
+// members.
+func TestCoalescedNeighboursCountGETs(t *testing.T) {
+	c, src := newTestCache(t, testPages/10, Options{Readers: 8})
+	var pairs [][2]uint32
+	for s := 0; s+1 < c.File().NumSamples(); s++ {
+		if c.samplePage[s] == c.samplePage[s+1] && (s == 0 || c.samplePage[s-1] != c.samplePage[s]) {
+			pairs = append(pairs, [2]uint32{uint32(s), uint32(s + 1)})
+		}
+	}
+	rand.New(rand.NewPCG(5, 5)).Shuffle(len(pairs), func(i, j int) { pairs[i], pairs[j] = pairs[j], pairs[i] })
+	var order []uint32
+	gaps := int64(0)
+	for _, p := range pairs {
+		order = append(order, p[0], p[1])
+		alo, an := c.extent(int(p[0]))
+		blo, _ := c.extent(int(p[1]))
+		gaps += blo - (alo + int64(an))
+	}
+	if err := c.Announce("trainer", order); err != nil {
+		t.Fatal(err)
+	}
+	src.resetReads()
+	before := c.Stats()
+	consume(t, c, order, 1)
+	st := c.Stats()
+	reqs, misses := st.Requests-before.Requests, st.Misses-before.Misses
+	fetched, read := src.BytesRead(), bytesOf(c, order)
+	t.Logf("%d pairs: %d requests, %d misses; fetched %d bytes for %d read, %d of gaps", len(pairs), reqs, misses, fetched, read, gaps)
+	if st.PagesRead != before.PagesRead {
+		t.Errorf("%d pages read for pairs of samples", st.PagesRead-before.PagesRead)
+	}
+	if reqs > uint64(len(pairs))+misses {
+		t.Errorf("%d requests for %d pairs and %d misses: neighbours were not read together", reqs, len(pairs), misses)
+	}
+	if reqs >= uint64(len(order)) {
+		t.Errorf("%d requests for %d samples: nothing coalesced", reqs, len(order))
+	}
+	if fetched > read+gaps {
+		t.Errorf("fetched %d bytes for %d read and %d of gaps", fetched, read, gaps)
+	}
+}
