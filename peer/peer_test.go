@@ -1,0 +1,86 @@
+package peer
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/ffcvfs/ffcvfs/storage/storagetest"
+)
+
+// testSource registers a source of size bytes in pages of block bytes
+// under prefix "t", as Wrap does, without joining a tier.
+func testSource(t testing.TB, size, block int64) *Source {
+	s := &Source{Source: storagetest.New("mem://t", make([]byte, size)), prefix: "t", block: block}
+	node.mu.Lock()
+	if node.sources == nil {
+		node.sources = map[string]*Source{}
+	}
+	node.sources["t"] = s
+	node.mu.Unlock()
+	return s
+}
+
+func TestParseKey(t *testing.T) {
+	s := testSource(t, 5000, 2048) // pages of 2048, 2048, 904 bytes
+	for _, tc := range []struct {
+		key        string
+		p, off, n  int64
+		wantErrSub string
+	}{
+		{key: "t/0"},
+		{key: "t/2", p: 2},
+		{key: "t/2@0+904", p: 2, n: 904},
+		{key: "t/1@2047+1", p: 1, off: 2047, n: 1},
+		{key: "t/3", wantErrSub: "no such page"},
+		{key: "t/-1", wantErrSub: "no such page"},
+		{key: "t/4503599627370496", wantErrSub: "no such page"}, // ×2048 overflows int64
+		{key: "t/2@0+905", wantErrSub: "no such range"},
+		{key: "t/1@-1+5", wantErrSub: "no such range"},
+		{key: "t/1@5+0", wantErrSub: "no such range"},
+		{key: "t/1@9223372036854775807+9223372036854775807", wantErrSub: "no such range"},
+		{key: "u/0", wantErrSub: "no such object"},
+		{key: "t", wantErrSub: "bad key"},
+	} {
+		got, p, off, n, err := parseKey(tc.key)
+		switch {
+		case tc.wantErrSub != "":
+			if err == nil || !strings.Contains(err.Error(), tc.wantErrSub) {
+				t.Errorf("%q: err %v, want %q", tc.key, err, tc.wantErrSub)
+			}
+		case err != nil || got != s || p != tc.p || off != tc.off || n != tc.n:
+			t.Errorf("%q: %d %d %d %v, want %d %d %d", tc.key, p, off, n, err, tc.p, tc.off, tc.n)
+		}
+	}
+}
+
+// FuzzParseKey: keys come from the network; whatever they hold, a key
+// parses to a page and range inside the object, or to an error.
+func FuzzParseKey(f *testing.F) {
+	for _, k := range []string{"t/0", "t/2@0+904", "t/1@2047+1", "t/9@1+1", "t/1@+", "t//@"} {
+		f.Add(k)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		s := testSource(t, 5000, 2048)
+		_, p, off, n, err := parseKey(key)
+		if err != nil {
+			return
+		}
+		if p < 0 || p >= (s.Size()+s.block-1)/s.block || off < 0 || n < 0 || off > s.pageLen(p) || n > s.pageLen(p)-off {
+			t.Fatalf("%q: page %d, range %d+%d, outside the object", key, p, off, n)
+		}
+	})
+}
+
+func TestSealed(t *testing.T) {
+	v := sealed([]byte("page bytes"))
+	if b, ok := unseal(v); !ok || string(b) != "page bytes" {
+		t.Fatalf("unseal(sealed) = %q, %v", b, ok)
+	}
+	v[3] ^= 1
+	if _, ok := unseal(v); ok {
+		t.Error("a flipped bit passed the check")
+	}
+	if _, ok := unseal([]byte{1, 2}); ok {
+		t.Error("a value shorter than its CRC passed the check")
+	}
+}
