@@ -23,6 +23,7 @@ import (
 	"strconv"
 
 	"github.com/ffcvfs/ffcvfs/pagecache"
+	"github.com/ffcvfs/ffcvfs/peer"
 )
 
 // The control folder and its files.
@@ -118,6 +119,10 @@ type Stats struct {
 	// PlanOwners gives the pid of the process that announced each live
 	// plan (cache.plans); a plan is withdrawn when that process exits.
 	PlanOwners map[string]uint32 `json:"plan_owners"`
+	// Peers is what the cluster's peer tier did (--peer-listen), or nil.
+	// StorageBytes there is what this node read from storage for the
+	// tier; cache.bytes_read counts what the cache read through it.
+	Peers *peer.Stats `json:"peers,omitempty"`
 }
 
 // Announce announces an order to the ffcvfs mount at mountpoint through

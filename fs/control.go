@@ -192,6 +192,10 @@ func (v *View) viewStats() control.Stats {
 	s.DataBytes = int64(v.f.NumPages()) * v.f.PageSize()
 	s.Announced = v.announced.Load()
 	s.PlanOwners = v.leases.Owners()
+	if v.opts.Peers != nil {
+		ps := v.opts.Peers()
+		s.Peers = &ps
+	}
 	return s
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/ffcvfs/ffcvfs/internal/metrics"
 	"github.com/ffcvfs/ffcvfs/order"
 	"github.com/ffcvfs/ffcvfs/pagecache"
+	"github.com/ffcvfs/ffcvfs/peer"
 	"github.com/ffcvfs/ffcvfs/pipeline"
 	"github.com/ffcvfs/ffcvfs/pipeline/decode"
 	"github.com/ffcvfs/ffcvfs/storage"
@@ -111,7 +112,7 @@ func pipelineFlags() []cli.Flag {
 		&cli.StringFlag{Name: "indices", Usage: "read only these samples (FFCV's Loader's indices): `IDS` as 1,5,9 or @FILE (.npy, or ids in text);\n\ta sequential order takes them as given, other orders as the whole beton's order without the rest", Category: "batches"},
 		&cli.BoolFlag{Name: "drop-last", Usage: "leave out an epoch's last batch when it is incomplete, as FFCV's Loader does with drop_last", Category: "batches"},
 		&cli.StringFlag{Name: "on-error", Value: "skip", Usage: "skip (replace an undecodable sample by another of its batch) or fail", Category: "batches"},
-	}, append(cacheflags.Flags("data"), cacheflags.SourceFlags("storage")...)...)
+	}, append(append(cacheflags.Flags("data"), cacheflags.PeerFlags("peers")...), cacheflags.SourceFlags("storage")...)...)
 }
 
 // splitList splits a comma-separated list, dropping empty items.
@@ -255,6 +256,17 @@ func openData(c *cli.Context) (*pagecache.Cache, storage.Source, func([]uint32) 
 	if err := cacheflags.Apply(c, &copts, f.Size()); err != nil {
 		src.Close()
 		return nil, nil, nil, cli.Exit(err.Error(), 2)
+	}
+	if popts, ok, err := cacheflags.PeerOptions(c); err != nil || ok {
+		var ps *peer.Source
+		if err == nil {
+			ps, err = peer.Wrap(src, f.PageSize(), popts)
+		}
+		if err != nil {
+			src.Close()
+			return nil, nil, nil, cli.Exit(err.Error(), 2)
+		}
+		src = ps
 	}
 	cache, err := pagecache.New(src, f, copts)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/ffcvfs/ffcvfs/internal/cacheflags"
 	"github.com/ffcvfs/ffcvfs/internal/metrics"
 	"github.com/ffcvfs/ffcvfs/pagecache"
+	"github.com/ffcvfs/ffcvfs/peer"
 	"github.com/ffcvfs/ffcvfs/storage"
 	"github.com/urfave/cli/v2"
 )
@@ -104,7 +105,7 @@ Examples:
 			&cli.BoolFlag{Name: "debug-fuse", Usage: "log every FUSE request", Category: "mount"},
 			&cli.DurationFlag{Name: "stop-grace", Value: 30 * time.Second, Usage: "at Ctrl-C or SIGTERM, serve the files programs still have open until they close them, for at most this long; then their reads fail (ENOTCONN)", Category: "mount"},
 			&cli.StringFlag{Name: "fuse-compat", Usage: "do without kernel features, as on an older kernel; comma-separated: opens (answer OPEN, read files with direct I/O, instead of zero-message opens), flush (answer FLUSH at every close), small-reads (READs of 128 KiB, not 1 MiB); for kernels without these features and for comparisons", Category: "mount"},
-		}, append(cacheflags.Flags("cache"), sourceFlags()...)...),
+		}, append(append(cacheflags.Flags("cache"), cacheflags.PeerFlags("peers")...), sourceFlags()...)...),
 		Action: runMount,
 	}
 }
@@ -183,6 +184,18 @@ func runMount(c *cli.Context) error {
 		return cli.Exit(err.Error(), 1)
 	}
 	defer source.Close()
+	popts, peers, err := cacheflags.PeerOptions(c)
+	if err != nil {
+		return usageError("%v", err)
+	}
+	var peerStats func() peer.Stats
+	if peers {
+		ps, err := peer.Wrap(source, f.PageSize(), popts)
+		if err != nil {
+			return cli.Exit(err.Error(), 1)
+		}
+		source, peerStats = ps, ps.Stats
+	}
 	var inflight int64
 	if v := c.String("inflight"); v != "" {
 		if inflight, err = bytesize.Parse(v); err != nil || inflight <= 0 {
@@ -201,7 +214,7 @@ func runMount(c *cli.Context) error {
 	opts := fs.Options{
 		ImageField: c.String("image-field"), LabelField: c.String("label-field"),
 		Classes: classes, NoFileNames: c.Bool("no-file-names"), KernelCache: c.Bool("kernel-cache"), OrderBatchSize: c.Int("order-batch-size"),
-		Compat: compat, PlanLease: c.Duration("plan-lease"), RequestTimes: metricsAddr != "",
+		Compat: compat, PlanLease: c.Duration("plan-lease"), RequestTimes: metricsAddr != "", Peers: peerStats,
 	}
 	localPath := ""
 	if !strings.Contains(src, "://") || strings.HasPrefix(src, "file://") {

@@ -6,9 +6,11 @@ package cacheflags
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/ffcvfs/ffcvfs/pagecache/tier"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/ffcvfs/ffcvfs/internal/bytesize"
 	"github.com/ffcvfs/ffcvfs/pagecache"
+	"github.com/ffcvfs/ffcvfs/peer"
 	"github.com/ffcvfs/ffcvfs/storage"
 )
 
@@ -107,4 +110,77 @@ func existing(dir string) string {
 			return dir
 		}
 	}
+}
+
+// PeerFlags are the flags of the peer tier (package peer).
+func PeerFlags(category string) []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "peer-listen", Usage: "join the cluster's peer tier, serving peers on `HOST:PORT` (this node's address on the cluster's network, e.g. 10.0.0.1:7480; 0.0.0.0:PORT binds every interface)", Category: category},
+		&cli.StringFlag{Name: "peers", Usage: "every node of the peer tier, this one included: `URLS` http://HOST:PORT separated by commas, or @FILE with one per line (default: $FFCVFS_PEERS)", Category: category},
+		&cli.StringFlag{Name: "peer-self", Usage: "this node's `URL` among --peers (default: http:// and --peer-listen)", Category: category},
+		&cli.StringFlag{Name: "peer-secret-file", Usage: "`FILE` holding the secret every node of the peer tier shares, at least 16 bytes (default: $FFCVFS_PEER_SECRET)", Category: category},
+		&cli.StringFlag{Name: "peer-cache-size", Value: "1GiB", Usage: "RAM this node keeps pages in for the cluster, beyond --cache-size; the nodes' together should hold the beton", Category: category},
+		&cli.DurationFlag{Name: "peer-timeout", Value: peer.DefaultTimeout, Usage: "read from storage when a peer has not answered within this long", Category: category},
+	}
+}
+
+// PeerOptions turns the flags of PeerFlags into peer.Options; ok is false
+// without --peer-listen.
+func PeerOptions(c *cli.Context) (o peer.Options, ok bool, err error) {
+	o.Listen = c.String("peer-listen")
+	if o.Listen == "" {
+		for _, f := range []string{"peers", "peer-self", "peer-secret-file"} {
+			if c.IsSet(f) {
+				return o, false, fmt.Errorf("--%s needs --peer-listen", f)
+			}
+		}
+		return o, false, nil
+	}
+	list := c.String("peers")
+	if list == "" {
+		list = os.Getenv("FFCVFS_PEERS")
+	}
+	if rest, isFile := strings.CutPrefix(list, "@"); isFile {
+		b, err := readBounded(rest, 1<<20)
+		if err != nil {
+			return o, false, fmt.Errorf("--peers: %w", err)
+		}
+		list = string(b)
+	}
+	o.Peers = strings.FieldsFunc(list, func(r rune) bool { return r == ',' || r == '\n' || r == ' ' || r == '\t' || r == '\r' })
+	o.Self = c.String("peer-self")
+	o.Secret = os.Getenv("FFCVFS_PEER_SECRET")
+	if p := c.String("peer-secret-file"); p != "" {
+		b, err := readBounded(p, 4096)
+		if err != nil {
+			return o, false, fmt.Errorf("--peer-secret-file: %w", err)
+		}
+		o.Secret = strings.TrimSpace(string(b))
+	}
+	if o.CacheBytes, err = bytesize.Parse(c.String("peer-cache-size")); err != nil || o.CacheBytes <= 0 {
+		return o, false, fmt.Errorf("--peer-cache-size: want a positive size such as 4GiB, got %q", c.String("peer-cache-size"))
+	}
+	o.Timeout = c.Duration("peer-timeout")
+	o.Logger = slog.Default()
+	if err := o.Validate(); err != nil {
+		return o, false, err
+	}
+	return o, true, nil
+}
+
+// readBounded reads a small file whole, refusing one over max bytes.
+func readBounded(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("%s is over %d bytes", path, max)
+	}
+	return b, nil
 }

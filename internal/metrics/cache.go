@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ffcvfs/ffcvfs/pagecache"
+	"github.com/ffcvfs/ffcvfs/peer"
 	"github.com/ffcvfs/ffcvfs/storage"
 )
 
@@ -20,7 +21,21 @@ func Cache(ns string, c *pagecache.Cache, src storage.Source) prometheus.Collect
 			rs = rc.RequestStats()
 		}
 		EmitStorage(e, st, rs)
+		if ps, ok := src.(interface{ Stats() peer.Stats }); ok {
+			EmitPeers(e, ps.Stats())
+		}
 	})
+}
+
+// EmitPeers sends the peer tier's metrics.
+func EmitPeers(e *Emitter, st peer.Stats) {
+	e.Counter("peer_read_bytes_total", "Bytes the cache read through the peer tier (from peers, this node's share of the cluster's pages, or storage).", float64(st.BytesRead))
+	e.Counter("peer_storage_read_bytes_total", "Bytes this node read from storage for the peer tier: the pages it owns, and what peers could not serve.", float64(st.StorageBytes))
+	e.Counter("peer_loads_total", "Values (pages and ranges) peers served to this node.", float64(st.PeerLoads))
+	e.Counter("peer_errors_total", "Requests to peers that failed (down, slow, refused); read from storage instead.", float64(st.PeerErrors))
+	e.Counter("peer_corrupt_total", "Values from peers or this node's tier memory that failed their CRC; read from storage instead.", float64(st.Corrupt))
+	e.Counter("peer_served_requests_total", "Requests other nodes sent this node.", float64(st.ServerRequests))
+	e.Gauge("peer_cache_bytes", "Bytes this node keeps for the cluster.", float64(st.CacheBytes))
 }
 
 // EmitCache sends the cache's metrics of st.
