@@ -1,0 +1,192 @@
+package integration
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
+)
+
+// Peer tier tests: mounts of one beton in versitygw as nodes of a cluster
+// on loopback addresses of their own (127.77.0.N), with fixed ports so
+// that the pages' owners are the same in every run.
+
+const peerPort = "17480"
+
+func peerAddr(n int) string { return fmt.Sprintf("127.77.0.%d:%s", n, peerPort) }
+
+func peerURL(n int) string { return "http://" + peerAddr(n) }
+
+// peerSecret writes a secret file of the mount's owner.
+func peerSecret(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "peer-secret")
+	if err := os.WriteFile(p, []byte("s3cr3t-0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// peerMount mounts r's beton as node n of peers, with a RAM cache too
+// small for the beton.
+func (r *storageRig) peerMount(t *testing.T, n int, peers []string, secret string) *mountProc {
+	t.Helper()
+	return r.mount(t, r.srv.Endpoint(), r.key, "--cache-size", "4MiB",
+		"--peer-listen", peerAddr(n), "--peers", strings.Join(peers, ","), "--peer-secret-file", secret, "--peer-cache-size", "64MiB")
+}
+
+func peerStorageBytes(t *testing.T, ps ...*mountProc) (sum uint64) {
+	t.Helper()
+	for _, p := range ps {
+		st := mustStorageStats(t, p.mnt)
+		if st.Peers == nil {
+			t.Fatalf("%s: stats.json has no peers section", p.mnt)
+		}
+		sum += st.Peers.StorageBytes
+	}
+	return sum
+}
+
+// TestPeerTier: three nodes read each page from S3 once in the first
+// epoch between them, nothing in the second, right bytes throughout; a
+// request without the secret is refused; a node killed mid-epoch leaves
+// the others reading right bytes from S3, without an error.
+func TestPeerTier(t *testing.T) {
+	r := newStorageRig(t, testenv.Fixture(t, "imagefolder-small"), "peers.beton", "2MiB")
+	secret := peerSecret(t)
+	peers := []string{peerURL(1), peerURL(2), peerURL(3)}
+	nodes := []*mountProc{r.peerMount(t, 1, peers, secret), r.peerMount(t, 2, peers, secret), r.peerMount(t, 3, peers, secret)}
+	size := uint64(len(r.data))
+
+	for epoch := 1; epoch <= 2; epoch++ {
+		before := peerStorageBytes(t, nodes...)
+		for _, p := range nodes {
+			checkReadsAll(t, p.mnt, r.files, 2)
+		}
+		got := peerStorageBytes(t, nodes...) - before
+		t.Logf("epoch %d: the nodes read %d bytes from S3 for a beton of %d", epoch, got, size)
+		if epoch == 1 && got > size*105/100 {
+			t.Errorf("epoch 1: the nodes read %d bytes from S3, want at most 1.05× the beton's %d", got, size)
+		}
+		if epoch == 2 && got > size/100 {
+			t.Errorf("epoch 2: the nodes read %d bytes from S3, want at most 1%% of %d", got, size)
+		}
+	}
+	var served int64
+	for _, p := range nodes {
+		st := mustStorageStats(t, p.mnt).Peers
+		served += st.ServerRequests
+		if st.Corrupt != 0 || st.PeerErrors != 0 {
+			t.Errorf("%s: %+v, want no corrupt values and no peer errors", p.mnt, st)
+		}
+	}
+	if served == 0 {
+		t.Error("no node served another")
+	}
+
+	// Without the secret, or with another: refused.
+	for _, auth := range []string{"", "Bearer wrong-secret-0123456789"} {
+		req, _ := http.NewRequest("GET", peerURL(1)+"/ffcvfs-peer/pages/x", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("a request with Authorization %q: %s, want 401", auth, resp.Status)
+		}
+	}
+
+	// Node 3 killed while 1 and 2 read: they finish, right bytes.
+	var wg sync.WaitGroup
+	var errs atomic.Int32
+	started := make(chan struct{}, 2)
+	for _, p := range nodes[:2] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i, sf := range r.files {
+				if i == len(r.files)/4 {
+					started <- struct{}{}
+				}
+				if err := checkRead(p.mnt, sf); err != nil {
+					t.Errorf("after a peer was killed: %v", err)
+					errs.Add(1)
+				}
+			}
+		}()
+	}
+	<-started
+	<-started
+	nodes[2].cmd.Process.Kill()
+	<-nodes[2].exited
+	forceUnmount(nodes[2].mnt)
+	wg.Wait()
+	for _, p := range nodes[:2] {
+		checkReadsAll(t, p.mnt, r.files, 1)
+		if st := mustStorageStats(t, p.mnt); st.Reads.Errors != 0 {
+			t.Errorf("%s: %d reads failed after a peer was killed", p.mnt, st.Reads.Errors)
+		}
+	}
+}
+
+// TestPeerTierCorruptPeer: a peer that answers with bytes that fail their
+// check is caught; the node reads those pages from S3, right bytes.
+func TestPeerTierCorruptPeer(t *testing.T) {
+	r := newStorageRig(t, testenv.Fixture(t, "imagefolder-small"), "peers-corrupt.beton", "2MiB")
+	secret := peerSecret(t)
+	// Node 5 is a fake peer that answers every request with garbage, in
+	// groupcache's protocol (a GetResponse whose value is field 1).
+	ln, err := net.Listen("tcp", peerAddr(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var asked atomic.Int32
+	fake := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		asked.Add(1)
+		value := bytes.Repeat([]byte{0x5a}, 1000)
+		msg := []byte{0x0a, 0xe8, 0x07} // field 1, length 1000 as a varint
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.Write(append(msg, value...))
+	}), ReadHeaderTimeout: time.Minute}
+	go fake.Serve(ln)
+	t.Cleanup(func() { fake.Close() })
+
+	p := r.peerMount(t, 4, []string{peerURL(4), peerURL(5)}, secret)
+	checkReadsAll(t, p.mnt, r.files, 2)
+	st := mustStorageStats(t, p.mnt).Peers
+	t.Logf("the fake peer was asked %d times: %+v", asked.Load(), st)
+	if asked.Load() == 0 {
+		t.Fatal("the fake peer owns no page: pick other addresses")
+	}
+	if st.Corrupt == 0 || st.StorageBytes == 0 {
+		t.Errorf("after a peer sent garbage: %+v, want corrupt values caught and read from S3", st)
+	}
+}
+
+// TestPeerTierRefusesAllInterfaces: --peer-listen without a host is
+// refused with a sentence; the secret is required.
+func TestPeerTierRefusesAllInterfaces(t *testing.T) {
+	mnt := t.TempDir()
+	src := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
+	_, stderr := run(t, 2, binary(t, "ffcvfs"), "mount", "--peer-listen", ":"+peerPort, "--peers", "http://127.0.0.1:"+peerPort, src, mnt)
+	if !strings.Contains(stderr, "give the address to bind") {
+		t.Errorf("--peer-listen :%s: %q, want it refused", peerPort, stderr)
+	}
+	_, stderr = run(t, 2, binary(t, "ffcvfs"), "mount", "--peer-listen", peerAddr(9), "--peers", peerURL(9), src, mnt)
+	if !strings.Contains(stderr, "shared secret") {
+		t.Errorf("no secret: %q, want it refused", stderr)
+	}
+}
