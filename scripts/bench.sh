@@ -78,7 +78,9 @@
 #                                 behind a 100 MB/s link), each mount with a RAM cache and
 #                                 a --disk-cache a little larger than 1/N of the beton:
 #                                 the share of the beton fetched from S3 in epochs 1-3,
-#                                 global quasi-random orders vs node-affine ones. Then a
+#                                 global quasi-random orders vs node-affine ones, and
+#                                 global ones over the peer tier (--peer-listen on
+#                                 127.77.1.K, no disk cache), with images/s. Then a
 #                                 simulation, without I/O, of the same at ImageNet's scale
 #                                 (1,281,167 samples in pages of about 76, 8 to 64 nodes
 #                                 of 8 ranks, move 0 and 0.1): tools/clustersim, the
@@ -992,56 +994,78 @@ for c in sorted(e.name for e in os.scandir(src) if e.is_dir() and not e.name.sta
 	trap - EXIT INT TERM
 }
 
+# s3_bytes MNT: the bytes the mount at MNT has read from S3: its peer
+# tier's reads from storage with one, else its cache's.
+s3_bytes() {
+	/usr/bin/python3 -c 'import json, sys; s = json.load(open(sys.argv[1])); p = s.get("peers"); print(p["storage_bytes"] if p else s["cache"]["bytes_read"])' "$1/.ffcvfs/stats.json"
+}
+
 bench_cluster() {
 	local n dir latency secs beton page size feed_cache
 	storage_setup "$@"
-	local ranks=2 nodes kind e k r share cache diskcap pids line total
+	local ranks=2 nodes kind e k r share cache diskcap pids line total rates t0 t1 images
+	local secret="$STORAGE_TMP/peer-secret"
+	(umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$secret")
 	echo
 	echo "a cluster on one machine: N mounts of S3 stand for N nodes of $ranks ranks; $n real-photo JPEGs, a"
-	echo "$((size >> 20)) MiB beton of 2 MiB pages, on versitygw behind toxiproxy (+$latency ms) and a $STORAGE_BW MB/s link; each"
-	echo "mount's RAM cache and --disk-cache hold a little more than 1/N of the beton. Ranks read their quasi-random"
-	echo "orders (storagebench, 2 readers, batches of $STORAGE_BATCH). Share of the beton fetched from S3 by all nodes, per epoch:"
-	printf '%-6s %-22s %9s %9s %9s\n' "nodes" "order" "epoch 1" "epoch 2" "epoch 3"
+	echo "$((size >> 20)) MiB beton of 2 MiB pages, on versitygw behind toxiproxy (+$latency ms) and a $STORAGE_BW MB/s link. Orders:"
+	echo "global and node-affine: each mount's RAM cache and --disk-cache hold a little more than 1/N of the beton;"
+	echo "global + peers: no disk cache, the peer tier (--peer-listen 127.77.1.K, --peer-cache-size 1.3/N of the"
+	echo "beton) instead. Ranks read their quasi-random orders (storagebench, 2 readers, batches of"
+	echo "$STORAGE_BATCH). Share of the beton fetched from S3 by all nodes, per epoch, and the images/s of all ranks:"
+	printf '%-6s %-22s %9s %9s %9s %9s %9s %9s\n' "nodes" "order" "epoch 1" "epoch 2" "epoch 3" "img/s 1" "img/s 2" "img/s 3"
 	for nodes in ${NODES:-2 4}; do
 		# A node's share, 15 % more, and the pages its ranks read at once.
 		share=$(((size / nodes + page - 1) / page))
 		cache=$(((share * 115 / 100 + 2 * ranks + 2) * (page >> 20)))MiB
 		diskcap=$(((share * 115 / 100 + 2) * page))
-		for kind in global node-affine; do
-			local mpids=() mnts=()
+		for kind in ${KINDS:-global node-affine global+peers}; do
+			local mpids=() mnts=() peers=()
+			for ((k = 0; k < nodes; k++)); do peers+=("http://127.77.1.$((k + 1)):17490"); done
 			for ((k = 0; k < nodes; k++)); do
 				mkdir -p "$STORAGE_TMP/node$k"
 				rm -rf "$STORAGE_TMP/disk$k"
+				local tier=(--disk-cache "$STORAGE_TMP/disk$k" --disk-cache-size "$diskcap")
+				if [[ $kind == global+peers ]]; then
+					tier=(--peer-listen "127.77.1.$((k + 1)):17490" --peers "$(IFS=,; echo "${peers[*]}")" --peer-secret-file "$secret"
+						--peer-cache-size "$(((share * 130 / 100 + 2) * (page >> 20)))MiB")
+				fi
 				bin/ffcvfs mount --background --s3-endpoint "http://127.0.0.1:$STORAGE_LINK" --cache-size "$cache" \
-					--readers "$STORAGE_READERS" --order-batch-size "$STORAGE_BATCH" \
-					--disk-cache "$STORAGE_TMP/disk$k" --disk-cache-size "$diskcap" \
+					--readers "$STORAGE_READERS" --order-batch-size "$STORAGE_BATCH" "${tier[@]}" \
 					"s3://bench/$STORAGE_KEY" "$STORAGE_TMP/node$k" 2>>"$STORAGE_TMP/mount.log" ||
 					die "ffcvfs mount failed: $(tail -n 5 "$STORAGE_TMP/mount.log")"
 				mnts+=("$STORAGE_TMP/node$k")
 			done
 			line=$(printf '%-6s %-22s' "$nodes" "$kind")
+			rates=""
 			for e in 0 1 2; do
 				local before=() after=()
-				for k in "${!mnts[@]}"; do before+=("$(bytes_read "${mnts[k]}")"); done
+				for k in "${!mnts[@]}"; do before+=("$(s3_bytes "${mnts[k]}")"); done
 				pids=()
+				: >"$STORAGE_TMP/epoch.txt"
+				t0=$(date +%s.%N)
 				for ((k = 0; k < nodes; k++)); do
 					for ((r = 0; r < ranks; r++)); do
 						local shard=$((k * ranks + r))-of-$((nodes * ranks))
-						[[ $kind == global ]] || shard+=.nodes-$nodes
+						[[ $kind == node-affine ]] && shard+=.nodes-$nodes
 						bin/storagebench mount -order quasi-random -j 2 -batch "$STORAGE_BATCH" -seed 1 -epoch "$e" \
-							-shard "$shard" "${mnts[k]}" >>"$STORAGE_TMP/cluster.txt" &
+							-shard "$shard" "${mnts[k]}" >>"$STORAGE_TMP/epoch.txt" &
 						pids+=($!)
 					done
 				done
 				for r in "${pids[@]}"; do wait "$r" || die "storagebench failed"; done
+				t1=$(date +%s.%N)
+				cat "$STORAGE_TMP/epoch.txt" >>"$STORAGE_TMP/cluster.txt"
+				images=$(sed -n 's/^images=\([0-9]*\) .*/\1/p' "$STORAGE_TMP/epoch.txt" | awk '{ n += $1 } END { print n + 0 }')
+				rates+=$(printf ' %9.0f' "$(echo "$images / ($t1 - $t0)" | bc -l)")
 				total=0
 				for k in "${!mnts[@]}"; do
-					after+=("$(bytes_read "${mnts[k]}")")
+					after+=("$(s3_bytes "${mnts[k]}")")
 					total=$((total + after[k] - before[k]))
 				done
 				line+=$(printf ' %8.1f%%' "$(echo "100 * $total / $size" | bc -l)")
 			done
-			echo "$line"
+			echo "$line$rates"
 			for m in "${mnts[@]}"; do bin/ffcvfs umount "$m" || die "ffcvfs umount $m failed"; done
 		done
 	done
