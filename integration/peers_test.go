@@ -143,7 +143,8 @@ func TestPeerTier(t *testing.T) {
 }
 
 // TestPeerTierCorruptPeer: a peer that answers with bytes that fail their
-// check is caught; the node reads those pages from S3, right bytes.
+// check is caught, and one that never answers is given up after
+// --peer-timeout; the node reads those pages from S3, right bytes.
 func TestPeerTierCorruptPeer(t *testing.T) {
 	r := newStorageRig(t, testenv.Fixture(t, "imagefolder-small"), "peers-corrupt.beton", "2MiB")
 	secret := peerSecret(t)
@@ -154,8 +155,13 @@ func TestPeerTierCorruptPeer(t *testing.T) {
 		t.Fatal(err)
 	}
 	var asked atomic.Int32
+	var hang atomic.Bool
 	fake := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		asked.Add(1)
+		if hang.Load() {
+			<-req.Context().Done() // a peer that never answers
+			return
+		}
 		value := bytes.Repeat([]byte{0x5a}, 1000)
 		msg := []byte{0x0a, 0xe8, 0x07} // field 1, length 1000 as a varint
 		w.Header().Set("Content-Type", "application/x-protobuf")
@@ -174,10 +180,26 @@ func TestPeerTierCorruptPeer(t *testing.T) {
 	if st.Corrupt == 0 || st.StorageBytes == 0 {
 		t.Errorf("after a peer sent garbage: %+v, want corrupt values caught and read from S3", st)
 	}
+	p.stop(t)
+
+	// The same peer silent: past --peer-timeout the node reads from S3.
+	hang.Store(true)
+	asked.Store(0)
+	p = r.mount(t, r.srv.Endpoint(), r.key, "--cache-size", "4MiB", "--peer-listen", peerAddr(4),
+		"--peers", peerURL(4)+","+peerURL(5), "--peer-secret-file", secret, "--peer-timeout", "300ms")
+	checkReadsAll(t, p.mnt, r.files, 2)
+	st = mustStorageStats(t, p.mnt).Peers
+	if asked.Load() == 0 || st.PeerErrors == 0 {
+		t.Errorf("a silent peer asked %d times: %+v, want its requests timed out and counted", asked.Load(), st)
+	}
+	if ps := mustStorageStats(t, p.mnt); ps.Reads.Errors != 0 {
+		t.Errorf("%d reads failed with a silent peer", ps.Reads.Errors)
+	}
 }
 
 // TestPeerTierRefusesAllInterfaces: --peer-listen without a host is
-// refused with a sentence; the secret is required.
+// refused with a sentence; the secret is required, and its file must be
+// the owner's alone.
 func TestPeerTierRefusesAllInterfaces(t *testing.T) {
 	mnt := t.TempDir()
 	src := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
@@ -188,5 +210,13 @@ func TestPeerTierRefusesAllInterfaces(t *testing.T) {
 	_, stderr = run(t, 2, binary(t, "ffcvfs"), "mount", "--peer-listen", peerAddr(9), "--peers", peerURL(9), src, mnt)
 	if !strings.Contains(stderr, "shared secret") {
 		t.Errorf("no secret: %q, want it refused", stderr)
+	}
+	open := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(open, []byte("s3cr3t-0123456789abcdef"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr = run(t, 2, binary(t, "ffcvfs"), "mount", "--peer-listen", peerAddr(9), "--peers", peerURL(9), "--peer-secret-file", open, src, mnt)
+	if !strings.Contains(stderr, "readable by others") {
+		t.Errorf("a secret file others can read: %q, want it refused", stderr)
 	}
 }

@@ -17,7 +17,8 @@
 // to the page's owner, whose getter takes them from the page. Every value
 // carries a CRC-32C that is checked before use; a peer that is down, slow
 // (Options.Timeout) or sends bytes that fail the check makes this node read
-// from storage instead, without an error for the reader.
+// from storage instead, without an error for the reader, and a peer that
+// did not answer is not asked again for downHold.
 //
 // Peers prove they belong with a shared secret (a bearer token on every
 // request, compared in constant time); the listener binds to the address
@@ -72,6 +73,11 @@ type Options struct {
 
 // DefaultTimeout is Options.Timeout's default.
 const DefaultTimeout = 5 * time.Second
+
+// downHold is how long a peer that failed to answer is not asked: its
+// pages are read from storage meanwhile, and one read then tries it
+// again.
+const downHold = 10 * time.Second
 
 // maxPeers bounds the peer list.
 const maxPeers = 4096
@@ -216,16 +222,26 @@ func start(opts Options) error {
 		IdleConnTimeout:     90 * time.Second,
 	}
 	bearer := "Bearer " + opts.Secret
+	var down sync.Map // host → time.Time until which it is not asked
 	node.pool.Transport = func(context.Context) http.RoundTripper {
 		return roundTripper(func(r *http.Request) (*http.Response, error) {
+			if until, ok := down.Load(r.URL.Host); ok && time.Now().Before(until.(time.Time)) {
+				return nil, fmt.Errorf("peer %s failed lately; not asked until %s", r.URL.Host, until.(time.Time).Format(time.TimeOnly))
+			}
 			ctx, cancel := context.WithTimeout(r.Context(), opts.Timeout)
 			r = r.Clone(ctx)
 			r.Header.Set("Authorization", bearer)
 			resp, err := tr.RoundTrip(r)
 			if err != nil {
 				cancel()
+				if r.Context().Err() == nil || errors.Is(r.Context().Err(), context.DeadlineExceeded) {
+					// Down or silent: its pages come from storage for a
+					// while, without a wait per read.
+					down.Store(r.URL.Host, time.Now().Add(downHold))
+				}
 				return nil, err
 			}
+			down.Delete(r.URL.Host)
 			resp.Body = cancelOnClose{resp.Body, cancel}
 			return resp, nil
 		})
