@@ -37,11 +37,11 @@ func peerSecret(t *testing.T) string {
 }
 
 // peerMount mounts r's beton as node n of peers, with a RAM cache too
-// small for the beton.
-func (r *storageRig) peerMount(t *testing.T, n int, peers []string, secret string) *mountProc {
+// small for the beton, and more flags.
+func (r *storageRig) peerMount(t *testing.T, n int, peers []string, secret string, more ...string) *mountProc {
 	t.Helper()
-	return r.mount(t, r.srv.Endpoint(), r.key, "--cache-size", "4MiB",
-		"--peer-listen", peerAddr(n), "--peers", strings.Join(peers, ","), "--peer-secret-file", secret, "--peer-cache-size", "64MiB")
+	return r.mount(t, r.srv.Endpoint(), r.key, append([]string{"--cache-size", "4MiB",
+		"--peer-listen", peerAddr(n), "--peers", strings.Join(peers, ","), "--peer-secret-file", secret, "--peer-cache-size", "64MiB"}, more...)...)
 }
 
 func peerStorageBytes(t *testing.T, ps ...*mountProc) (sum uint64) {
@@ -64,7 +64,8 @@ func TestPeerTier(t *testing.T) {
 	r := newStorageRig(t, testenv.Fixture(t, "imagefolder-small"), "peers.beton", "2MiB")
 	secret := peerSecret(t)
 	peers := []string{peerURL(1), peerURL(2), peerURL(3)}
-	nodes := []*mountProc{r.peerMount(t, 1, peers, secret), r.peerMount(t, 2, peers, secret), r.peerMount(t, 3, peers, secret)}
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	nodes := []*mountProc{r.peerMount(t, 1, peers, secret, "--metrics-addr", metricsAddr), r.peerMount(t, 2, peers, secret), r.peerMount(t, 3, peers, secret)}
 	size := uint64(len(r.data))
 
 	for epoch := 1; epoch <= 2; epoch++ {
@@ -91,6 +92,14 @@ func TestPeerTier(t *testing.T) {
 	}
 	if served == 0 {
 		t.Error("no node served another")
+	}
+	// The metrics say what stats.json does; promtool accepts them.
+	exposition := promtoolCheck(t, metricsAddr)
+	st := mustStorageStats(t, nodes[0].mnt).Peers
+	for name, want := range map[string]uint64{"ffcvfs_peer_read_bytes_total": st.BytesRead, "ffcvfs_peer_storage_read_bytes_total": st.StorageBytes} {
+		if line := fmt.Sprintf("\n%s %d\n", name, want); !strings.Contains(exposition, line) && !strings.Contains(exposition, fmt.Sprintf("\n%s %g\n", name, float64(want))) {
+			t.Errorf("metrics: no line %q", strings.TrimSpace(line))
+		}
 	}
 
 	// Without the secret, or with another: refused.
