@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ffcvfs/ffcvfs/internal/npy"
+	"github.com/ffcvfs/ffcvfs/internal/readfile"
 	"github.com/ffcvfs/ffcvfs/pipeline"
 	"github.com/ffcvfs/ffcvfs/pipeline/augment"
 )
@@ -119,7 +120,7 @@ func indices(c *cli.Context, flag string) ([]int64, error) {
 				return nil, fail("%s: %v", path, err)
 			}
 		} else {
-			b, err := npy.ReadBounded(path, npy.MaxBytes)
+			b, err := readfile.Bounded(path, npy.MaxBytes)
 			if err != nil {
 				return nil, fail("%v", err)
 			}

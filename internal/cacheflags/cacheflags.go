@@ -6,7 +6,6 @@ package cacheflags
 
 import (
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ffcvfs/ffcvfs/internal/bytesize"
+	"github.com/ffcvfs/ffcvfs/internal/readfile"
 	"github.com/ffcvfs/ffcvfs/pagecache"
 	"github.com/ffcvfs/ffcvfs/peer"
 	"github.com/ffcvfs/ffcvfs/storage"
@@ -141,7 +141,7 @@ func PeerOptions(c *cli.Context) (o peer.Options, ok bool, err error) {
 		list = os.Getenv("FFCVFS_PEERS")
 	}
 	if rest, isFile := strings.CutPrefix(list, "@"); isFile {
-		b, err := readBounded(rest, 1<<20)
+		b, err := readfile.Bounded(rest, 1<<20)
 		if err != nil {
 			return o, false, fmt.Errorf("--peers: %w", err)
 		}
@@ -154,7 +154,7 @@ func PeerOptions(c *cli.Context) (o peer.Options, ok bool, err error) {
 		if st, err := os.Stat(p); err == nil && st.Mode().Perm()&0o077 != 0 {
 			return o, false, fmt.Errorf("--peer-secret-file %s: readable by others (mode %v); chmod 600 it", p, st.Mode().Perm())
 		}
-		b, err := readBounded(p, 4096)
+		b, err := readfile.Bounded(p, 4096)
 		if err != nil {
 			return o, false, fmt.Errorf("--peer-secret-file: %w", err)
 		}
@@ -169,21 +169,4 @@ func PeerOptions(c *cli.Context) (o peer.Options, ok bool, err error) {
 		return o, false, err
 	}
 	return o, true, nil
-}
-
-// readBounded reads a small file whole, refusing one over max bytes.
-func readBounded(path string, max int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > max {
-		return nil, fmt.Errorf("%s is over %d bytes", path, max)
-	}
-	return b, nil
 }

@@ -9,14 +9,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
 
 	"github.com/ffcvfs/ffcvfs/internal/half"
+	"github.com/ffcvfs/ffcvfs/internal/readfile"
 )
 
 // Array is a C-ordered array: its NumPy type string, shape and bytes.
@@ -110,27 +109,9 @@ func itemSize(descr string) (int, error) {
 	return 0, fmt.Errorf(".npy type %q: want a little-endian integer or float", descr)
 }
 
-// ReadBounded reads the file at path, refusing one of more than limit
-// bytes: a .npy file, or a list of ids in text beside such files.
-func ReadBounded(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, limit)
-	}
-	return b, nil
-}
-
 // ReadFile reads a .npy file, at most MaxBytes.
 func ReadFile(path string) (*Array, error) {
-	b, err := ReadBounded(path, MaxBytes)
+	b, err := readfile.Bounded(path, MaxBytes)
 	if err != nil {
 		return nil, err
 	}
