@@ -2,6 +2,7 @@ package decode
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -71,16 +72,32 @@ func BenchmarkTrainCrop(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "images/s")
 	})
-	b.Run("apply", func(b *testing.B) {
-		b.SetBytes(avg)
-		b.ReportAllocs()
-		rng := rand.New(rand.NewPCG(1, 2))
-		dst := make([]byte, op.OutW*op.OutH*3)
-		for i := 0; b.Loop(); i++ {
-			if err := d.Apply(fs[i%len(fs)].data, JPEG, 0, 0, op, rng, dst); err != nil {
+	apply := func(fs []fixture) func(b *testing.B) {
+		return func(b *testing.B) {
+			b.SetBytes(avg)
+			b.ReportAllocs()
+			rng := rand.New(rand.NewPCG(1, 2))
+			dst := make([]byte, op.OutW*op.OutH*3)
+			for i := 0; b.Loop(); i++ {
+				if err := d.Apply(fs[i%len(fs)].data, JPEG, 0, 0, op, rng, dst); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "images/s")
+		}
+	}
+	b.Run("apply", apply(fs))
+	// The same photos with restart intervals (AddRestarts): only the
+	// intervals around each crop are entropy-decoded.
+	for _, k := range []int{1, 2, 4, 8} {
+		rst := make([]fixture, len(fs))
+		for i, f := range fs {
+			data, _, err := AddRestarts(f.data, k)
+			if err != nil {
 				b.Fatal(err)
 			}
+			rst[i] = fixture{f.name, data}
 		}
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "images/s")
-	})
+		b.Run(fmt.Sprintf("apply-restarts-%d", k), apply(rst))
+	}
 }

@@ -40,6 +40,13 @@ type Decoder struct {
 	// Scratch for Apply, grown as needed and reused.
 	region  []byte
 	resizer resize.Resizer
+	// The restart intervals of the last JPEG and the JPEG made of those a
+	// region needs (restart.go).
+	rst intervals
+	sub []byte
+	// noRestarts decodes every region from the whole JPEG, for
+	// comparisons.
+	noRestarts bool
 
 	// scale picks Apply's DCT scale; nil means ChooseScale. Tests set it
 	// to compare scale rules.
@@ -130,7 +137,9 @@ func (d *Decoder) Header(src []byte) (w, h int, err error) {
 //
 // Only the iMCU columns that cover the region are decoded, the rows above
 // it are skipped and decoding stops after its last row, so data damaged or
-// missing below the region goes unnoticed. Damage met while decoding, and
+// missing below the region goes unnoticed. A JPEG with restart intervals
+// that divide its MCU rows is entropy-decoded only in the intervals around
+// the region (restart.go), with the same pixels. Damage met while decoding, and
 // truncation inside the region, are errors wrapping ErrCorrupt.
 func (d *Decoder) DecodeRegion(src []byte, x, y, w, h int, m int, dst []byte, dstStride int) (outW, outH int, err error) {
 	if d.c == nil {
@@ -138,6 +147,11 @@ func (d *Decoder) DecodeRegion(src []byte, x, y, w, h int, m int, dst []byte, ds
 	}
 	if dstStride < 0 || x > maxCInt || y > maxCInt || w > maxCInt || h > maxCInt || dstStride > maxCInt {
 		return 0, 0, fmt.Errorf("decode region: bad region or stride: %w", ErrArgument)
+	}
+	if !d.noRestarts {
+		if sub, ox, oy, ok := d.restartCrop(src, x, y, w, h, m); ok {
+			src, x, y = sub, x-ox, y-oy
+		}
 	}
 	var ow, oh C.int
 	rc := C.ffj_decode_region(d.c, bytesPtr(src), C.size_t(len(src)),

@@ -34,4 +34,13 @@ int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
                       unsigned char *dst, size_t dst_len, int dst_stride,
                       int *out_w, int *out_h);
 
+/* Transcodes the JPEG src losslessly (the same DCT coefficients) to one with
+ * a restart marker every *k_out MCUs, the divisor of the MCUs per row
+ * nearest target, with optimized Huffman tables and the source's APPn and
+ * COM markers. *out is malloc'd; the caller frees it. On an error, msg
+ * (msglen bytes) says why. */
+int ffj_add_restarts(const unsigned char *src, size_t n, int target,
+                     unsigned char **out, size_t *out_len, int *k_out,
+                     char *msg, int msglen);
+
 #endif

@@ -1,0 +1,269 @@
+package decode
+
+/*
+#include <stdlib.h>
+#include "jpeg.h"
+*/
+import "C"
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"unsafe"
+)
+
+// # Restart intervals
+//
+// Huffman decoding is most of a crop's cost, and libjpeg entropy-decodes
+// every MCU of every row down to the crop's last, all columns, whatever
+// part of them the crop covers. A JPEG with a restart marker every K MCUs
+// can be entropy-decoded from any interval: each starts on a byte
+// boundary with its DC predictors reset. When K divides an MCU row, the
+// intervals form a grid of columns, and a crop needs only the intervals
+// it overlaps. DecodeRegion then hands libjpeg a smaller JPEG made of
+// them (restartIndex, sub): the source's tables, a frame of the selected
+// columns and rows, the intervals with their markers renumbered. Its
+// pixels are the source's: the coefficients are the same, and a margin
+// around the crop keeps the sub-image's edges, where chroma upsampling
+// differs, away from it (margins).
+//
+// AddRestarts writes such JPEGs (ffcvfs write --restart-interval): a
+// lossless transcode, as jpegtran -restart does.
+
+// AddRestarts returns the JPEG src transcoded losslessly to one with a
+// restart marker every k MCUs, k the divisor of the image's MCUs per row
+// nearest target, with optimized Huffman tables and src's APPn and COM
+// markers. Every decoder gives the same pixels from it as from src.
+func AddRestarts(src []byte, target int) (out []byte, k int, err error) {
+	if len(src) == 0 {
+		return nil, 0, fmt.Errorf("add restarts: empty input: %w", ErrArgument)
+	}
+	var (
+		p   *C.uchar
+		n   C.size_t
+		ck  C.int
+		msg [200]C.char
+	)
+	rc := C.ffj_add_restarts(bytesPtr(src), C.size_t(len(src)), C.int(min(max(target, 1), 1<<16-1)), &p, &n, &ck, &msg[0], C.int(len(msg)))
+	runtime.KeepAlive(src)
+	switch rc {
+	case C.FFJ_OK:
+	case C.FFJ_ERR_NOMEM:
+		return nil, 0, errors.New("add restarts: out of memory")
+	default:
+		return nil, 0, fmt.Errorf("add restarts: %s: %w", C.GoString(&msg[0]), ErrCorrupt)
+	}
+	out = C.GoBytes(unsafe.Pointer(p), C.int(n))
+	C.free(unsafe.Pointer(p))
+	return out, int(ck), nil
+}
+
+// intervals is the index of a JPEG's restart intervals.
+type intervals struct {
+	width, height int
+	mcuW, mcuH    int
+	perRow, rows  int // MCUs per row, MCU rows
+	k             int // MCUs per interval; it divides perRow
+	// The components' sampling factors, and the largest.
+	comps      int
+	hs, vs     [4]int
+	hMax, vMax int
+	sof        int // offset of the frame header's height field
+	scan       int // offset of the entropy-coded data
+	// starts[i] is the offset of interval i's first byte; ends[i] that
+	// of the marker after it (RSTn, or EOI for the last).
+	starts, ends []int
+}
+
+// cols returns the intervals in an MCU row.
+func (x *intervals) cols() int { return x.perRow / x.k }
+
+// restartIndex indexes the restart intervals of src into x (its slices
+// reused), if src is a single-scan sequential JPEG whose restart interval
+// divides its MCU rows; else it returns false.
+func restartIndex(src []byte, x *intervals) bool {
+	x.starts, x.ends = x.starts[:0], x.ends[:0]
+	x.k, x.sof = 0, 0
+	if len(src) < 4 || src[0] != 0xFF || src[1] != 0xD8 {
+		return false
+	}
+	var hMax, vMax, comps int
+	pos := 2
+	for {
+		if pos+4 > len(src) || src[pos] != 0xFF {
+			return false
+		}
+		m := src[pos+1]
+		if m == 0xFF { // fill byte
+			pos++
+			continue
+		}
+		n := int(binary.BigEndian.Uint16(src[pos+2:]))
+		if n < 2 || pos+2+n > len(src) {
+			return false
+		}
+		seg := src[pos+4 : pos+2+n]
+		switch {
+		case m == 0xC0 || m == 0xC1: // baseline, extended sequential
+			if len(seg) < 6 {
+				return false
+			}
+			x.sof = pos + 5
+			x.height = int(binary.BigEndian.Uint16(seg[1:]))
+			x.width = int(binary.BigEndian.Uint16(seg[3:]))
+			comps = int(seg[5])
+			if comps < 1 || comps > len(x.hs) || len(seg) < 6+3*comps || x.width == 0 || x.height == 0 {
+				return false
+			}
+			for c := range comps {
+				f := seg[6+3*c+1]
+				x.hs[c], x.vs[c] = int(f>>4), int(f&15)
+				if x.hs[c] == 0 || x.vs[c] == 0 {
+					return false
+				}
+				hMax, vMax = max(hMax, x.hs[c]), max(vMax, x.vs[c])
+			}
+			x.comps, x.hMax, x.vMax = comps, hMax, vMax
+		case m >= 0xC2 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC:
+			return false // progressive, lossless, arithmetic
+		case m == 0xDD: // DRI
+			if len(seg) < 2 {
+				return false
+			}
+			x.k = int(binary.BigEndian.Uint16(seg))
+		case m == 0xDA: // SOS
+			if x.sof == 0 || x.k == 0 || len(seg) < 1 || int(seg[0]) != comps || hMax == 0 || vMax == 0 {
+				return false
+			}
+			x.scan = pos + 2 + n
+			return x.indexScan(src, comps, hMax, vMax)
+		case m == 0xD9 || m >= 0xD0 && m <= 0xD7:
+			return false
+		}
+		pos += 2 + n
+	}
+}
+
+// indexScan finds the intervals of the scan from x.scan to EOI.
+func (x *intervals) indexScan(src []byte, comps, hMax, vMax int) bool {
+	x.mcuW, x.mcuH = 8*hMax, 8*vMax
+	if comps == 1 { // a single component is coded block by block
+		x.mcuW, x.mcuH = 8, 8
+	}
+	x.perRow = (x.width + x.mcuW - 1) / x.mcuW
+	x.rows = (x.height + x.mcuH - 1) / x.mcuH
+	if x.perRow%x.k != 0 {
+		return false
+	}
+	total := x.rows * x.cols()
+	start := x.scan
+	for pos := x.scan; ; {
+		i := bytes.IndexByte(src[pos:], 0xFF)
+		if i < 0 || pos+i+1 >= len(src) {
+			return false
+		}
+		pos += i
+		switch m := src[pos+1]; {
+		case m == 0x00 || m == 0xFF: // stuffed byte, fill
+			pos++
+			continue
+		case m >= 0xD0 && m <= 0xD7:
+			if int(m-0xD0) != len(x.starts)%8 {
+				return false
+			}
+		case m == 0xD9:
+		default:
+			return false // another scan or a marker inside
+		}
+		x.starts = append(x.starts, start)
+		x.ends = append(x.ends, pos)
+		if len(x.starts) > total {
+			return false
+		}
+		if src[pos+1] == 0xD9 {
+			return len(x.starts) == total
+		}
+		pos += 2
+		start = pos
+	}
+}
+
+// sub appends to dst the JPEG of interval columns [i0, i1) of MCU rows
+// [r0, r1) of src (indexed by x), and returns it with its origin in src's
+// pixels.
+func (x *intervals) sub(dst, src []byte, i0, i1, r0, r1 int) (out []byte, ox, oy int) {
+	ox, oy = i0*x.k*x.mcuW, r0*x.mcuH
+	w := min(i1*x.k*x.mcuW, x.width) - ox
+	h := min(r1*x.mcuH, x.height) - oy
+	out = append(dst[:0], src[:x.scan]...)
+	binary.BigEndian.PutUint16(out[x.sof:], uint16(h))
+	binary.BigEndian.PutUint16(out[x.sof+2:], uint16(w))
+	n := 0
+	for r := r0; r < r1; r++ {
+		for i := i0; i < i1; i++ {
+			if n > 0 {
+				out = append(out, 0xFF, 0xD0+byte((n-1)%8))
+			}
+			j := r*x.cols() + i
+			out = append(out, src[x.starts[j]:x.ends[j]]...)
+			n++
+		}
+	}
+	return append(out, 0xFF, 0xD9), ox, oy
+}
+
+// margins returns how far, in source pixels, the region decoded at m/8
+// must stay from a sub-image's edges that are not the image's: where
+// libjpeg upsamples a component, it takes an image edge for the last
+// sample, which changes the pixels within one of that component's samples
+// of it. Which components are upsampled follows libjpeg-turbo's choice of
+// DCT sizes (jdmaster.c): a subsampled component's DCT is scaled up in
+// doublings, while below 8 and even in both directions, to spare
+// upsampling.
+func (x *intervals) margins(m int) (mx, my int) {
+	if x.comps == 1 {
+		return 0, 0
+	}
+	for c := range x.comps {
+		ssize := m
+		for ssize < 8 && (x.hMax*m)%(x.hs[c]*ssize*2) == 0 && (x.vMax*m)%(x.vs[c]*ssize*2) == 0 {
+			ssize *= 2
+		}
+		// One output sample of the component covers 8·max/(f·ssize)
+		// source pixels.
+		if x.hs[c]*ssize != x.hMax*m {
+			mx = max(mx, 2*((8*x.hMax+x.hs[c]*ssize-1)/(x.hs[c]*ssize)))
+		}
+		if x.vs[c]*ssize != x.vMax*m {
+			my = max(my, 2*((8*x.vMax+x.vs[c]*ssize-1)/(x.vs[c]*ssize)))
+		}
+	}
+	return mx, my
+}
+
+// restartCrop returns the JPEG of the intervals that the region [x, x+w)
+// × [y, y+h) of src needs at m/8, with the margins chroma upsampling
+// needs, and its origin; ok is false when src has no usable restart
+// intervals or the region needs most of what a region decode of src would
+// decode anyway.
+func (d *Decoder) restartCrop(src []byte, x, y, w, h, m int) (sub []byte, ox, oy int, ok bool) {
+	ix := &d.rst
+	if !restartIndex(src, ix) {
+		return nil, 0, 0, false
+	}
+	mx, my := ix.margins(m)
+	c0 := max((x-mx)/ix.mcuW, 0)
+	c1 := min((x+w+mx+ix.mcuW-1)/ix.mcuW, ix.perRow)
+	r0 := max((y-my)/ix.mcuH, 0)
+	r1 := min((y+h+my+ix.mcuH-1)/ix.mcuH, ix.rows)
+	i0, i1 := c0/ix.k, (c1+ix.k-1)/ix.k
+	// A region decode entropy-decodes every MCU of rows [0, r1).
+	if (r1-r0)*(i1-i0)*ix.k*10 > r1*ix.perRow*9 {
+		return nil, 0, 0, false
+	}
+	d.sub, ox, oy = ix.sub(d.sub, src, i0, i1, r0, r1)
+	return d.sub, ox, oy, true
+}

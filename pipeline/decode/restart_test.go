@@ -1,0 +1,132 @@
+package decode
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"testing"
+)
+
+// decodeWhole decodes the whole of src at m/8 from the whole JPEG.
+func decodeWhole(t *testing.T, d *Decoder, name string, src []byte, m int) (pix []byte, w, h int) {
+	t.Helper()
+	iw, ih, err := d.Header(src)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	w, h = (iw*m+7)/8, (ih*m+7)/8
+	pix = make([]byte, w*h*3)
+	d.noRestarts = true
+	defer func() { d.noRestarts = false }()
+	if gw, gh, err := d.DecodeRegion(src, 0, 0, iw, ih, m, pix, w*3); err != nil || gw != w || gh != h {
+		t.Fatalf("%s at %d/8: %dx%d %v", name, m, gw, gh, err)
+	}
+	return pix, w, h
+}
+
+// TestAddRestartsLossless: every fixture photo, and photos in every
+// sampling layout, transcoded with restart intervals, decode to exactly
+// the original's pixels; the intervals divide the MCU rows and are found
+// again by restartIndex.
+func TestAddRestartsLossless(t *testing.T) {
+	d, err := NewDecoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	var in, out int
+	for _, f := range append(loadFixtures(t, 0), layoutFixtures(t, 3)...) {
+		rst, k, err := AddRestarts(f.data, 4)
+		if err != nil {
+			t.Fatalf("%s: %v", f.name, err)
+		}
+		in, out = in+len(f.data), out+len(rst)
+		var x intervals
+		if !restartIndex(rst, &x) || x.k != k || x.perRow%k != 0 || len(x.starts) != x.rows*x.cols() {
+			t.Fatalf("%s: restart interval %d not indexed: %+v", f.name, k, x)
+		}
+		if restartIndex(f.data, &x) {
+			t.Fatalf("%s: the original has restart intervals already", f.name)
+		}
+		want, _, _ := decodeWhole(t, d, f.name, f.data, 8)
+		got, _, _ := decodeWhole(t, d, f.name, rst, 8)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%s: the transcoded JPEG's pixels differ from the original's", f.name)
+		}
+	}
+	t.Logf("transcoded %d bytes to %d (%+.2f %%)", in, out, 100*float64(out-in)/float64(in))
+}
+
+// restartFixtures is how many fixture photos TestRestartCropExact crops.
+const restartFixtures = 10
+
+// TestRestartCropExact: a region decoded from the intervals around it
+// equals, byte for byte, the same region decoded from the whole JPEG, at
+// every m/8, in every sampling layout, for regions anywhere, edges
+// included.
+func TestRestartCropExact(t *testing.T) {
+	d, err := NewDecoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	rng := rand.New(rand.NewPCG(13, 14))
+	used := 0
+	for _, f := range append(loadFixtures(t, restartFixtures), layoutFixtures(t, restartFixtures/3)...) {
+		for _, target := range []int{1, 4} {
+			rst, _, err := AddRestarts(f.data, target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, h, _ := d.Header(rst)
+			for m := 1; m <= 8; m++ {
+				for _, r := range testRegions(rng, w, h, 6) {
+					win := scaledWindow(r.x, r.y, r.w, r.h, w, h, m)
+					want := make([]byte, win.W*win.H*3)
+					d.noRestarts = true
+					if _, _, err := d.DecodeRegion(rst, r.x, r.y, r.w, r.h, m, want, win.W*3); err != nil {
+						t.Fatal(err)
+					}
+					d.noRestarts = false
+					if _, _, _, ok := d.restartCrop(rst, r.x, r.y, r.w, r.h, m); ok {
+						used++
+					}
+					got := make([]byte, win.W*win.H*3)
+					gw, gh, err := d.DecodeRegion(rst, r.x, r.y, r.w, r.h, m, got, win.W*3)
+					if err != nil || gw != win.W || gh != win.H {
+						t.Fatalf("%s k~%d %+v at %d/8: %dx%d %v", f.name, target, r, m, gw, gh, err)
+					}
+					if !bytes.Equal(got, want) {
+						t.Fatalf("%s k~%d %+v at %d/8: the region from intervals differs from the whole JPEG's", f.name, target, r, m)
+					}
+				}
+			}
+		}
+	}
+	if used == 0 {
+		t.Fatal("no region was decoded from intervals")
+	}
+	t.Logf("%d regions decoded from intervals, equal to the whole JPEG's", used)
+}
+
+// FuzzRestartIndex: whatever the bytes, indexing and cutting never panic,
+// and a cut indexes again.
+func FuzzRestartIndex(f *testing.F) {
+	for _, fx := range loadFixtures(f, 3) {
+		rst, _, err := AddRestarts(fx.data, 4)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(rst)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var x intervals
+		if !restartIndex(b, &x) {
+			return
+		}
+		sub, _, _ := x.sub(nil, b, 0, x.cols(), 0, x.rows)
+		var y intervals
+		if !restartIndex(sub, &y) || len(y.starts) != len(x.starts) {
+			t.Fatalf("the whole cut of an indexed JPEG does not index the same: %d vs %d intervals", len(y.starts), len(x.starts))
+		}
+	})
+}
