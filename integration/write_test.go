@@ -358,3 +358,47 @@ func names(ents []os.DirEntry) []string {
 	}
 	return s
 }
+
+// TestWriteRestartIntervals: ffcvfs write --restart-interval stores every
+// JPEG with restart markers, and the mount serves files whose pixels, as
+// PIL decodes them, are those of the source photos, though their bytes
+// are not; ffcvfeed decodes every image of the beton.
+func TestWriteRestartIntervals(t *testing.T) {
+	src := testenv.Fixture(t, "imagefolder-small")
+	py := debianPython(t, "PIL")
+	out := filepath.Join(t.TempDir(), "restarts.beton")
+	run(t, 0, binary(t, "ffcvfs"), "write", "--page-size", "2MiB", "--keep-names", "--restart-interval", "4", src, out)
+	mnt := mountBeton(t, out)
+	const script = `
+import os, sys
+from PIL import Image
+src, mnt = sys.argv[1], sys.argv[2]
+same = differ = rst = 0
+for d, _, files in os.walk(src):
+    for f in sorted(files):
+        a = os.path.join(d, f)
+        b = os.path.join(mnt, os.path.relpath(a, src))
+        ia, ib = Image.open(a), Image.open(b)
+        if ia.mode != ib.mode or ia.size != ib.size or ia.tobytes() != ib.tobytes():
+            print("pixels differ:", b)
+            continue
+        same += 1
+        ba, bb = open(a, "rb").read(), open(b, "rb").read()
+        differ += ba != bb
+        rst += b"\xff\xd0" in bb
+print(same, differ, rst)
+`
+	stdout, _ := run(t, 0, py, "-c", script, src, mnt)
+	var same, differ, rst int
+	if _, err := fmt.Sscan(lastLine(stdout), &same, &differ, &rst); err != nil || same != 200 || differ != 200 || rst != 200 {
+		t.Errorf("PIL over the mounted files: %q; want 200 with the source's pixels, other bytes and restart markers", stdout)
+	}
+	fo, _ := run(t, 0, binary(t, "ffcvfeed"), "bench", "--data", out, "--workers", "1", "--epochs", "1", "--on-error", "fail")
+	if !strings.Contains(fo, "200 images") {
+		t.Errorf("ffcvfeed bench over the beton: %s", fo)
+	}
+	_, stderr := run(t, 2, binary(t, "ffcvfs"), "write", "--restart-interval", "70000", src, filepath.Join(t.TempDir(), "x.beton"))
+	if !strings.Contains(stderr, "restart interval") {
+		t.Errorf("--restart-interval 70000: %q, want it refused", stderr)
+	}
+}

@@ -316,22 +316,36 @@ bench_feed() {
 	echo "crop with ImageFolder + DataLoader, one epoch (its time includes starting its workers)."
 	echo "peak RSS: the process's peak resident size after each epoch of one 5-epoch ffcvfeed bench run."
 	printf '%-52s %10s %-9s %8s\n' "what" "value" "unit" "ratio"
-	local base r i b p x
-	local -a bases pipes exacts rp rx
+	# The same images with restart markers every ~4 MCUs (ffcvfs write
+	# --restart-interval 4): the same pixels, crops entropy-decoded only
+	# where they lie.
+	local rbeton=$dir/bench-restart4.beton
+	if [[ ! -f $rbeton || $rbeton -ot $beton ]]; then
+		bin/ffcvfs write --restart-interval 4 "$folder" "$rbeton.tmp" >&2 && mv "$rbeton.tmp" "$rbeton" || die "ffcvfs write --restart-interval failed"
+	fi
+	local base r i b p x q
+	local -a bases pipes exacts rsts rp rx rq
 	bin/ffcvfeed decode-bench --data "$beton" --workers 2 >/dev/null || die "ffcvfeed decode-bench failed" # warm the page cache
+	bin/ffcvfeed decode-bench --data "$rbeton" --workers 2 >/dev/null || die "ffcvfeed decode-bench failed"
 	for ((i = 0; i < RUNS; i++)); do
 		b=$(bin/ffcvfeed decode-bench --data "$beton" --workers 2 | images_per_s) || die "ffcvfeed decode-bench failed"
 		p=$(steady_rate bin/ffcvfeed bench --data "$beton" "${pipe[@]}" --epochs 3)
 		x=$(steady_rate bin/ffcvfeed bench --data "$beton" "${pipe[@]}" --exact --epochs 3)
-		[[ -n $b && -n $p && -n $x ]] || die "no images/s figure from ffcvfeed decode-bench or bench"
-		bases+=("$b") pipes+=("$p") exacts+=("$x")
-		rp+=("$(echo "$p / $b" | bc -l)") rx+=("$(echo "$x / $b" | bc -l)")
+		q=$(steady_rate bin/ffcvfeed bench --data "$rbeton" "${pipe[@]}" --epochs 3)
+		[[ -n $b && -n $p && -n $x && -n $q ]] || die "no images/s figure from ffcvfeed decode-bench or bench"
+		bases+=("$b") pipes+=("$p") exacts+=("$x") rsts+=("$q")
+		rp+=("$(echo "$p / $b" | bc -l)") rx+=("$(echo "$x / $b" | bc -l)") rq+=("$(echo "$q / $b" | bc -l)")
 	done
 	base=$(printf '%s\n' "${bases[@]}" | median)
 	printf '%-52s %10.0f %-9s %8s\n' "ffcvfeed decode-bench --workers 2 (baseline)" "$base" "images/s" "1.00"
 	printf '%-52s %10.0f %-9s %8.3f\n' "ffcvfeed bench (pipeline, m/8 scaling)" "$(printf '%s\n' "${pipes[@]}" | median)" "images/s" "$(printf '%s\n' "${rp[@]}" | median)"
 	printf '%-52s %10.0f %-9s %8.3f\n' "ffcvfeed bench --exact (pipeline, full-size crops)" "$(printf '%s\n' "${exacts[@]}" | median)" "images/s" "$(printf '%s\n' "${rx[@]}" | median)"
-	echo "  per run, decode / m/8 / exact images/s: $(for ((i = 0; i < RUNS; i++)); do printf '%.0f/%.0f/%.0f ' "${bases[i]}" "${pipes[i]}" "${exacts[i]}"; done)"
+	printf '%-52s %10.0f %-9s %8.3f\n' "ffcvfeed bench, beton with --restart-interval 4" "$(printf '%s\n' "${rsts[@]}" | median)" "images/s" "$(printf '%s\n' "${rq[@]}" | median)"
+	echo "  per run, decode / m/8 / exact / restarts images/s: $(for ((i = 0; i < RUNS; i++)); do printf '%.0f/%.0f/%.0f/%.0f ' "${bases[i]}" "${pipes[i]}" "${exacts[i]}" "${rsts[i]}"; done)"
+	local m0 m1
+	m0=$(bin/ffcvfs info "$beton" | awk '/^image field/ { f = 1 } f && $1 == "bytes" { print $4; exit }')
+	m1=$(bin/ffcvfs info "$rbeton" | awk '/^image field/ { f = 1 } f && $1 == "bytes" { print $4; exit }')
+	printf '  restart markers: mean image %.0f bytes, %+.2f %% over the source JPEGs (%.0f bytes)\n' "$m1" "$(echo "100 * ($m1 - $m0) / $m0" | bc -l)" "$m0"
 	local ffcv
 	ffcv=$(ffcv_src)
 	if [[ -n $ffcv ]]; then

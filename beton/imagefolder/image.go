@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/ffcvfs/ffcvfs/beton"
+	jpegdecode "github.com/ffcvfs/ffcvfs/pipeline/decode"
 	"github.com/ffcvfs/ffcvfs/resize"
 	"github.com/pixiv/go-libjpeg/jpeg"
 	"github.com/pixiv/go-libjpeg/rgb"
@@ -58,7 +59,17 @@ type Options struct {
 	// be kept as they are, as the reference writer does; with it, stored
 	// JPEGs are byte for byte the reference's.
 	AlwaysEncode bool
+	// RestartInterval, when positive, stores every JPEG losslessly
+	// transcoded with restart markers about every RestartInterval MCUs
+	// (decode.AddRestarts: the divisor of the MCUs per row nearest it), so
+	// that a crop is entropy-decoded only where it lies. The pixels are
+	// the source's; the bytes are not. 0 stores JPEGs as they are.
+	RestartInterval int
 }
+
+// MaxRestartInterval bounds Options.RestartInterval (the JPEG field is 16
+// bits).
+const MaxRestartInterval = 1<<16 - 1
 
 // Validate checks o and fills in the defaults of its zero fields.
 func (o *Options) Validate() error {
@@ -78,6 +89,9 @@ func (o *Options) Validate() error {
 		o.JPEGQuality = DefaultJPEGQuality
 	case o.JPEGQuality < 1 || o.JPEGQuality > 100:
 		return fmt.Errorf("imagefolder: JPEG quality %d is outside 1..100", o.JPEGQuality)
+	}
+	if o.RestartInterval < 0 || o.RestartInterval > MaxRestartInterval {
+		return fmt.Errorf("imagefolder: restart interval %d is outside 0..%d MCUs", o.RestartInterval, MaxRestartInterval)
 	}
 	switch {
 	case o.SmartThreshold == 0:
@@ -144,6 +158,9 @@ type Scratch struct {
 //     encoded with libjpeg-turbo at opts.JPEGQuality (4:2:0, like OpenCV's
 //     imencode).
 //
+// With opts.RestartInterval, every JPEG stored is then transcoded with
+// restart markers, losslessly.
+//
 // rnd draws the "proportion" mode's choice (one Float64 per call) and is not
 // used in other modes. scratch may be nil.
 //
@@ -161,6 +178,12 @@ func Prepare(path string, src []byte, opts Options, rnd *rand.Rand, scratch *Scr
 		scratch = new(Scratch)
 	}
 	p, err = prepare(src, &opts, rnd, scratch)
+	if err == nil && p.JPEG && opts.RestartInterval > 0 {
+		var data []byte
+		if data, _, err = jpegdecode.AddRestarts(p.Data, opts.RestartInterval); err == nil {
+			p.Data, p.Verbatim = data, false
+		}
+	}
 	if err != nil {
 		return Prepared{}, fmt.Errorf("imagefolder: %s: %w", path, err)
 	}
