@@ -351,6 +351,10 @@ bench_feed() {
 	if [[ -n $ffcv ]]; then
 		r=$(for ((i = 0; i < RUNS; i++)); do steady_rate /usr/bin/python3 scripts/ffcv_loader_bench.py "$beton" --ffcv "$ffcv" --workers 2 --batch-size 256 --resolution 160 --epochs 3; done | median)
 		printf '%-52s %10.0f %-9s %8.3f\n' "FFCV 1.0 Loader, same crop, epochs 2-3 (JIT done)" "$r" "images/s" "$(echo "$r / $base" | bc -l)"
+		local same
+		same=$(/usr/bin/python3 scripts/ffcv_same_pixels.py "$beton" "$rbeton" --ffcv "$ffcv") ||
+			die "FFCV decodes the --restart-interval beton to other pixels: $same"
+		echo "  FFCV 1.0 over the --restart-interval beton and the source one: $same"
 	fi
 	r=$(rate_of /usr/bin/python3 scripts/torch_loader_bench.py "$folder" --workers 2 --batch-size 256 --resolution 160)
 	printf '%-52s %10.0f %-9s %8.3f\n' "torchvision ImageFolder + DataLoader" "$r" "images/s" "$(echo "$r / $base" | bc -l)"
