@@ -130,3 +130,23 @@ func FuzzRestartIndex(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkRestartIndex(b *testing.B) {
+	var fs [][]byte
+	var total int
+	for _, f := range loadFixtures(b, 20) {
+		rst, _, err := AddRestarts(f.data, 4)
+		if err != nil {
+			b.Fatal(err)
+		}
+		fs = append(fs, rst)
+		total += len(rst)
+	}
+	b.SetBytes(int64(total / len(fs)))
+	var x intervals
+	for i := 0; b.Loop(); i++ {
+		if !restartIndex(fs[i%len(fs)], &x) {
+			b.Fatal("not indexed")
+		}
+	}
+}
