@@ -20,7 +20,6 @@ package pipeline
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -212,8 +211,8 @@ type Pipeline struct {
 	announce func(order []uint32) error
 	idle     chan *workerState // workers' states between epochs
 
-	lut16 [3][256]uint16
-	lut32 [3][256]float32
+	lut16 [3][256]uint16 // float16 bits
+	lut32 [3][256]uint32 // float32 bits
 
 	// Counters.
 	Images, Errors atomic.Uint64
@@ -265,17 +264,24 @@ func New(c *pagecache.Cache, opts Options, announce func([]uint32) error) (*Pipe
 			p.subset[s]++
 		}
 	}
+	p.buildLUTs()
+	return p, nil
+}
+
+// buildLUTs fills the output stage's tables: each channel's value of every
+// byte, normalized if asked, as float32 and float16 bits.
+func (p *Pipeline) buildLUTs() {
+	o := p.opts
 	for c := 0; c < 3; c++ {
 		for v := 0; v < 256; v++ {
 			x := float64(v)
-			if opts.Normalize {
-				x = (x/255 - opts.Mean[c]) / opts.Std[c]
+			if o.Normalize {
+				x = (x/255 - o.Mean[c]) / o.Std[c]
 			}
-			p.lut32[c][v] = float32(x)
+			p.lut32[c][v] = math.Float32bits(float32(x))
 			p.lut16[c][v] = half.Bits(float32(x))
 		}
 	}
-	return p, nil
 }
 
 // Fields returns the fields of a batch, in order: by default "image" (the
@@ -767,35 +773,23 @@ func (p *Pipeline) sample(ctx context.Context, dec *decode.Decoder, rng *rand.Ra
 }
 
 // convert writes the HWC uint8 pixels src into out in the output dtype and
-// layout, through per-channel lookup tables.
+// layout, through per-channel lookup tables (convert.c). Values are stored
+// in the machine's byte order, little-endian on every platform ffcvfeed
+// builds for.
 func (p *Pipeline) convert(out, src []byte) {
 	o := p.opts
-	hw := o.Op.OutW * o.Op.OutH
-	idx := func(i, c int) int { // element index of pixel i, channel c
-		if o.Layout == NCHW {
-			return c*hw + i
-		}
-		return i*3 + c
+	n := o.Op.OutW * o.Op.OutH
+	planar := o.Layout == NCHW
+	if len(src) < 3*n || len(out) < p.sampleBytes() {
+		panic(fmt.Sprintf("pipeline: converting %d pixels from %d bytes into %d", n, len(src), len(out)))
 	}
 	switch o.DType {
 	case Uint8:
-		for i := 0; i < hw; i++ {
-			for c := 0; c < 3; c++ {
-				out[idx(i, c)] = src[i*3+c]
-			}
-		}
+		convertPixels(out, src, n, planar, nil, nil)
 	case Float16:
-		for i := 0; i < hw; i++ {
-			for c := 0; c < 3; c++ {
-				binary.LittleEndian.PutUint16(out[2*idx(i, c):], p.lut16[c][src[i*3+c]])
-			}
-		}
+		convertPixels(out, src, n, planar, &p.lut16, nil)
 	case Float32:
-		for i := 0; i < hw; i++ {
-			for c := 0; c < 3; c++ {
-				binary.LittleEndian.PutUint32(out[4*idx(i, c):], math.Float32bits(p.lut32[c][src[i*3+c]]))
-			}
-		}
+		convertPixels(out, src, n, planar, nil, &p.lut32)
 	}
 }
 

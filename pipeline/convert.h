@@ -1,0 +1,14 @@
+#ifndef FFCVFS_PIPELINE_CONVERT_H
+#define FFCVFS_PIPELINE_CONVERT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The output stage: n packed RGB pixels src (HWC uint8) written to out in
+ * NCHW (planar: all R, then G, then B) or NHWC order, as uint8 or through
+ * per-channel lookup tables lut[3][256] as 16- or 32-bit values. */
+void ffc_planar_u8(const uint8_t *src, uint8_t *out, size_t n);
+void ffc_lut16(const uint8_t *src, uint16_t *out, size_t n, const uint16_t *lut, int planar);
+void ffc_lut32(const uint8_t *src, uint32_t *out, size_t n, const uint32_t *lut, int planar);
+
+#endif
