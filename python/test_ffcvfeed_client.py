@@ -135,6 +135,25 @@ class LoaderTest(unittest.TestCase):
         finally:
             srv.close()
 
+    def test_torch_channels_last_view(self):
+        try:
+            import torch
+        except ImportError:
+            self.skipTest("torch not installed")
+        hello = dict(self.hello, fields=[{"name": "images", "dtype": "uint8", "shape": [2, 4, 4, 3], "offset": 0, "bytes": 96},
+                                         {"name": "labels", "dtype": "int64", "shape": [2], "offset": 96, "bytes": 16}], slot_bytes=128)
+        srv = FakeServer([hello, {"slot": 0, "epoch": 0, "batch": 1, "size": 2}, {"end": True}])
+        try:
+            with Loader(srv.path) as loader:
+                for images, labels in loader.torch(channels_last=True):
+                    self.assertEqual(tuple(images.shape), (2, 3, 4, 4))
+                    self.assertTrue(images.is_contiguous(memory_format=torch.channels_last))
+                    self.assertEqual(images.data_ptr(), loader.buffer.ctypes.data)  # a view, no copy
+                    self.assertTrue(torch.equal(images, torch.from_numpy(loader.host_batch()["images"]).permute(0, 3, 1, 2)))
+                    self.assertEqual(tuple(labels.shape), (2,))
+        finally:
+            srv.close()
+
 
 if __name__ == "__main__":
     unittest.main()

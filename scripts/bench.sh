@@ -323,8 +323,13 @@ bench_feed() {
 	if [[ ! -f $rbeton || $rbeton -ot $beton ]]; then
 		bin/ffcvfs write --restart-interval 4 "$folder" "$rbeton.tmp" >&2 && mv "$rbeton.tmp" "$rbeton" || die "ffcvfs write --restart-interval failed"
 	fi
-	local base r i b p x q
+	local base r i b p x q k
 	local -a bases pipes exacts rsts rp rx rq
+	# The output options, each run beside the uint8 NHWC pipeline.
+	local outs=("--layout nchw" "--dtype float16" "--dtype float16 --layout nchw" "--dtype float16 --normalize imagenet"
+		"--dtype float16 --layout nchw --normalize imagenet" "--dtype float32" "--dtype float32 --layout nchw"
+		"--dtype float32 --normalize imagenet" "--dtype float32 --layout nchw --normalize imagenet")
+	local -A orate oratio
 	bin/ffcvfeed decode-bench --data "$beton" --workers 2 >/dev/null || die "ffcvfeed decode-bench failed" # warm the page cache
 	bin/ffcvfeed decode-bench --data "$rbeton" --workers 2 >/dev/null || die "ffcvfeed decode-bench failed"
 	for ((i = 0; i < RUNS; i++)); do
@@ -333,6 +338,12 @@ bench_feed() {
 		x=$(steady_rate bin/ffcvfeed bench --data "$beton" "${pipe[@]}" --exact --epochs 3)
 		q=$(steady_rate bin/ffcvfeed bench --data "$rbeton" "${pipe[@]}" --epochs 3)
 		[[ -n $b && -n $p && -n $x && -n $q ]] || die "no images/s figure from ffcvfeed decode-bench or bench"
+		for k in "${!outs[@]}"; do
+			# shellcheck disable=SC2086 # the options are words without spaces
+			r=$(steady_rate bin/ffcvfeed bench --data "$beton" "${pipe[@]}" ${outs[k]} --epochs 3)
+			[[ -n $r ]] || die "no images/s figure from ffcvfeed bench ${outs[k]}"
+			orate[$k]+="$r " oratio[$k]+="$(echo "$r / $p" | bc -l) "
+		done
 		bases+=("$b") pipes+=("$p") exacts+=("$x") rsts+=("$q")
 		rp+=("$(echo "$p / $b" | bc -l)") rx+=("$(echo "$x / $b" | bc -l)") rq+=("$(echo "$q / $b" | bc -l)")
 	done
@@ -342,6 +353,11 @@ bench_feed() {
 	printf '%-52s %10.0f %-9s %8.3f\n' "ffcvfeed bench --exact (pipeline, full-size crops)" "$(printf '%s\n' "${exacts[@]}" | median)" "images/s" "$(printf '%s\n' "${rx[@]}" | median)"
 	printf '%-52s %10.0f %-9s %8.3f\n' "ffcvfeed bench, beton with --restart-interval 4" "$(printf '%s\n' "${rsts[@]}" | median)" "images/s" "$(printf '%s\n' "${rq[@]}" | median)"
 	echo "  per run, decode / m/8 / exact / restarts images/s: $(for ((i = 0; i < RUNS; i++)); do printf '%.0f/%.0f/%.0f/%.0f ' "${bases[i]}" "${pipes[i]}" "${exacts[i]}" "${rsts[i]}"; done)"
+	echo "output options, the pipeline above (uint8 NHWC) with each; ratio: median of each run's ratio to uint8 NHWC"
+	for k in "${!outs[@]}"; do
+		# shellcheck disable=SC2086 # a list of numbers
+		printf '%-52s %10.0f %-9s %8.3f\n' "  ${outs[k]}" "$(printf '%s\n' ${orate[$k]} | median)" "images/s" "$(printf '%s\n' ${oratio[$k]} | median)"
+	done
 	local m0 m1
 	m0=$(bin/ffcvfs info "$beton" | awk '/^image field/ { f = 1 } f && $1 == "bytes" { print $4; exit }')
 	m1=$(bin/ffcvfs info "$rbeton" | awk '/^image field/ { f = 1 } f && $1 == "bytes" { print $4; exit }')

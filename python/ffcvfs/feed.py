@@ -436,7 +436,7 @@ class Loader:
             return None
         return self._batch_fields(self._views[self.current["slot"]], self.current["size"])
 
-    def torch(self, device=None):
+    def torch(self, device=None, channels_last=False):
         """Yields the fields in ``names`` as torch tensors for one epoch
         (variable-size fields as a Ragged of tensors).
 
@@ -445,8 +445,19 @@ class Loader:
         device with non_blocking=True; the copy is awaited before the slot is
         released. In CUDA mode they share the server's device buffers
         (DLPack), and torch's current stream is the consumer stream.
+
+        channels_last: NHWC image batches (4-D, last dimension 3) come as
+        NCHW-shaped tensors in torch's channels_last memory format: a view
+        of the same memory (permute), no copy, as FFCV's ToTorchImage gives.
+        Convolutions on a GPU take it as it is; it spares the server the
+        transpose of ``--layout nchw``.
         """
         import torch
+
+        def nchw(t):
+            if channels_last and t.dim() == 4 and t.shape[3] == 3:
+                return t.permute(0, 3, 1, 2)
+            return t
 
         if self._cuda is not None:
             if device is not None and torch.device(device) != torch.device("cuda", self.device):
@@ -457,11 +468,11 @@ class Loader:
                 return torch.cuda.current_stream(self.device).cuda_stream
 
             for _, f in self._batches(stream):
-                yield tuple(_map(from_dlpack, f[k]) for k in self.names)
+                yield tuple(_map(lambda a: nchw(from_dlpack(a)), f[k]) for k in self.names)
             return
 
         def convert(a):
-            t = torch.from_numpy(a)
+            t = nchw(torch.from_numpy(a))
             return t.cuda(device, non_blocking=True) if self._pinned else t
 
         for _, f in self._batches():
