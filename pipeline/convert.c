@@ -1,6 +1,11 @@
 #include "convert.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+#define FFC_VBMI 1
+#endif
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define FFC_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define FFC_CLONES
@@ -43,8 +48,88 @@ void ffc_planar_u8(const uint8_t *restrict src, uint8_t *restrict out, size_t n)
 	}
 }
 
+#ifdef FFC_VBMI
+/* Planar 16-bit lookups with AVX-512 VBMI byte permutes: a table of 256
+ * 16-bit values is four 128-byte halves (low and high bytes of entries
+ * 0-127 and 128-255), and vpermi2b looks 64 indices up in 128 bytes at a
+ * time, so 64 values take four permutes, two blends and the interleave of
+ * low and high bytes, where gathers take 64 loads. The channels are first
+ * split into planes of bytes, a block at a time. */
+#define FFC_BLOCK 1024
+
+__attribute__((target("avx512f,avx512bw,avx512vbmi")))
+static void lut16_plane_vbmi(const uint8_t *restrict idx, uint16_t *restrict out, size_t n, const uint16_t *restrict lut) {
+	uint8_t lo[256], hi[256];
+	for (int v = 0; v < 256; v++) {
+		lo[v] = (uint8_t)lut[v];
+		hi[v] = (uint8_t)(lut[v] >> 8);
+	}
+	const __m512i lo0 = _mm512_loadu_si512(lo), lo1 = _mm512_loadu_si512(lo + 64);
+	const __m512i lo2 = _mm512_loadu_si512(lo + 128), lo3 = _mm512_loadu_si512(lo + 192);
+	const __m512i hi0 = _mm512_loadu_si512(hi), hi1 = _mm512_loadu_si512(hi + 64);
+	const __m512i hi2 = _mm512_loadu_si512(hi + 128), hi3 = _mm512_loadu_si512(hi + 192);
+	const __m512i first = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
+	const __m512i second = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+	size_t i = 0;
+	for (; i + 64 <= n; i += 64) {
+		__m512i v = _mm512_loadu_si512(idx + i);
+		__mmask64 top = _mm512_movepi8_mask(v);
+		__m512i l = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(lo0, v, lo1), _mm512_permutex2var_epi8(lo2, v, lo3));
+		__m512i h = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(hi0, v, hi1), _mm512_permutex2var_epi8(hi2, v, hi3));
+		/* Per 128-bit lane j, a holds values 16j..16j+7, b 16j+8..16j+15. */
+		__m512i a = _mm512_unpacklo_epi8(l, h), b = _mm512_unpackhi_epi8(l, h);
+		_mm512_storeu_si512(out + i, _mm512_permutex2var_epi64(a, first, b));
+		_mm512_storeu_si512(out + i + 32, _mm512_permutex2var_epi64(a, second, b));
+	}
+	for (; i < n; i++) {
+		out[i] = lut[idx[i]];
+	}
+}
+
+static int have = -1;
+
+static int ffc_have_vbmi(void) {
+	if (have < 0) {
+		__builtin_cpu_init();
+		have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+		       __builtin_cpu_supports("avx512vbmi");
+	}
+	return have;
+}
+
+static void lut16_planar_vbmi(const uint8_t *restrict src, uint16_t *restrict out, size_t n, const uint16_t *restrict lut) {
+	uint8_t planes[3 * FFC_BLOCK];
+	for (size_t b = 0; b < n; b += FFC_BLOCK) {
+		size_t m = n - b < FFC_BLOCK ? n - b : FFC_BLOCK;
+		ffc_planar_u8(src + 3 * b, planes, m);
+		for (int c = 0; c < 3; c++) {
+			lut16_plane_vbmi(planes + c * m, out + c * n + b, m, lut + 256 * c);
+		}
+	}
+}
+#endif
+
 FFC_CLONES
+static void lut16_gather(const uint8_t *restrict src, uint16_t *restrict out, size_t n, const uint16_t *restrict lut, int planar);
+
+void ffc_no_vbmi(void) {
+#ifdef FFC_VBMI
+	have = 0;
+#endif
+}
+
 void ffc_lut16(const uint8_t *restrict src, uint16_t *restrict out, size_t n, const uint16_t *restrict lut, int planar) {
+#ifdef FFC_VBMI
+	if (planar && ffc_have_vbmi()) {
+		lut16_planar_vbmi(src, out, n, lut);
+		return;
+	}
+#endif
+	lut16_gather(src, out, n, lut, planar);
+}
+
+FFC_CLONES
+static void lut16_gather(const uint8_t *restrict src, uint16_t *restrict out, size_t n, const uint16_t *restrict lut, int planar) {
 	const uint16_t *restrict l0 = lut, *restrict l1 = lut + 256, *restrict l2 = lut + 512;
 	if (planar) {
 		uint16_t *restrict r = out, *restrict g = out + n, *restrict b = out + 2 * n;

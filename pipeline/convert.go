@@ -15,7 +15,12 @@ import (
 // sample's pixels, in C because Go's compiler does not vectorize strided
 // copies or table lookups; measured, a loop over elements with an index
 // function and a bounds-checked store cost about 1 ns per byte, 15 % of
-// ffcvfeed's CPU with --layout nchw.
+// ffcvfeed's CPU with --layout nchw. Planar float16 lookups use AVX-512
+// VBMI byte permutes where the CPU has them (nine times the gathers'
+// speed), the vectorized gathers elsewhere.
+
+// noVBMI makes the output stage keep to its portable code, for tests.
+func noVBMI() { C.ffc_no_vbmi() }
 
 // convertPixels writes the n HWC uint8 pixels src into out: planar
 // (NCHW) or not, as uint8 (lut16 and lut32 nil), or through lut16 as

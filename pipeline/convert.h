@@ -11,4 +11,7 @@ void ffc_planar_u8(const uint8_t *src, uint8_t *out, size_t n);
 void ffc_lut16(const uint8_t *src, uint16_t *out, size_t n, const uint16_t *lut, int planar);
 void ffc_lut32(const uint8_t *src, uint32_t *out, size_t n, const uint32_t *lut, int planar);
 
+/* Makes ffc_lut16 keep to its portable path, for tests. */
+void ffc_no_vbmi(void);
+
 #endif

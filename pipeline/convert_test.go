@@ -49,8 +49,14 @@ func convertOracle(o Options, out, src []byte) {
 
 // TestConvertMatchesOracle: every dtype, layout and normalization gives
 // the oracle's bytes, on images whose pixel counts are no multiple of any
-// SIMD width.
+// SIMD width; then again on the portable path (without AVX-512 VBMI).
 func TestConvertMatchesOracle(t *testing.T) {
+	checkConvert(t)
+	noVBMI()
+	checkConvert(t)
+}
+
+func checkConvert(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 6))
 	for _, size := range [][2]int{{1, 1}, {7, 3}, {33, 17}, {160, 160}, {161, 157}, {224, 225}} {
 		src := make([]byte, size[0]*size[1]*3)
