@@ -57,17 +57,17 @@ void ffc_planar_u8(const uint8_t *restrict src, uint8_t *restrict out, size_t n)
  * split into planes of bytes, a block at a time. */
 #define FFC_BLOCK 1024
 
-__attribute__((target("avx512f,avx512bw,avx512vbmi")))
-static void lut16_plane_vbmi(const uint8_t *restrict idx, uint16_t *restrict out, size_t n, const uint16_t *restrict lut) {
+/* The low and high bytes of a channel's 256 16-bit values. */
+typedef struct {
 	uint8_t lo[256], hi[256];
-	for (int v = 0; v < 256; v++) {
-		lo[v] = (uint8_t)lut[v];
-		hi[v] = (uint8_t)(lut[v] >> 8);
-	}
-	const __m512i lo0 = _mm512_loadu_si512(lo), lo1 = _mm512_loadu_si512(lo + 64);
-	const __m512i lo2 = _mm512_loadu_si512(lo + 128), lo3 = _mm512_loadu_si512(lo + 192);
-	const __m512i hi0 = _mm512_loadu_si512(hi), hi1 = _mm512_loadu_si512(hi + 64);
-	const __m512i hi2 = _mm512_loadu_si512(hi + 128), hi3 = _mm512_loadu_si512(hi + 192);
+} ffc_split;
+
+__attribute__((target("avx512f,avx512bw,avx512vbmi")))
+static void lut16_plane_vbmi(const uint8_t *restrict idx, uint16_t *restrict out, size_t n, const ffc_split *t, const uint16_t *restrict lut) {
+	const __m512i lo0 = _mm512_loadu_si512(t->lo), lo1 = _mm512_loadu_si512(t->lo + 64);
+	const __m512i lo2 = _mm512_loadu_si512(t->lo + 128), lo3 = _mm512_loadu_si512(t->lo + 192);
+	const __m512i hi0 = _mm512_loadu_si512(t->hi), hi1 = _mm512_loadu_si512(t->hi + 64);
+	const __m512i hi2 = _mm512_loadu_si512(t->hi + 128), hi3 = _mm512_loadu_si512(t->hi + 192);
 	const __m512i first = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
 	const __m512i second = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
 	size_t i = 0;
@@ -99,11 +99,18 @@ static int ffc_have_vbmi(void) {
 
 static void lut16_planar_vbmi(const uint8_t *restrict src, uint16_t *restrict out, size_t n, const uint16_t *restrict lut) {
 	uint8_t planes[3 * FFC_BLOCK];
+	ffc_split t[3];
+	for (int c = 0; c < 3; c++) {
+		for (int v = 0; v < 256; v++) {
+			t[c].lo[v] = (uint8_t)lut[256 * c + v];
+			t[c].hi[v] = (uint8_t)(lut[256 * c + v] >> 8);
+		}
+	}
 	for (size_t b = 0; b < n; b += FFC_BLOCK) {
 		size_t m = n - b < FFC_BLOCK ? n - b : FFC_BLOCK;
 		ffc_planar_u8(src + 3 * b, planes, m);
 		for (int c = 0; c < 3; c++) {
-			lut16_plane_vbmi(planes + c * m, out + c * n + b, m, lut + 256 * c);
+			lut16_plane_vbmi(planes + c * m, out + c * n + b, m, &t[c], lut + 256 * c);
 		}
 	}
 }
