@@ -3,9 +3,6 @@
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #include <immintrin.h>
 #define FFC_VBMI 1
-#endif
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define FFC_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define FFC_CLONES
@@ -86,15 +83,14 @@ static void lut16_plane_vbmi(const uint8_t *restrict idx, uint16_t *restrict out
 	}
 }
 
-static int have = -1;
+/* Whether the CPU has AVX-512 VBMI, set once when the library loads
+ * (before any worker calls in). */
+static int have;
 
-static int ffc_have_vbmi(void) {
-	if (have < 0) {
-		__builtin_cpu_init();
-		have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-		       __builtin_cpu_supports("avx512vbmi");
-	}
-	return have;
+__attribute__((constructor)) static void ffc_detect(void) {
+	__builtin_cpu_init();
+	have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	       __builtin_cpu_supports("avx512vbmi");
 }
 
 static void lut16_planar_vbmi(const uint8_t *restrict src, uint16_t *restrict out, size_t n, const uint16_t *restrict lut) {
@@ -127,7 +123,7 @@ void ffc_no_vbmi(void) {
 
 void ffc_lut16(const uint8_t *restrict src, uint16_t *restrict out, size_t n, const uint16_t *restrict lut, int planar) {
 #ifdef FFC_VBMI
-	if (planar && ffc_have_vbmi()) {
+	if (planar && have) {
 		lut16_planar_vbmi(src, out, n, lut);
 		return;
 	}
