@@ -9,12 +9,13 @@
 #endif
 
 /* Every loop is a plain strided copy or a table lookup over restrict
- * pointers, which the compiler vectorizes (gathers for the tables on
- * x86-64-v3); there is no per-element index function. */
+ * pointers, which the compiler vectorizes or unrolls (GCC's generic tuning
+ * emits no gathers for the tables); there is no per-element index
+ * function. */
 
 /* The interleaved lookups: element j takes channel j mod 3's table. In
  * blocks of 24 elements (a multiple of 3 and of the vector widths) the
- * table offsets are a constant pattern, so the loop vectorizes. */
+ * table offsets are a constant pattern, with no division per element. */
 static const uint16_t ffc_offsets[24] = {0, 256, 512, 0, 256, 512, 0, 256, 512, 0, 256, 512,
                                          0, 256, 512, 0, 256, 512, 0, 256, 512, 0, 256, 512};
 
@@ -35,6 +36,22 @@ static const uint16_t ffc_offsets[24] = {0, 256, 512, 0, 256, 512, 0, 256, 512, 
 FFC_INTERLEAVED(interleaved16, uint16_t)
 FFC_INTERLEAVED(interleaved32, uint32_t)
 
+/* The planar lookups: channel c of pixel i to plane c. */
+#define FFC_PLANAR(name, T)                                                                  \
+	static inline void name(const uint8_t *restrict src, T *restrict out, size_t n,      \
+	                        const T *restrict lut) {                                     \
+		const T *restrict l0 = lut, *restrict l1 = lut + 256, *restrict l2 = lut + 512; \
+		T *restrict r = out, *restrict g = out + n, *restrict b = out + 2 * n;       \
+		for (size_t i = 0; i < n; i++) {                                             \
+			r[i] = l0[src[3 * i]];                                               \
+			g[i] = l1[src[3 * i + 1]];                                           \
+			b[i] = l2[src[3 * i + 2]];                                           \
+		}                                                                            \
+	}
+
+FFC_PLANAR(planar16, uint16_t)
+FFC_PLANAR(planar32, uint32_t)
+
 FFC_CLONES
 void ffc_planar_u8(const uint8_t *restrict src, uint8_t *restrict out, size_t n) {
 	uint8_t *restrict r = out, *restrict g = out + n, *restrict b = out + 2 * n;
@@ -50,7 +67,7 @@ void ffc_planar_u8(const uint8_t *restrict src, uint8_t *restrict out, size_t n)
  * 16-bit values is four 128-byte halves (low and high bytes of entries
  * 0-127 and 128-255), and vpermi2b looks 64 indices up in 128 bytes at a
  * time, so 64 values take four permutes, two blends and the interleave of
- * low and high bytes, where gathers take 64 loads. The channels are first
+ * low and high bytes, where a table takes 64 loads. The channels are first
  * split into planes of bytes, a block at a time. */
 #define FFC_BLOCK 1024
 
@@ -113,7 +130,7 @@ static void lut16_planar_vbmi(const uint8_t *restrict src, uint16_t *restrict ou
 #endif
 
 FFC_CLONES
-static void lut16_gather(const uint8_t *restrict src, uint16_t *restrict out, size_t n, const uint16_t *restrict lut, int planar);
+static void lut16_table(const uint8_t *restrict src, uint16_t *restrict out, size_t n, const uint16_t *restrict lut, int planar);
 
 void ffc_no_vbmi(void) {
 #ifdef FFC_VBMI
@@ -128,19 +145,13 @@ void ffc_lut16(const uint8_t *restrict src, uint16_t *restrict out, size_t n, co
 		return;
 	}
 #endif
-	lut16_gather(src, out, n, lut, planar);
+	lut16_table(src, out, n, lut, planar);
 }
 
 FFC_CLONES
-static void lut16_gather(const uint8_t *restrict src, uint16_t *restrict out, size_t n, const uint16_t *restrict lut, int planar) {
-	const uint16_t *restrict l0 = lut, *restrict l1 = lut + 256, *restrict l2 = lut + 512;
+static void lut16_table(const uint8_t *restrict src, uint16_t *restrict out, size_t n, const uint16_t *restrict lut, int planar) {
 	if (planar) {
-		uint16_t *restrict r = out, *restrict g = out + n, *restrict b = out + 2 * n;
-		for (size_t i = 0; i < n; i++) {
-			r[i] = l0[src[3 * i]];
-			g[i] = l1[src[3 * i + 1]];
-			b[i] = l2[src[3 * i + 2]];
-		}
+		planar16(src, out, n, lut);
 		return;
 	}
 	interleaved16(src, out, 3 * n, lut);
@@ -148,14 +159,8 @@ static void lut16_gather(const uint8_t *restrict src, uint16_t *restrict out, si
 
 FFC_CLONES
 void ffc_lut32(const uint8_t *restrict src, uint32_t *restrict out, size_t n, const uint32_t *restrict lut, int planar) {
-	const uint32_t *restrict l0 = lut, *restrict l1 = lut + 256, *restrict l2 = lut + 512;
 	if (planar) {
-		uint32_t *restrict r = out, *restrict g = out + n, *restrict b = out + 2 * n;
-		for (size_t i = 0; i < n; i++) {
-			r[i] = l0[src[3 * i]];
-			g[i] = l1[src[3 * i + 1]];
-			b[i] = l2[src[3 * i + 2]];
-		}
+		planar32(src, out, n, lut);
 		return;
 	}
 	interleaved32(src, out, 3 * n, lut);
