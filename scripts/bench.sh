@@ -616,12 +616,13 @@ mount_at() {
 	die "ffcvfs mount $src is not ready after 30 s: $(tail -n 5 "$STORAGE_TMP/mount.log")"
 }
 
-# cpu_ms PID: the CPU time (user and system) process PID has used, in ms.
-# bytes_read MNT: the bytes the mount at MNT has read from storage.
+# bytes_read MNT: the bytes the mount at MNT has read from storage: with
+# a peer tier, what it read for the tier; else what its cache read.
 bytes_read() {
-	/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["cache"]["bytes_read"])' "$1/.ffcvfs/stats.json"
+	/usr/bin/python3 -c 'import json, sys; s = json.load(open(sys.argv[1])); p = s.get("peers"); print(p["storage_bytes"] if p else s["cache"]["bytes_read"])' "$1/.ffcvfs/stats.json"
 }
 
+# cpu_ms PID: the CPU time (user and system) process PID has used, in ms.
 cpu_ms() {
 	awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); print int(($12 + $13) * 1000 / hz) }' "/proc/$1/stat" 2>/dev/null || echo 0
 }
@@ -1028,12 +1029,6 @@ for c in sorted(e.name for e in os.scandir(src) if e.is_dir() and not e.name.sta
 	trap - EXIT INT TERM
 }
 
-# s3_bytes MNT: the bytes the mount at MNT has read from S3: its peer
-# tier's reads from storage with one, else its cache's.
-s3_bytes() {
-	/usr/bin/python3 -c 'import json, sys; s = json.load(open(sys.argv[1])); p = s.get("peers"); print(p["storage_bytes"] if p else s["cache"]["bytes_read"])' "$1/.ffcvfs/stats.json"
-}
-
 bench_cluster() {
 	local n dir latency secs beton page size feed_cache
 	storage_setup "$@"
@@ -1074,7 +1069,7 @@ bench_cluster() {
 			rates=""
 			for e in 0 1 2; do
 				local before=() after=()
-				for k in "${!mnts[@]}"; do before+=("$(s3_bytes "${mnts[k]}")"); done
+				for k in "${!mnts[@]}"; do before+=("$(bytes_read "${mnts[k]}")"); done
 				pids=()
 				: >"$STORAGE_TMP/epoch.txt"
 				t0=$(date +%s.%N)
@@ -1094,7 +1089,7 @@ bench_cluster() {
 				rates+=$(printf ' %9.0f' "$(echo "$images / ($t1 - $t0)" | bc -l)")
 				total=0
 				for k in "${!mnts[@]}"; do
-					after+=("$(s3_bytes "${mnts[k]}")")
+					after+=("$(bytes_read "${mnts[k]}")")
 					total=$((total + after[k] - before[k]))
 				done
 				line+=$(printf ' %8.1f%%' "$(echo "100 * $total / $size" | bc -l)")
