@@ -232,6 +232,16 @@ func (c *getClient) close() {
 	c.idle = nil
 }
 
+// headerOf returns the header fields (name, value pairs) of a request
+// that getClient would send, for sending it through net/http instead.
+func headerOf(fields []string) http.Header {
+	h := make(http.Header, len(fields)/2)
+	for i := 0; i+1 < len(fields); i += 2 {
+		h.Set(fields[i], fields[i+1])
+	}
+	return h
+}
+
 // rangeField returns the Range header value of bytes [off, end].
 func rangeField(off, end int64) string {
 	b := make([]byte, 0, 48)

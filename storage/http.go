@@ -257,11 +257,7 @@ func (s *HTTPSource) fetch(ctx context.Context, dst []byte, off int64, progress 
 		defer resp.done()
 		return s.ranged(resp.Response, dst, off, end, progress)
 	}
-	h := http.Header{}
-	for i := 0; i < len(f); i += 2 {
-		h.Set(f[i], f[i+1])
-	}
-	resp, err := s.do(ctx, http.MethodGet, h)
+	resp, err := s.do(ctx, http.MethodGet, headerOf(f))
 	if err != nil {
 		return err
 	}

@@ -49,6 +49,7 @@ type S3Source struct {
 
 	// The direct GET path; url is "" where GetObject is used.
 	url    string
+	host   string     // url's host, as signed
 	path   string     // url's escaped path, as the request line has it
 	gets   *getClient // nil: hc sends the GETs
 	hc     aws.HTTPClient
@@ -146,6 +147,7 @@ func (s *S3Source) direct(ctx context.Context, opts *Options) {
 	u.RawQuery = ""
 	o := s.client.Options()
 	s.url = u.String()
+	s.host = u.Host
 	s.path = u.EscapedPath()
 	if s.path == "" {
 		s.path = "/"
@@ -279,9 +281,6 @@ func (s *S3Source) fetch(ctx context.Context, dst []byte, off int64, progress fu
 func (s *S3Source) fetchDirect(ctx context.Context, dst []byte, off int64, progress func()) error {
 	end := off + int64(len(dst)) - 1
 	rng := rangeField(off, end)
-	if s.gets == nil {
-		return s.fetchHTTP(ctx, dst, off, end, rng, progress)
-	}
 	var fields [12]string
 	f := append(fields[:0], "Range", rng)
 	if s.etag != "" {
@@ -294,11 +293,14 @@ func (s *S3Source) fetchDirect(ctx context.Context, dst []byte, off int64, progr
 			// another attempt may not.
 			return fmt.Errorf("AWS credentials: %w", err)
 		}
-		stamp, auth := s.signer.signature(s.gets.host, s.path, rng, s.etag, creds, time.Now())
+		stamp, auth := s.signer.signature(s.host, s.path, rng, s.etag, creds, time.Now())
 		f = append(f, "X-Amz-Date", stamp, "X-Amz-Content-Sha256", emptySHA256, "Authorization", auth)
 		if creds.SessionToken != "" {
 			f = append(f, "X-Amz-Security-Token", creds.SessionToken)
 		}
+	}
+	if s.gets == nil {
+		return s.fetchHTTP(ctx, dst, off, end, f, progress)
 	}
 	resp, err := s.gets.get(ctx, s.path, f...)
 	if err != nil {
@@ -308,23 +310,14 @@ func (s *S3Source) fetchDirect(ctx context.Context, dst []byte, off int64, progr
 	return s.ranged(ctx, resp.Response, dst, off, end, progress)
 }
 
-// fetchHTTP is fetchDirect through net/http.
-func (s *S3Source) fetchHTTP(ctx context.Context, dst []byte, off, end int64, rng string, progress func()) error {
+// fetchHTTP is fetchDirect through net/http, with the request's header
+// fields (name, value pairs).
+func (s *S3Source) fetchHTTP(ctx context.Context, dst []byte, off, end int64, fields []string, progress func()) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url, nil)
 	if err != nil {
 		return permanent(fmt.Errorf("cannot build request: %v", stripURLError(err)))
 	}
-	req.Header.Set("Range", rng)
-	if s.etag != "" {
-		req.Header.Set("If-Match", s.etag)
-	}
-	if s.creds != nil {
-		creds, err := s.creds.Retrieve(ctx)
-		if err != nil {
-			return fmt.Errorf("AWS credentials: %w", err)
-		}
-		s.signer.sign(req, creds, time.Now())
-	}
+	req.Header = headerOf(fields)
 	resp, err := s.hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("GET: %w", stripURLError(err))

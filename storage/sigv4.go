@@ -5,8 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"hash"
-	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -34,24 +32,6 @@ type getSigner struct {
 	sec0  int64
 	stamp string
 	buf   []byte
-}
-
-// sign sets X-Amz-Date, X-Amz-Content-Sha256, X-Amz-Security-Token (with
-// a session token) and Authorization on req, a GET with no query and no
-// headers but Range and If-Match, for S3 at time t.
-func (g *getSigner) sign(req *http.Request, creds aws.Credentials, t time.Time) {
-	h := req.Header
-	path := req.URL.EscapedPath()
-	if path == "" {
-		path = "/"
-	}
-	stamp, auth := g.signature(req.URL.Host, path, strings.TrimSpace(h.Get("Range")), strings.TrimSpace(h.Get("If-Match")), creds, t)
-	h["X-Amz-Date"] = []string{stamp}
-	h["X-Amz-Content-Sha256"] = []string{emptySHA256}
-	if creds.SessionToken != "" {
-		h["X-Amz-Security-Token"] = []string{creds.SessionToken}
-	}
-	h["Authorization"] = []string{auth}
 }
 
 // signature returns the X-Amz-Date and Authorization of a GET of path (as

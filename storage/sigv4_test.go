@@ -3,12 +3,30 @@ package storage
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 )
+
+// sign sets on req, a GET with no query and no headers but Range and
+// If-Match, the headers fetchDirect sends with g's signature.
+func sign(g *getSigner, req *http.Request, creds aws.Credentials, t time.Time) {
+	h := req.Header
+	path := req.URL.EscapedPath()
+	if path == "" {
+		path = "/"
+	}
+	stamp, auth := g.signature(req.URL.Host, path, strings.TrimSpace(h.Get("Range")), strings.TrimSpace(h.Get("If-Match")), creds, t)
+	h["X-Amz-Date"] = []string{stamp}
+	h["X-Amz-Content-Sha256"] = []string{emptySHA256}
+	if creds.SessionToken != "" {
+		h["X-Amz-Security-Token"] = []string{creds.SessionToken}
+	}
+	h["Authorization"] = []string{auth}
+}
 
 // TestGetSignerMatchesSDK: for the GETs the mount makes, with and without
 // If-Match and a session token, across a day's change and on paths that
@@ -43,7 +61,7 @@ func TestGetSignerMatchesSDK(t *testing.T) {
 		}
 		for range 3 { // the signer reuses its buffer and its key
 			got := mk()
-			g.sign(got, tc.creds, tc.at)
+			sign(g, got, tc.creds, tc.at)
 			for _, h := range []string{"Authorization", "X-Amz-Date", "X-Amz-Content-Sha256", "X-Amz-Security-Token"} {
 				if got.Header.Get(h) != want.Header.Get(h) {
 					t.Errorf("case %d: %s\n got %q\nwant %q", i, h, got.Header.Get(h), want.Header.Get(h))
@@ -68,7 +86,7 @@ func BenchmarkSignGET(b *testing.B) {
 	b.Run("get", func(b *testing.B) {
 		g := &getSigner{region: "eu-west-3"}
 		for range b.N {
-			g.sign(req, creds, at)
+			sign(g, req, creds, at)
 		}
 	})
 }
