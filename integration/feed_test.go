@@ -11,10 +11,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/ffcvfs/ffcvfs/cudafeed"
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
 
 // feedConsumer reads every epoch with the ffcvfs package's Loader and prints one JSON
@@ -191,7 +193,8 @@ func TestFeedPythonLoader(t *testing.T) {
 // python/test_ffcvfeed_cuda_client.py (the client's cuda mode: handles,
 // event waits and the release rule, against a stand-in for CuPy).
 func TestFeedPythonClientUnit(t *testing.T) {
-	py := installedPython(t, "numpy")
+	// torch too: without it the torch tests would skip themselves.
+	py := installedPython(t, "numpy", "torch")
 	// The tests run from a folder of their own, so that they import the
 	// installed client, not the one beside them.
 	dir := t.TempDir()
@@ -208,7 +211,11 @@ func TestFeedPythonClientUnit(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, py, "-m", "unittest", "-v", "test_ffcvfeed_client", "test_ffcvfeed_cuda_client")
 	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
+	out, err := cmd.CombinedOutput()
+	if err != nil {
 		t.Fatalf("python tests: %v\n%s", err, out)
+	}
+	if testenv.InCI() && strings.Contains(string(out), "skipped") {
+		t.Fatalf("python tests skipped some (CI=true, so this fails):\n%s", out)
 	}
 }
