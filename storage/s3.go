@@ -247,7 +247,7 @@ func (s *S3Source) fetch(ctx context.Context, dst []byte, off int64, progress fu
 	in := &s3.GetObjectInput{
 		Bucket: &s.bucket,
 		Key:    &s.key,
-		Range:  aws.String(fmt.Sprintf("bytes=%d-%d", off, end)),
+		Range:  aws.String(rangeField(off, end)),
 	}
 	if s.etag != "" {
 		in.IfMatch = &s.etag
