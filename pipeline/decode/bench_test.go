@@ -90,14 +90,16 @@ func BenchmarkTrainCrop(b *testing.B) {
 	// The same photos with restart intervals (AddRestarts): only the
 	// intervals around each crop are entropy-decoded.
 	for _, k := range []int{1, 2, 4, 8} {
-		rst := make([]fixture, len(fs))
-		for i, f := range fs {
-			data, _, err := AddRestarts(f.data, k)
-			if err != nil {
-				b.Fatal(err)
+		b.Run(fmt.Sprintf("apply-restarts-%d", k), func(b *testing.B) {
+			rst := make([]fixture, len(fs))
+			for i, f := range fs {
+				data, _, err := AddRestarts(f.data, k)
+				if err != nil {
+					b.Fatal(err)
+				}
+				rst[i] = fixture{f.name, data}
 			}
-			rst[i] = fixture{f.name, data}
-		}
-		b.Run(fmt.Sprintf("apply-restarts-%d", k), apply(rst))
+			apply(rst)(b)
+		})
 	}
 }

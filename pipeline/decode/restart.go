@@ -81,10 +81,18 @@ type intervals struct {
 // cols returns the intervals in an MCU row.
 func (x *intervals) cols() int { return x.perRow / x.k }
 
-// restartIndex indexes the restart intervals of src into x (its slices
-// reused), if src is a single-scan sequential JPEG whose restart interval
-// divides its MCU rows; else it returns false.
+// restartIndex indexes all the restart intervals of src into x (its
+// slices reused), if src is a single-scan sequential JPEG whose restart
+// interval divides its MCU rows; else it returns false.
 func restartIndex(src []byte, x *intervals) bool {
+	return restartHeader(src, x) && x.index(src, x.rows*x.cols())
+}
+
+// restartHeader reads src's frame, restart interval and scan header into
+// x, if src is a single-scan sequential JPEG whose restart interval
+// divides its MCU rows; else it returns false. x.index then finds the
+// intervals.
+func restartHeader(src []byte, x *intervals) bool {
 	x.starts, x.ends = x.starts[:0], x.ends[:0]
 	x.k, x.sof = 0, 0
 	if len(src) < 4 || src[0] != 0xFF || src[1] != 0xD8 {
@@ -139,7 +147,7 @@ func restartIndex(src []byte, x *intervals) bool {
 				return false
 			}
 			x.scan = pos + 2 + n
-			return x.indexScan(src, comps, hMax, vMax)
+			return x.geometry()
 		case m == 0xD9 || m >= 0xD0 && m <= 0xD7:
 			return false
 		}
@@ -147,18 +155,25 @@ func restartIndex(src []byte, x *intervals) bool {
 	}
 }
 
-// indexScan finds the intervals of the scan from x.scan to EOI.
-func (x *intervals) indexScan(src []byte, comps, hMax, vMax int) bool {
-	x.mcuW, x.mcuH = 8*hMax, 8*vMax
-	if comps == 1 { // a single component is coded block by block
+// geometry sets x's MCU size and counts from its frame, and reports
+// whether its restart interval divides its MCU rows.
+func (x *intervals) geometry() bool {
+	x.mcuW, x.mcuH = 8*x.hMax, 8*x.vMax
+	if x.comps == 1 { // a single component is coded block by block
 		x.mcuW, x.mcuH = 8, 8
 	}
 	x.perRow = (x.width + x.mcuW - 1) / x.mcuW
 	x.rows = (x.height + x.mcuH - 1) / x.mcuH
-	if x.perRow%x.k != 0 {
-		return false
-	}
+	return x.perRow%x.k == 0
+}
+
+// index finds the first n intervals of the scan, reading no further than
+// the marker after the last of them. Asked for all, it also checks that
+// the scan holds exactly that many, up to EOI.
+func (x *intervals) index(src []byte, n int) bool {
 	total := x.rows * x.cols()
+	n = min(n, total)
+	x.starts, x.ends = x.starts[:0], x.ends[:0]
 	start := x.scan
 	for pos := x.scan; ; {
 		i := bytes.IndexByte(src[pos:], 0xFF)
@@ -180,11 +195,11 @@ func (x *intervals) indexScan(src []byte, comps, hMax, vMax int) bool {
 		}
 		x.starts = append(x.starts, start)
 		x.ends = append(x.ends, pos)
-		if len(x.starts) > total {
-			return false
-		}
 		if src[pos+1] == 0xD9 {
 			return len(x.starts) == total
+		}
+		if len(x.starts) == n {
+			return n < total
 		}
 		pos += 2
 		start = pos
@@ -251,7 +266,7 @@ func (x *intervals) margins(m int) (mx, my int) {
 // decode anyway.
 func (d *Decoder) restartCrop(src []byte, x, y, w, h, m int) (sub []byte, ox, oy int, ok bool) {
 	ix := &d.rst
-	if !restartIndex(src, ix) {
+	if !restartHeader(src, ix) {
 		return nil, 0, 0, false
 	}
 	mx, my := ix.margins(m)
@@ -262,6 +277,10 @@ func (d *Decoder) restartCrop(src []byte, x, y, w, h, m int) (sub []byte, ox, oy
 	i0, i1 := c0/ix.k, (c1+ix.k-1)/ix.k
 	// A region decode entropy-decodes every MCU of rows [0, r1).
 	if (r1-r0)*(i1-i0)*ix.k*10 > r1*ix.perRow*9 {
+		return nil, 0, 0, false
+	}
+	// The scan is read only as far as the crop's last interval.
+	if !ix.index(src, (r1-1)*ix.cols()+i1) {
 		return nil, 0, 0, false
 	}
 	d.sub, ox, oy = ix.sub(d.sub, src, i0, i1, r0, r1)
