@@ -107,8 +107,7 @@ func (o *Options) Validate(pageSize int64) error {
 type Cache struct {
 	// Immutable after New.
 	src       storage.Source
-	rd        storage.Source // what loads read: src, or tiers
-	tiers     *tiered        // nil without tiers
+	tiers     *tiered // nil without tiers
 	f         *beton.File
 	opts      Options
 	pageSize  int64
@@ -181,6 +180,7 @@ type loadOp struct {
 	// cancelled: the loader's context ended the load; another reader of
 	// the page loads it again.
 	cancelled bool
+	fromTier  bool // a tier served it (set before done is closed)
 }
 
 type prefetchJob struct {
@@ -211,7 +211,6 @@ func New(src storage.Source, f *beton.File, opts Options) (*Cache, error) {
 	if err != nil {
 		return nil, fmt.Errorf("page cache for %s: %w", src.Name(), err)
 	}
-	rd := src
 	var tiers *tiered
 	if nFills > 0 {
 		var fills [][]byte
@@ -222,7 +221,6 @@ func New(src storage.Source, f *beton.File, opts Options) (*Cache, error) {
 			freeArena(mem)
 			return nil, err
 		}
-		rd = tiers
 	}
 	samplePage := make([]int32, f.NumSamples())
 	for s := range samplePage {
@@ -233,8 +231,10 @@ func New(src storage.Source, f *beton.File, opts Options) (*Cache, error) {
 	}
 	c := &Cache{
 		arena: mem,
-		src:   src, rd: rd, tiers: tiers, f: f, opts: opts, pageSize: ps, firstPage: f.FirstPage(),
-		slots:    make([]slot, n),
+		src:   src, tiers: tiers, f: f, opts: opts, pageSize: ps, firstPage: f.FirstPage(),
+		// Room for the fill buffers, which become slots once the tiers
+		// take no more pages (addSlots): appending never moves a slot.
+		slots:    make([]slot, n, n+nFills),
 		free:     make([]int32, n),
 		jobs:     make(chan prefetchJob, opts.Readers),
 		pageSlot: make([]int32, f.NumPages()),
@@ -277,6 +277,7 @@ func New(src storage.Source, f *beton.File, opts Options) (*Cache, error) {
 			defer c.mu.Unlock()
 			return c.pol.Distance(dp)
 		})
+		tiers.start(c.addSlots)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
@@ -285,6 +286,26 @@ func New(src storage.Source, f *beton.File, opts Options) (*Cache, error) {
 		go c.reader(ctx)
 	}
 	return c, nil
+}
+
+// addSlots makes the buffers (arena pages the tiers kept) page slots.
+func (c *Cache) addSlots(bufs [][]byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// No more slots than pages.
+	bufs = bufs[:max(0, min(len(bufs), len(c.pageSlot)-len(c.slots)))]
+	if c.closed || len(bufs) == 0 || len(c.slots)+len(bufs) > cap(c.slots) {
+		return
+	}
+	for _, b := range bufs {
+		c.free = append(c.free, int32(len(c.slots)))
+		c.slots = append(c.slots, slot{buf: b, page: -1})
+	}
+	c.pol.Grow(len(bufs))
+	c.pol.SetSlots(len(c.slots) - len(c.rng.lent))
+	c.stats.Slots = len(c.slots)
+	c.broadcast()
+	c.schedule()
 }
 
 // extents returns, per sample, the offset in its page of its first
@@ -455,6 +476,16 @@ func (c *Cache) acquire(ctx context.Context, dp int32, sample int) (*Page, error
 	c.mu.Lock()
 	waited := false
 	var start time.Time
+	var awaited *loadOp // the last load waited for
+	// waitEnds counts the time waited, on a tier if the load waited for
+	// came from one.
+	waitEnds := func(op *loadOp) {
+		d := time.Since(start)
+		c.stats.WaitTime += d
+		if op != nil && op.fromTier {
+			c.countTierWait(d)
+		}
+	}
 	wait := func(ch <-chan struct{}) error {
 		if !waited {
 			waited, start = true, time.Now()
@@ -484,6 +515,7 @@ func (c *Cache) acquire(ctx context.Context, dp int32, sample int) (*Page, error
 	// leaves the lock unlocked. A cancelled load is another reader's
 	// business: the caller looks again.
 	awaitLoad := func(op *loadOp) error {
+		awaited = op
 		if err := wait(op.done); err != nil {
 			return err
 		}
@@ -495,7 +527,7 @@ func (c *Cache) acquire(ctx context.Context, dp int32, sample int) (*Page, error
 	}
 	hit := func(prefetched *bool, isRange bool) {
 		if waited {
-			c.stats.WaitTime += time.Since(start)
+			waitEnds(awaited)
 		} else {
 			c.stats.Hits++
 			if isRange {
@@ -507,16 +539,21 @@ func (c *Cache) acquire(ctx context.Context, dp int32, sample int) (*Page, error
 			c.stats.PrefetchHits++
 		}
 	}
-	// loaded ends a demand load this reader made, called unlocked: the
-	// load's error, or the wait counted and the read recorded.
-	loaded := func(op *loadOp) error {
+	// loaded ends a demand load this reader made from loadStart, called
+	// unlocked: the load's error, or the wait counted and the read
+	// recorded. A demand load a tier served is a wait on the tier: the
+	// page was not read ahead of the reader.
+	loaded := func(op *loadOp, loadStart time.Time) error {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if op.err != nil {
 			return op.err
 		}
-		if waited {
-			c.stats.WaitTime += time.Since(start)
+		switch {
+		case waited:
+			waitEnds(op)
+		case op.fromTier:
+			c.countTierWait(time.Since(loadStart))
 		}
 		if sample >= 0 {
 			c.recordRead(sample)
@@ -571,8 +608,9 @@ func (c *Cache) acquire(ctx context.Context, dp int32, sample int) (*Page, error
 				}
 				e.pins = 1
 				c.mu.Unlock()
+				t0 := time.Now()
 				c.loadRanges(ctx, []*rangeEntry{e}, lo, lo+int64(n), op)
-				if err := loaded(op); err != nil {
+				if err := loaded(op, t0); err != nil {
 					return nil, err
 				}
 				return &e.pg, nil
@@ -589,8 +627,9 @@ func (c *Cache) acquire(ctx context.Context, dp int32, sample int) (*Page, error
 		c.stats.Misses++
 		op := c.startLoad(si, dp, false)
 		c.mu.Unlock()
+		t0 := time.Now()
 		c.load(ctx, si, dp, op)
-		if err := loaded(op); err != nil {
+		if err := loaded(op, t0); err != nil {
 			return nil, err
 		}
 		// The loader's pin becomes the caller's.
@@ -664,18 +703,32 @@ func (c *Cache) startLoad(si, dp int32, prefetch bool) *loadOp {
 	return op
 }
 
+// readBelow reads p at off from the tiers or the source, and reports
+// whether a tier served it.
+func (c *Cache) readBelow(ctx context.Context, p []byte, off int64) (int, bool, error) {
+	if c.tiers != nil {
+		return c.tiers.read(ctx, p, off)
+	}
+	n, err := c.src.ReadAt(ctx, p, off)
+	return n, false, err
+}
+
 // load reads data page dp into slot si, then publishes the result.
 func (c *Cache) load(ctx context.Context, si, dp int32, op *loadOp) {
 	s := &c.slots[si]
 	p := int64(dp) + c.firstPage
 	off := c.f.PageOffset(p)
-	n, err := c.rd.ReadAt(ctx, s.buf, off)
+	n, fromTier, err := c.readBelow(ctx, s.buf, off)
 	if err == nil && n != len(s.buf) {
 		err = fmt.Errorf("short read of %d bytes", n)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.loads, dp)
+	if err == nil && fromTier {
+		op.fromTier = true
+		c.countTier(n)
+	}
 	if err != nil {
 		op.err = fmt.Errorf("%s: reading page %d (bytes %d to %d): %w", c.src.Name(), p, off, off+c.pageSize, err)
 		op.cancelled = ctx.Err() != nil

@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"slices"
 	"syscall"
+	"time"
 
 	"github.com/ffcvfs/ffcvfs/pagecache/policy"
 )
@@ -458,7 +459,7 @@ func (c *Cache) loadRanges(ctx context.Context, es []*rangeEntry, lo, hi int64, 
 	} else {
 		buf = make([]byte, hi-lo)
 	}
-	n, err := c.rd.ReadAt(ctx, buf, lo)
+	n, fromTier, err := c.readBelow(ctx, buf, lo)
 	if err == nil && n != len(buf) {
 		err = fmt.Errorf("short read of %d bytes", n)
 	}
@@ -470,6 +471,10 @@ func (c *Cache) loadRanges(ctx context.Context, es []*rangeEntry, lo, hi int64, 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.countRequest()
+	if err == nil && fromTier {
+		op.fromTier = true
+		c.countTier(n)
+	}
 	if err != nil {
 		op.err = fmt.Errorf("%s: reading sample %d (bytes %d to %d): %w", c.src.Name(), es[0].s, lo, hi, err)
 		op.cancelled = ctx.Err() != nil
@@ -608,15 +613,44 @@ func (c *Cache) coalesce(pl *policy.Plan, i, s int) (group []int, lo, hi int64) 
 // countRequest counts a request to the source, by epoch.
 func (c *Cache) countRequest() {
 	c.stats.Requests++
-	if e := c.pol.Epochs(); e != c.epochSeen {
-		c.stats.EpochRequests = append(c.stats.EpochRequests, c.stats.RequestsThisEpoch)
-		if len(c.stats.EpochRequests) > maxEpochsKept {
-			c.stats.EpochRequests = c.stats.EpochRequests[1:]
-		}
-		c.stats.RequestsThisEpoch = 0
-		c.epochSeen = e
-	}
+	c.newEpoch()
 	c.stats.RequestsThisEpoch++
+}
+
+// countTier counts a load of n bytes that a tier served, by epoch.
+func (c *Cache) countTier(n int) {
+	c.newEpoch()
+	c.stats.TierLoads++
+	c.stats.TierBytes += uint64(n)
+	c.stats.TierThisEpoch.Loads++
+	c.stats.TierThisEpoch.Bytes += uint64(n)
+}
+
+// countTierWait counts a read that waited d for a load a tier served.
+func (c *Cache) countTierWait(d time.Duration) {
+	c.newEpoch()
+	c.stats.TierWaits++
+	c.stats.TierWaitTime += d
+	c.stats.TierThisEpoch.Waits++
+	c.stats.TierThisEpoch.WaitTime += d
+}
+
+// newEpoch starts the counters of a new epoch when the policy has seen
+// one complete, keeping those of the last maxEpochsKept.
+func (c *Cache) newEpoch() {
+	e := c.pol.Epochs()
+	if e == c.epochSeen {
+		return
+	}
+	c.stats.EpochRequests = append(c.stats.EpochRequests, c.stats.RequestsThisEpoch)
+	c.stats.TierEpochs = append(c.stats.TierEpochs, c.stats.TierThisEpoch)
+	if len(c.stats.EpochRequests) > maxEpochsKept {
+		c.stats.EpochRequests = c.stats.EpochRequests[1:]
+		c.stats.TierEpochs = c.stats.TierEpochs[1:]
+	}
+	c.stats.RequestsThisEpoch = 0
+	c.stats.TierThisEpoch = TierEpoch{}
+	c.epochSeen = e
 }
 
 // maxEpochsKept is how many completed epochs' request counts Stats keeps.

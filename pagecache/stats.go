@@ -36,9 +36,21 @@ type Stats struct {
 	Requests          uint64   `json:"requests"`
 	RequestsThisEpoch uint64   `json:"requests_this_epoch"`
 	EpochRequests     []uint64 `json:"epoch_requests"`
-	ReadErrors        uint64   `json:"read_errors"`
-	Evictions         uint64   `json:"evictions"`
-	RangeEvictions    uint64   `json:"range_evictions"`
+	// TierLoads and TierBytes count the loads (pages, and range requests)
+	// the compressed RAM and disk tiers served, instead of the source;
+	// TierWaits the acquisitions that waited for such a load (their own,
+	// or one under way: the page was not read ahead of them), and
+	// TierWaitTime how long. TierThisEpoch and TierEpochs are the same by
+	// epoch, as EpochRequests.
+	TierLoads      uint64        `json:"tier_loads"`
+	TierBytes      uint64        `json:"tier_bytes"`
+	TierWaits      uint64        `json:"tier_waits"`
+	TierWaitTime   time.Duration `json:"tier_wait_ns"`
+	TierThisEpoch  TierEpoch     `json:"tier_this_epoch"`
+	TierEpochs     []TierEpoch   `json:"tier_epochs"`
+	ReadErrors     uint64        `json:"read_errors"`
+	Evictions      uint64        `json:"evictions"`
+	RangeEvictions uint64        `json:"range_evictions"`
 	// RangeMappings counts the mappings made for ranges; a range mostly
 	// reuses the mapping of one gone (see rangeSet.pool).
 	RangeMappings uint64 `json:"range_mappings"`
@@ -68,6 +80,15 @@ type Stats struct {
 	// Tiers are the compressed RAM and disk tiers' counters; nil without
 	// tiers.
 	Tiers *TierStats `json:"tiers,omitempty"`
+}
+
+// TierEpoch is what the tiers served in one epoch: loads and bytes, and
+// the acquisitions that waited for them and how long.
+type TierEpoch struct {
+	Loads    uint64        `json:"loads"`
+	Bytes    uint64        `json:"bytes"`
+	Waits    uint64        `json:"waits"`
+	WaitTime time.Duration `json:"wait_ns"`
 }
 
 // PlanStats is one plan's progress.
@@ -120,6 +141,7 @@ func (c *Cache) Stats() Stats {
 		st.UnplannedReads = "ranges"
 	}
 	st.EpochRequests = slices.Clone(st.EpochRequests)
+	st.TierEpochs = slices.Clone(st.TierEpochs)
 	st.Plans = c.pol.Plans()
 	return st
 }

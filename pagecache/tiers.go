@@ -43,6 +43,15 @@ import (
 // of another, and reading pages again to churn a full tier is no saving.
 // Nothing in a reader's path waits for it.
 
+//
+// # Fill buffers
+//
+// The fill buffers are slots of the budget kept for the tiers. Once no
+// tier will take a page any more (each holds every page, or stores
+// nothing), they are handed back to the cache as page slots for good
+// (release): a later epoch from a full disk tier, or a fresh mount over
+// one, has the whole budget for pages read ahead of the readers.
+
 // fillBuffers is how many slots become fill buffers with a disk tier;
 // a compressed RAM tier alone takes one.
 const fillBuffers = 2
@@ -69,6 +78,11 @@ type tiered struct {
 	kick   chan struct{} // wakes the backfill; capacity 1
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the backfill has ended
+
+	// giveBack makes fill buffers page slots of the cache (release);
+	// called from the backfill goroutine with no lock held.
+	giveBack func([][]byte)
+	kept     atomic.Int32 // fill buffers not handed back
 }
 
 // fill is a page on its way from storage to the tiers.
@@ -92,8 +106,12 @@ type TierStats struct {
 	// could not take them when they were first read (see Backfill).
 	Backfills uint64 `json:"backfills"`
 	// Owed counts the pages waiting to be backfilled.
-	Owed  int          `json:"owed"`
-	Tiers []tier.Stats `json:"tiers"`
+	Owed int `json:"owed"`
+	// FillBuffers is how many slots of the budget are kept for reading
+	// pages into the tiers; 0 once no tier will take a page any more
+	// (they are page slots then).
+	FillBuffers int          `json:"fill_buffers"`
+	Tiers       []tier.Stats `json:"tiers"`
 }
 
 // layouts cuts each data page of f into chunks for the tiers: one per
@@ -151,7 +169,7 @@ func layouts(f *beton.File) func(dp int32) []tier.Chunk {
 }
 
 // newTiered opens the tiers the options ask for. Fill buffers come from
-// fills.
+// fills. start begins the backfill.
 func newTiered(src storage.Source, f *beton.File, opts Options, memBudget int64, fills [][]byte) (*tiered, error) {
 	t := &tiered{
 		Source: src, pageSize: f.PageSize(), firstPage: f.FirstPage(), numPages: int64(f.NumPages()),
@@ -161,26 +179,34 @@ func newTiered(src storage.Source, f *beton.File, opts Options, memBudget int64,
 	for _, b := range fills {
 		t.free <- b
 	}
+	t.kept.Store(int32(len(fills)))
 	geom := tier.Geometry{PageSize: f.PageSize(), NumPages: f.NumPages(), Layout: layouts(f)}
 	if memBudget > 0 {
-		t.stores = append(t.stores, tier.NewMem(geom, tier.Options{Budget: memBudget, Compress: true, Logger: opts.Logger}))
+		t.stores = append(t.stores, tier.NewMem(geom, tier.Options{Budget: memBudget, Compress: true, Logger: opts.Logger, Stored: t.wake}))
 	}
 	if opts.DiskDir != "" {
 		id := ""
 		if i, ok := src.(storage.Identifier); ok {
 			id = i.Identity()
 		}
-		d, err := tier.OpenDisk(opts.DiskDir, tier.Source{Name: src.Name(), Identity: id}, geom, tier.Options{Budget: opts.DiskBudget, Compress: true, Logger: opts.Logger})
+		d, err := tier.OpenDisk(opts.DiskDir, tier.Source{Name: src.Name(), Identity: id}, geom, tier.Options{Budget: opts.DiskBudget, Compress: true, Logger: opts.Logger, Stored: t.wake})
 		if err != nil {
 			t.close()
 			return nil, err
 		}
 		t.stores = append(t.stores, d)
 	}
+	return t, nil
+}
+
+// start begins the backfill, which hands fill buffers to giveBack once
+// the tiers take no more pages.
+func (t *tiered) start(giveBack func([][]byte)) {
+	t.giveBack = giveBack
+	t.release() // a tier opened full: at once, before the first read
 	ctx, cancel := context.WithCancel(context.Background())
 	t.cancel = cancel
 	go t.backfill(ctx)
-	return t, nil
 }
 
 // owe records that the tiers want page dp but could not take it, and
@@ -214,6 +240,7 @@ func (t *tiered) backfill(ctx context.Context) {
 		for ctx.Err() == nil {
 			dp, buf, ok := t.nextOwed()
 			if !ok {
+				t.release()
 				break // nothing owed, or no buffer free: wait for a kick
 			}
 			_, err := t.fromStorage(ctx, buf, (int64(dp)+t.firstPage)*t.pageSize)
@@ -227,6 +254,33 @@ func (t *tiered) backfill(ctx context.Context) {
 			t.unref(f)
 			t.mu.Unlock()
 		}
+	}
+}
+
+// release hands the free fill buffers to the cache once no tier will
+// take a page any more; those in use follow as they come free (unref
+// wakes the backfill).
+func (t *tiered) release() {
+	if t.giveBack == nil || t.kept.Load() == 0 {
+		return
+	}
+	for _, s := range t.stores {
+		if !s.Complete() {
+			return
+		}
+	}
+	var bufs [][]byte
+	for more := true; more; {
+		select {
+		case b := <-t.free:
+			bufs = append(bufs, b)
+		default:
+			more = false
+		}
+	}
+	if len(bufs) > 0 {
+		t.kept.Add(-int32(len(bufs)))
+		t.giveBack(bufs)
 	}
 }
 
@@ -274,15 +328,28 @@ func (t *tiered) locate(off int64, n int) (int32, int64, bool) {
 }
 
 func (t *tiered) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	n, _, err := t.read(ctx, p, off)
+	return n, err
+}
+
+// read is ReadAt, also reporting whether a tier served the bytes.
+func (t *tiered) read(ctx context.Context, p []byte, off int64) (n int, fromTier bool, err error) {
 	dp, lo, ok := t.locate(off, len(p))
 	if !ok {
-		return t.fromStorage(ctx, p, off)
+		n, err = t.fromStorage(ctx, p, off)
+		return n, false, err
 	}
 	for _, s := range t.stores {
 		if s.Read(dp, lo, p) {
-			return len(p), nil
+			return len(p), true, nil
 		}
 	}
+	n, err = t.readBelow(ctx, dp, lo, p, off)
+	return n, false, err
+}
+
+// readBelow reads what the tiers did not hold from storage, for them too.
+func (t *tiered) readBelow(ctx context.Context, dp int32, lo int64, p []byte, off int64) (int, error) {
 	if int64(len(p)) == t.pageSize {
 		n, err := t.fromStorage(ctx, p, off)
 		if err == nil {
@@ -393,9 +460,7 @@ func (t *tiered) unref(f *fill) {
 	f.refs--
 	if f.refs == 0 {
 		t.free <- f.buf
-		if len(t.owedQueue) > 0 {
-			t.wake()
-		}
+		t.wake() // to backfill or release it
 	}
 }
 
@@ -435,6 +500,7 @@ func (t *tiered) stats() *TierStats {
 	st := &TierStats{StorageBytes: t.stored.Load(), StorageRequests: t.reqs.Load(), PageFills: t.filled.Load(), Backfills: t.backfills.Load()}
 	t.mu.Lock()
 	st.Owed = len(t.owedQueue)
+	st.FillBuffers = int(t.kept.Load())
 	t.mu.Unlock()
 	for _, s := range t.stores {
 		st.Tiers = append(st.Tiers, s.Stats())

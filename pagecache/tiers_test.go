@@ -15,6 +15,7 @@ import (
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/beton/imagefolder"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
+	"github.com/ffcvfs/ffcvfs/order"
 	"github.com/ffcvfs/ffcvfs/pagecache/tier"
 	"github.com/ffcvfs/ffcvfs/storage"
 )
@@ -238,5 +239,71 @@ func TestDiskTierBackfillsSkippedPages(t *testing.T) {
 	readAllSamples(t, c, f, data, 2, 4)
 	if got := c.Stats().Tiers.StorageBytes - before; got != 0 {
 		t.Errorf("the next epoch read %d bytes from storage, want 0", got)
+	}
+}
+
+// Once the disk tier holds every page, its fill buffers become page
+// slots, and a quasi-random epoch along an announced order reads each
+// page from the tier once, ahead of the reader: no read waits on the
+// tier. The order keeps more pages open (5) than the slots left beside
+// the fill buffers (6 − 2), so that with fill buffers kept the reader
+// would load pages itself. Between reads the test lets the prefetch
+// settle, as a reader slower than the tier would: only what the cache
+// read ahead counts, never how fast.
+func TestDiskTierReadAheadAlongOrder(t *testing.T) {
+	path, data := rawPhotos(t, 256)
+	dir := filepath.Join(t.TempDir(), "disk")
+	ps := int64(beton.MinPageSize)
+	c1, f := openTiered(t, path, Options{Budget: 6 * ps, DiskDir: dir, DiskBudget: 64 * ps})
+	readAllSamples(t, c1, f, data, 1, 2)
+	for st := c1.Stats(); st.Tiers.Tiers[0].Entries < f.NumPages(); st = c1.Stats() {
+		time.Sleep(5 * time.Millisecond) // a poll of the condition
+	}
+	if st := c1.Stats(); st.Slots != 6 || st.Tiers.FillBuffers != 0 {
+		t.Errorf("with every page on the disk tier: %d slots and %d fill buffers, want 6 and 0", st.Slots, st.Tiers.FillBuffers)
+	}
+	c1.Close()
+	if f.NumPages() < 10 {
+		t.Fatalf("%d pages: the test needs more pages than slots", f.NumPages())
+	}
+
+	c, _ := openTiered(t, path, Options{Budget: 6 * ps, DiskDir: dir, DiskBudget: 64 * ps})
+	defer c.Close()
+	if st := c.Stats(); st.Slots != 6 {
+		t.Fatalf("a cache opened over a full disk tier has %d slots, want 6", st.Slots)
+	}
+	ord, err := order.Generate(f, order.Options{Kind: order.QuasiRandom, Seed: 3, Window: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Announce("r", ord); err != nil {
+		t.Fatal(err)
+	}
+	settle := func() {
+		for st := c.Stats(); st.Prefetching > 0 || st.Loading > 0; st = c.Stats() {
+			time.Sleep(time.Millisecond) // a poll of the condition
+		}
+	}
+	for _, s := range ord {
+		settle()
+		pg, err := c.AcquireSample(context.Background(), int(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		im, err := f.Image(int(s), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := pg.Data[im.Ptr-uint64(pg.Off):][:im.Size]; !bytes.Equal(got, data[im.Ptr:im.Ptr+im.Size]) {
+			t.Fatalf("sample %d: wrong bytes", s)
+		}
+		pg.Release()
+	}
+	st := c.Stats()
+	if st.TierWaits != 0 || st.Misses != 0 {
+		t.Errorf("%d reads waited on the disk tier (%d demand loads), want 0", st.TierWaits, st.Misses)
+	}
+	if st.TierLoads != uint64(f.NumPages()) || st.Tiers.StorageBytes != 0 {
+		t.Errorf("%d loads from the disk tier and %d bytes from storage; want %d (each page once) and 0", st.TierLoads, st.Tiers.StorageBytes, f.NumPages())
 	}
 }

@@ -51,6 +51,11 @@ func (p *Policy) SetSlots(n int) {
 	p.slots = n
 }
 
+// Grow adds n slots to the cache's total, as when memory kept for
+// something else becomes slots for good; plans made from then on count
+// them. SetSlots then tells how many pages may use now.
+func (p *Policy) Grow(n int) { p.total += n }
+
 // Slots returns the number of slots pages may use now.
 func (p *Policy) Slots() int { return p.slots }
 

@@ -43,6 +43,9 @@ type Options struct {
 	// their bytes.
 	Compress bool
 	Logger   *slog.Logger
+	// Stored, if set, is called from the Store's writer each time it is
+	// done with a page offered (stored or not).
+	Stored func()
 }
 
 // Stats are a Store's counters.
@@ -171,6 +174,15 @@ func (s *Store) Wants(dp int32) bool {
 // wants is Wants, called with mu held.
 func (s *Store) wants(dp int32) bool {
 	return !s.shared && s.off == "" && !s.closed && s.entries[dp] == nil && !s.pending[dp]
+}
+
+// Complete reports whether the Store will take no page any more: it
+// holds every page of the source, or it does not store (reads only, off,
+// closed).
+func (s *Store) Complete() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.shared || s.off != "" || s.closed || len(s.entries) >= s.geom.NumPages
 }
 
 // HasRoom reports whether the Store would take page dp now without
@@ -349,6 +361,9 @@ func (s *Store) writer() {
 		s.mu.Lock()
 		delete(s.pending, j.dp)
 		s.mu.Unlock()
+		if s.opts.Stored != nil {
+			s.opts.Stored()
+		}
 		if cap(buf) > 2*int(s.geom.PageSize)+64<<10 {
 			buf = nil
 		}
