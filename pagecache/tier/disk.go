@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -358,21 +359,100 @@ func Remove(dir, id string) (int64, error) {
 	return total, errors.Join(errs...)
 }
 
-// diskBackend keeps entries as files.
+// diskBackend keeps entries as files. It keeps up to maxOpenFiles of
+// them open between reads: opening and closing a file per read was 8 % of
+// the mount's CPU when a random order reads sample by sample from the
+// tier.
 type diskBackend struct {
 	dir  string
 	lock *os.File
+
+	mu    sync.Mutex
+	files map[int32]*openFile // guarded by mu
+}
+
+// maxOpenFiles bounds the entry files a disk tier keeps open.
+const maxOpenFiles = 256
+
+// openFile is an entry's file kept open, and its readers now.
+type openFile struct {
+	f     *os.File
+	users int  // guarded by diskBackend.mu
+	gone  bool // no longer kept: closed by its last user
 }
 
 func (d *diskBackend) path(dp int32) string { return filepath.Join(d.dir, "p"+strconv.Itoa(int(dp))) }
 
+// open returns page dp's entry file, kept open or opened, for one user.
+func (d *diskBackend) open(dp int32) (*openFile, error) {
+	d.mu.Lock()
+	if of := d.files[dp]; of != nil {
+		of.users++
+		d.mu.Unlock()
+		return of, nil
+	}
+	d.mu.Unlock()
+	f, err := os.Open(d.path(dp))
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if of := d.files[dp]; of != nil { // opened meanwhile
+		f.Close()
+		of.users++
+		return of, nil
+	}
+	of := &openFile{f: f, users: 1}
+	if d.files == nil {
+		d.files = map[int32]*openFile{}
+	}
+	if len(d.files) >= maxOpenFiles {
+		for k, o := range d.files { // any one: map order is random
+			d.forget(k, o)
+			break
+		}
+	}
+	d.files[dp] = of
+	return of, nil
+}
+
+// done ends a user of of.
+func (d *diskBackend) done(of *openFile) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	of.users--
+	if of.gone && of.users == 0 {
+		of.f.Close()
+	}
+}
+
+// forget stops keeping dp's file open; its last user closes it. Called
+// with mu held.
+func (d *diskBackend) forget(dp int32, of *openFile) {
+	delete(d.files, dp)
+	of.gone = true
+	if of.users == 0 {
+		of.f.Close()
+	}
+}
+
+// drop forgets page dp's file, if kept: its entry is replaced or removed.
+func (d *diskBackend) drop(dp int32) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if of := d.files[dp]; of != nil {
+		d.forget(dp, of)
+	}
+}
+
 func (d *diskBackend) read(e *entry, p []byte, off int64) error {
-	f, err := os.Open(d.path(e.dp))
+	of, err := d.open(e.dp)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	n, err := f.ReadAt(p, off)
+	defer d.done(of)
+	n, err := of.f.ReadAt(p, off)
 	if n == len(p) {
 		return nil
 	}
@@ -395,6 +475,7 @@ func (d *diskBackend) write(e *entry, data []byte) error {
 		err = cerr
 	}
 	if err == nil {
+		d.drop(e.dp) // an earlier entry's file is not read for this one
 		err = os.Rename(tmp, d.path(e.dp))
 	}
 	if err != nil {
@@ -403,7 +484,10 @@ func (d *diskBackend) write(e *entry, data []byte) error {
 	return err
 }
 
-func (d *diskBackend) remove(e *entry) { os.Remove(d.path(e.dp)) }
+func (d *diskBackend) remove(e *entry) {
+	d.drop(e.dp)
+	os.Remove(d.path(e.dp))
+}
 
 func (d *diskBackend) lookup(dp int32) *entry {
 	info, err := os.Stat(d.path(dp))
@@ -413,4 +497,11 @@ func (d *diskBackend) lookup(dp int32) *entry {
 	return &entry{dp: dp, n: info.Size(), size: blocks(info.Size())}
 }
 
-func (d *diskBackend) close() { d.lock.Close() }
+func (d *diskBackend) close() {
+	d.mu.Lock()
+	for dp, of := range d.files {
+		d.forget(dp, of)
+	}
+	d.mu.Unlock()
+	d.lock.Close()
+}
