@@ -903,27 +903,49 @@ bench_disk() {
 	echo "the disk tier: $n real-photo JPEGs, a $((size >> 20)) MiB beton of 2 MiB pages, on versitygw behind toxiproxy"
 	echo "(+$latency ms per response) and a $STORAGE_BW MB/s link; --cache-size $STORAGE_CACHE (10 %), --disk-cache of"
 	echo "$((size >> 20)) MiB on $(df --output=source "$STORAGE_TMP" | tail -n 1); 4 readers, batches of $STORAGE_BATCH, bytes only; median of $RUNS runs, taking turns."
-	echo "fetch/rd: bytes fetched from S3 per byte of images read; ratio: to the local file's epochs 2 and 3."
-	printf '%-52s %7s %8s %7s\n' "what" "img/s" "fetch/rd" "ratio"
+	echo "fetch/rd: bytes fetched from S3 per byte of images read; ratio: to the local file's epochs 2 and 3;"
+	echo "tier waits: reads that waited for a page the disk tier served (stats.json tier_this_epoch)."
+	echo "\"disk tier not in RAM\": a fresh mount after the tier's files were dropped from the page cache"
+	echo "(posix_fadvise DONTNEED), as when RAM is smaller than the disk cache.${BUSY:+ With $BUSY busy loops beside it.}"
+	printf '%-60s %7s %8s %7s %6s\n' "what" "img/s" "fetch/rd" "ratio" "waits"
+	for ((i = 0; i < ${BUSY:-0}; i++)); do
+		sh -c 'while :; do :; done' &
+		STORAGE_PIDS+=($!) # storage_cleanup ends them
+	done
+	# epoch WAY ORDER: one epoch through the mount, its line with the
+	# tier's waits of that epoch.
+	epoch() {
+		local out waits
+		out=$(bin/storagebench mount -order "$2" "${r[@]}" "$STORAGE_TMP/mnt") || die "storagebench failed"
+		waits=$(/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["cache"]["tier_this_epoch"]["waits"])' "$STORAGE_TMP/mnt/.ffcvfs/stats.json")
+		echo "way=$1 $out tierwaits=$waits" >>"$STORAGE_TMP/disk-$2.txt"
+	}
 	for order in ${ORDER:-random quasi-random}; do
 		: >"$STORAGE_TMP/disk-$order.txt"
 		for ((i = 0; i < RUNS; i++)); do
 			mount_at "$beton" "$STORAGE_CACHE"
 			for k in 1 2 3; do
-				out=$(bin/storagebench mount -order "$order" "${r[@]}" "$STORAGE_TMP/mnt") || die "storagebench failed"
-				echo "way=local$k $out" >>"$STORAGE_TMP/disk-$order.txt"
+				epoch "local$k" "$order"
 			done
 			storage_umount
 			rm -rf "$disk"
 			mount_at "s3://bench/$STORAGE_KEY" "$STORAGE_CACHE" --disk-cache "$disk" --disk-cache-size "$size"
 			for k in 1 2 3; do
-				out=$(bin/storagebench mount -order "$order" "${r[@]}" "$STORAGE_TMP/mnt") || die "storagebench failed"
-				echo "way=s3$k $out" >>"$STORAGE_TMP/disk-$order.txt"
+				epoch "s3$k" "$order"
 			done
 			storage_umount
 			mount_at "s3://bench/$STORAGE_KEY" "$STORAGE_CACHE" --disk-cache "$disk" --disk-cache-size "$size"
-			out=$(bin/storagebench mount -order "$order" "${r[@]}" "$STORAGE_TMP/mnt") || die "storagebench failed"
-			echo "way=fresh $out" >>"$STORAGE_TMP/disk-$order.txt"
+			epoch fresh "$order"
+			storage_umount
+			/usr/bin/python3 -c '
+import os, sys
+for root, _, files in os.walk(sys.argv[1]):
+    for f in files:
+        fd = os.open(os.path.join(root, f), os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)' "$disk" || die "could not drop the disk tier from the page cache"
+			mount_at "s3://bench/$STORAGE_KEY" "$STORAGE_CACHE" --disk-cache "$disk" --disk-cache-size "$size"
+			epoch cold "$order"
 			storage_umount
 		done
 		awk -v order="$order" '
@@ -932,16 +954,18 @@ bench_disk() {
 				for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
 				img[v["way"]] = img[v["way"]] " " v["images"] / v["seconds"]
 				amp[v["way"]] = amp[v["way"]] " " v["fetched"] / v["bytes"]
+				tw[v["way"]] = tw[v["way"]] " " v["tierwaits"]
 			}
 			END {
 				base = (median(img["local2"]) + median(img["local3"])) / 2
-				split("local1 local2 local3 s31 s32 s33 fresh", ways, " ")
+				split("local1 local2 local3 s31 s32 s33 fresh cold", ways, " ")
 				name["local1"] = "local file, epoch 1"; name["local2"] = "local file, epoch 2"; name["local3"] = "local file, epoch 3"
 				name["s31"] = "S3 + disk cache, epoch 1"; name["s32"] = "S3 + disk cache, epoch 2"; name["s33"] = "S3 + disk cache, epoch 3"
 				name["fresh"] = "S3 + disk cache, fresh mount, epoch 1"
-				for (i = 1; i <= 7; i++) {
+				name["cold"] = "S3 + disk cache, fresh mount, tier not in RAM"
+				for (i = 1; i <= 8; i++) {
 					w = ways[i]
-					printf "%-52s %7.0f %8.4f %7.2f\n", order ": " name[w], median(img[w]), (w ~ /^local/ ? 0 : median(amp[w])), median(img[w]) / base
+					printf "%-60s %7.0f %8.4f %7.2f %6s\n", order ": " name[w], median(img[w]), (w ~ /^local/ ? 0 : median(amp[w])), median(img[w]) / base, (w ~ /^local/ ? "-" : median(tw[w]))
 				}
 			}' "$STORAGE_TMP/disk-$order.txt"
 		cat "$STORAGE_TMP/disk-$order.txt" >>"$STORAGE_TMP/results.txt"
