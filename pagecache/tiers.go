@@ -80,7 +80,7 @@ type tiered struct {
 	done   chan struct{} // closed when the backfill has ended
 
 	// giveBack makes fill buffers page slots of the cache (release);
-	// called from the backfill goroutine with no lock held.
+	// called with none of the tiers' locks held.
 	giveBack func([][]byte)
 	kept     atomic.Int32 // fill buffers not handed back
 }
@@ -344,12 +344,12 @@ func (t *tiered) read(ctx context.Context, p []byte, off int64) (n int, fromTier
 			return len(p), true, nil
 		}
 	}
-	n, err = t.readBelow(ctx, dp, lo, p, off)
+	n, err = t.fromBelow(ctx, dp, lo, p, off)
 	return n, false, err
 }
 
-// readBelow reads what the tiers did not hold from storage, for them too.
-func (t *tiered) readBelow(ctx context.Context, dp int32, lo int64, p []byte, off int64) (int, error) {
+// fromBelow reads what the tiers did not hold from storage, for them too.
+func (t *tiered) fromBelow(ctx context.Context, dp int32, lo int64, p []byte, off int64) (int, error) {
 	if int64(len(p)) == t.pageSize {
 		n, err := t.fromStorage(ctx, p, off)
 		if err == nil {
