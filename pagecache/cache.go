@@ -113,11 +113,14 @@ type Cache struct {
 	pageSize  int64
 	firstPage int64
 	slots     []slot
-	arena     []byte // the slots' memory
-	jobs      chan prefetchJob
-	stop      context.CancelFunc
-	done      chan struct{} // closed by Close
-	wg        sync.WaitGroup
+	// reserved is how many of the last slots are the tiers' fill buffers,
+	// not page slots (addSlots); guarded by mu.
+	reserved int
+	arena    []byte // the slots' memory
+	jobs     chan prefetchJob
+	stop     context.CancelFunc
+	done     chan struct{} // closed by Close
+	wg       sync.WaitGroup
 
 	mu lock
 	// Guarded by mu.
@@ -232,9 +235,10 @@ func New(src storage.Source, f *beton.File, opts Options) (*Cache, error) {
 	c := &Cache{
 		arena: mem,
 		src:   src, tiers: tiers, f: f, opts: opts, pageSize: ps, firstPage: f.FirstPage(),
-		// Room for the fill buffers, which become slots once the tiers
-		// take no more pages (addSlots): appending never moves a slot.
-		slots:    make([]slot, n, n+nFills),
+		// The last nFills slots are the fill buffers, reserved for the
+		// tiers until they take no more pages (addSlots).
+		slots:    make([]slot, n+nFills),
+		reserved: nFills,
 		free:     make([]int32, n),
 		jobs:     make(chan prefetchJob, opts.Readers),
 		pageSlot: make([]int32, f.NumPages()),
@@ -260,6 +264,11 @@ func New(src storage.Source, f *beton.File, opts Options) (*Cache, error) {
 		c.pol.SetSizes(c.extLen, pageBytes)
 	}
 	for i := range c.slots {
+		if i >= n {
+			// Reserved: addSlots gives it the fill buffer that comes back.
+			c.slots[i] = slot{page: -1}
+			continue
+		}
 		c.slots[i] = slot{buf: mem[int64(i)*ps : int64(i+1)*ps : int64(i+1)*ps], page: -1}
 		c.free[i] = int32(n - 1 - i) // slot 0 is used first
 	}
@@ -288,22 +297,29 @@ func New(src storage.Source, f *beton.File, opts Options) (*Cache, error) {
 	return c, nil
 }
 
-// addSlots makes the buffers (arena pages the tiers kept) page slots.
+// pageSlots is the number of slots pages and ranges may use: all but
+// those reserved for the tiers. Called with mu held.
+func (c *Cache) pageSlots() int { return len(c.slots) - c.reserved }
+
+// addSlots makes the buffers (fill buffers the tiers kept) page slots:
+// reserved slots become usable with them.
 func (c *Cache) addSlots(bufs [][]byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	// No more slots than pages.
-	bufs = bufs[:max(0, min(len(bufs), len(c.pageSlot)-len(c.slots)))]
-	if c.closed || len(bufs) == 0 || len(c.slots)+len(bufs) > cap(c.slots) {
+	bufs = bufs[:max(0, min(len(bufs), c.reserved, len(c.pageSlot)-c.pageSlots()))]
+	if c.closed || len(bufs) == 0 {
 		return
 	}
 	for _, b := range bufs {
-		c.free = append(c.free, int32(len(c.slots)))
-		c.slots = append(c.slots, slot{buf: b, page: -1})
+		si := c.pageSlots()
+		c.slots[si].buf = b
+		c.reserved--
+		c.free = append(c.free, int32(si))
 	}
 	c.pol.Grow(len(bufs))
-	c.pol.SetSlots(len(c.slots) - len(c.rng.lent))
-	c.stats.Slots = len(c.slots)
+	c.pol.SetSlots(c.pageSlots() - len(c.rng.lent))
+	c.stats.Slots = c.pageSlots()
 	c.broadcast()
 	c.schedule()
 }
@@ -770,6 +786,7 @@ func (c *Cache) reader(ctx context.Context) {
 			c.inflight--
 			c.inflightBytes -= n
 			c.schedule()
+			c.broadcast()
 			c.mu.Unlock()
 		case <-ctx.Done():
 			return
@@ -873,6 +890,12 @@ func (c *Cache) check() {
 	used := 0
 	for i := range c.slots {
 		s := &c.slots[i]
+		if i >= c.pageSlots() {
+			if s.page >= 0 || s.pins != 0 || slices.Contains(c.free, int32(i)) {
+				panic(fmt.Sprintf("pagecache: slot %d reserved for the tiers is in use", i))
+			}
+			continue
+		}
 		if s.page < 0 {
 			if free, lent := slices.Contains(c.free, int32(i)), slices.Contains(c.rng.lent, int32(i)); s.pins != 0 || s.ready || free == lent {
 				panic(fmt.Sprintf("pagecache: empty slot %d has pins %d ready %v, listed free %v, lent %v", i, s.pins, s.ready, free, lent))
@@ -896,7 +919,7 @@ func (c *Cache) check() {
 			mapped++
 		}
 	}
-	if mapped != used || used+len(c.free)+len(c.rng.lent) != len(c.slots) || used != c.pol.Resident() || c.inflight < 0 || c.inflight > c.opts.Readers {
+	if mapped != used || used+len(c.free)+len(c.rng.lent)+c.reserved != len(c.slots) || used != c.pol.Resident() || c.inflight < 0 || c.inflight > c.opts.Readers {
 		panic(fmt.Sprintf("pagecache: %d pages mapped, %d slots used, %d free, %d lent, %d resident for the policy, %d prefetches in flight", mapped, used, len(c.free), len(c.rng.lent), c.pol.Resident(), c.inflight))
 	}
 	c.checkRanges()

@@ -305,7 +305,7 @@ func (c *Cache) lendSlot() bool {
 	// bytes.
 	syscall.Madvise(c.slots[si].buf, syscall.MADV_DONTNEED)
 	c.rng.lent = append(c.rng.lent, si)
-	c.pol.SetSlots(len(c.slots) - len(c.rng.lent))
+	c.pol.SetSlots(c.pageSlots() - len(c.rng.lent))
 	return true
 }
 
@@ -326,7 +326,7 @@ func (c *Cache) spareSlots() bool {
 		n := len(c.rng.lent)
 		c.free = append(c.free, c.rng.lent[n-1])
 		c.rng.lent = c.rng.lent[:n-1]
-		c.pol.SetSlots(len(c.slots) - len(c.rng.lent))
+		c.pol.SetSlots(c.pageSlots() - len(c.rng.lent))
 	}
 	return len(c.free) > 0
 }
@@ -620,8 +620,6 @@ func (c *Cache) countRequest() {
 // countTier counts a load of n bytes that a tier served, by epoch.
 func (c *Cache) countTier(n int) {
 	c.newEpoch()
-	c.stats.TierLoads++
-	c.stats.TierBytes += uint64(n)
 	c.stats.TierThisEpoch.Loads++
 	c.stats.TierThisEpoch.Bytes += uint64(n)
 }
@@ -694,7 +692,7 @@ func (c *Cache) checkRanges() {
 	if used != c.rng.used || pooled != c.rng.pooled || used+pooled > int64(len(c.rng.lent))*c.pageSize || ahead != len(c.rng.ahead) || ahead+idle != ready {
 		panic(fmt.Sprintf("pagecache: ranges use %d bytes (counted %d) of %d slots lent; %d ahead (heap %d), %d idle, %d ready", used, c.rng.used, len(c.rng.lent), ahead, len(c.rng.ahead), idle, ready))
 	}
-	if c.pol.Slots() != len(c.slots)-len(c.rng.lent) {
-		panic(fmt.Sprintf("pagecache: the policy has %d slots, %d lent of %d", c.pol.Slots(), len(c.rng.lent), len(c.slots)))
+	if c.pol.Slots() != c.pageSlots()-len(c.rng.lent) {
+		panic(fmt.Sprintf("pagecache: the policy has %d slots, %d lent of %d", c.pol.Slots(), len(c.rng.lent), c.pageSlots()))
 	}
 }

@@ -36,14 +36,11 @@ type Stats struct {
 	Requests          uint64   `json:"requests"`
 	RequestsThisEpoch uint64   `json:"requests_this_epoch"`
 	EpochRequests     []uint64 `json:"epoch_requests"`
-	// TierLoads and TierBytes count the loads (pages, and range requests)
-	// the compressed RAM and disk tiers served, instead of the source;
-	// TierWaits the acquisitions that waited for such a load (their own,
-	// or one under way: the page was not read ahead of them), and
-	// TierWaitTime how long. TierThisEpoch and TierEpochs are the same by
-	// epoch, as EpochRequests.
-	TierLoads      uint64        `json:"tier_loads"`
-	TierBytes      uint64        `json:"tier_bytes"`
+	// TierWaits counts the acquisitions that waited for a load the
+	// compressed RAM or disk tier served (their own, or one under way:
+	// the page was not read ahead of them), and TierWaitTime how long
+	// (the loads and bytes the tiers served are their Hits and HitBytes).
+	// TierThisEpoch and TierEpochs count both by epoch, as EpochRequests.
 	TierWaits      uint64        `json:"tier_waits"`
 	TierWaitTime   time.Duration `json:"tier_wait_ns"`
 	TierThisEpoch  TierEpoch     `json:"tier_this_epoch"`
@@ -137,7 +134,7 @@ func (c *Cache) Stats() Stats {
 	st.RangeBytes = c.rng.used
 	st.LentSlots = len(c.rng.lent)
 	st.UnplannedReads = "pages"
-	if c.pol.RangeMode() && len(c.slots) < len(c.pageSlot) {
+	if c.pol.RangeMode() && c.pageSlots() < len(c.pageSlot) {
 		st.UnplannedReads = "ranges"
 	}
 	st.EpochRequests = slices.Clone(st.EpochRequests)

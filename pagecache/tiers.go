@@ -83,6 +83,8 @@ type tiered struct {
 	// called with none of the tiers' locks held.
 	giveBack func([][]byte)
 	kept     atomic.Int32 // fill buffers not handed back
+
+	storedCh chan struct{} // closed when a tier is next done with a page offered; guarded by mu
 }
 
 // fill is a page on its way from storage to the tiers.
@@ -182,14 +184,14 @@ func newTiered(src storage.Source, f *beton.File, opts Options, memBudget int64,
 	t.kept.Store(int32(len(fills)))
 	geom := tier.Geometry{PageSize: f.PageSize(), NumPages: f.NumPages(), Layout: layouts(f)}
 	if memBudget > 0 {
-		t.stores = append(t.stores, tier.NewMem(geom, tier.Options{Budget: memBudget, Compress: true, Logger: opts.Logger, Stored: t.wake}))
+		t.stores = append(t.stores, tier.NewMem(geom, tier.Options{Budget: memBudget, Compress: true, Logger: opts.Logger, Stored: t.tierStored}))
 	}
 	if opts.DiskDir != "" {
 		id := ""
 		if i, ok := src.(storage.Identifier); ok {
 			id = i.Identity()
 		}
-		d, err := tier.OpenDisk(opts.DiskDir, tier.Source{Name: src.Name(), Identity: id}, geom, tier.Options{Budget: opts.DiskBudget, Compress: true, Logger: opts.Logger, Stored: t.wake})
+		d, err := tier.OpenDisk(opts.DiskDir, tier.Source{Name: src.Name(), Identity: id}, geom, tier.Options{Budget: opts.DiskBudget, Compress: true, Logger: opts.Logger, Stored: t.tierStored})
 		if err != nil {
 			t.close()
 			return nil, err
@@ -217,6 +219,29 @@ func (t *tiered) owe(dp int32) {
 		t.owedQueue = append(t.owedQueue, dp)
 	}
 	t.wake()
+}
+
+// tierStored is called by a tier done with a page offered: the backfill may
+// release the fill buffers, and waiters on storedSignal look again.
+func (t *tiered) tierStored() {
+	t.wake()
+	t.mu.Lock()
+	if t.storedCh != nil {
+		close(t.storedCh)
+		t.storedCh = nil
+	}
+	t.mu.Unlock()
+}
+
+// storedSignal returns a channel closed when a tier is next done with a
+// page offered.
+func (t *tiered) storedSignal() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.storedCh == nil {
+		t.storedCh = make(chan struct{})
+	}
+	return t.storedCh
 }
 
 // wake wakes the backfill, without waiting.

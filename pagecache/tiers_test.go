@@ -94,6 +94,53 @@ func readAllSamples(t *testing.T, c *Cache, f *beton.File, data []byte, seed uin
 	}
 }
 
+// waitTierEntries waits until c's first tier holds n pages, woken each
+// time a tier is done with a page offered, for at most testenv.Patience.
+func waitTierEntries(c *Cache, n int) {
+	timeout := time.After(testenv.Patience)
+	for {
+		ch := c.tiers.storedSignal()
+		if c.Stats().Tiers.Tiers[0].Entries >= n {
+			return
+		}
+		select {
+		case <-ch:
+		case <-timeout:
+			return // the caller's assertions report what did not happen
+		}
+	}
+}
+
+// waitLoadsDone waits until c has no load under way, prefetch or demand.
+func waitLoadsDone(c *Cache) {
+	waitCache(c, func() bool { return c.inflight == 0 && len(c.loads) == 0 })
+}
+
+// waitCache waits until cond, called with c's lock held, holds, woken at
+// each change of the cache's state, for at most testenv.Patience.
+func waitCache(c *Cache, cond func() bool) {
+	timeout := time.After(testenv.Patience)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for !cond() {
+		if c.changed == nil {
+			c.changed = make(chan struct{})
+		}
+		ch := c.changed
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-timeout:
+		}
+		c.mu.Lock()
+		select {
+		case <-timeout:
+			return // the caller's assertions report what did not happen
+		default:
+		}
+	}
+}
+
 // The tiers hold their budgets while readers race (race detector), serve
 // right bytes, and the disk tier serves a second cache of the same file
 // with no read from storage.
@@ -228,9 +275,7 @@ func TestDiskTierBackfillsSkippedPages(t *testing.T) {
 	}
 	c.tiers.wake()
 	c.tiers.mu.Unlock()
-	for st := c.Stats().Tiers; st.Tiers[0].Entries < f.NumPages(); st = c.Stats().Tiers {
-		time.Sleep(5 * time.Millisecond) // a poll of the condition
-	}
+	waitTierEntries(c, f.NumPages())
 	st := c.Stats().Tiers
 	if st.Owed != 0 || st.Backfills != uint64(f.NumPages()) {
 		t.Errorf("%d owed, %d backfilled, want 0 and %d", st.Owed, st.Backfills, f.NumPages())
@@ -256,9 +301,8 @@ func TestDiskTierReadAheadAlongOrder(t *testing.T) {
 	ps := int64(beton.MinPageSize)
 	c1, f := openTiered(t, path, Options{Budget: 6 * ps, DiskDir: dir, DiskBudget: 64 * ps})
 	readAllSamples(t, c1, f, data, 1, 2)
-	for st := c1.Stats(); st.Tiers.Tiers[0].Entries < f.NumPages(); st = c1.Stats() {
-		time.Sleep(5 * time.Millisecond) // a poll of the condition
-	}
+	waitTierEntries(c1, f.NumPages())
+	waitCache(c1, func() bool { return c1.pageSlots() == 6 }) // the backfill hands them over
 	if st := c1.Stats(); st.Slots != 6 || st.Tiers.FillBuffers != 0 {
 		t.Errorf("with every page on the disk tier: %d slots and %d fill buffers, want 6 and 0", st.Slots, st.Tiers.FillBuffers)
 	}
@@ -279,13 +323,8 @@ func TestDiskTierReadAheadAlongOrder(t *testing.T) {
 	if err := c.Announce("r", ord); err != nil {
 		t.Fatal(err)
 	}
-	settle := func() {
-		for st := c.Stats(); st.Prefetching > 0 || st.Loading > 0; st = c.Stats() {
-			time.Sleep(time.Millisecond) // a poll of the condition
-		}
-	}
 	for _, s := range ord {
-		settle()
+		waitLoadsDone(c)
 		pg, err := c.AcquireSample(context.Background(), int(s))
 		if err != nil {
 			t.Fatal(err)
@@ -303,7 +342,7 @@ func TestDiskTierReadAheadAlongOrder(t *testing.T) {
 	if st.TierWaits != 0 || st.Misses != 0 {
 		t.Errorf("%d reads waited on the disk tier (%d demand loads), want 0", st.TierWaits, st.Misses)
 	}
-	if st.TierLoads != uint64(f.NumPages()) || st.Tiers.StorageBytes != 0 {
-		t.Errorf("%d loads from the disk tier and %d bytes from storage; want %d (each page once) and 0", st.TierLoads, st.Tiers.StorageBytes, f.NumPages())
+	if hits := st.Tiers.Tiers[0].Hits; hits != uint64(f.NumPages()) || st.Tiers.StorageBytes != 0 {
+		t.Errorf("%d loads from the disk tier and %d bytes from storage; want %d (each page once) and 0", hits, st.Tiers.StorageBytes, f.NumPages())
 	}
 }

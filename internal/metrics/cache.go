@@ -71,7 +71,6 @@ func EmitCache(e *Emitter, st pagecache.Stats, pageSize float64) {
 	if st.Tiers == nil {
 		return
 	}
-	e.Counter("cache_tier_loads_total", "Loads into the RAM cache that the compressed RAM or disk tier served instead of storage.", float64(st.TierLoads))
 	e.Counter("cache_tier_waits_total", "Reads that waited for a load the compressed RAM or disk tier served: the page was not in RAM ahead of them.", float64(st.TierWaits))
 	e.Counter("cache_tier_wait_seconds_total", "Time reads spent waiting for loads the compressed RAM or disk tier served.", st.TierWaitTime.Seconds())
 	for _, t := range st.Tiers.Tiers {

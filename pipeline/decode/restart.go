@@ -93,7 +93,6 @@ func restartIndex(src []byte, x *intervals) bool {
 // divides its MCU rows; else it returns false. x.index then finds the
 // intervals.
 func restartHeader(src []byte, x *intervals) bool {
-	x.starts, x.ends = x.starts[:0], x.ends[:0]
 	x.k, x.sof = 0, 0
 	if len(src) < 4 || src[0] != 0xFF || src[1] != 0xD8 {
 		return false
