@@ -152,15 +152,16 @@ func (d *Decoder) Apply(src []byte, mode Mode, w, h int, op Op, rng *rand.Rand, 
 			m = ChooseScale(cw, ch, op.OutW, op.OutH)
 		}
 		win := scaledWindow(x, y, cw, ch, w, h, m)
-		if n := win.W * win.H * 3; cap(d.region) < n {
+		// libjpeg's rows, decoded in place, are as wide as the scaled
+		// image at most.
+		if n := (w*m + 7) / 8 * 3 * win.H; cap(d.region) < n {
 			d.region = make([]byte, n)
 		}
-		region := d.region[:win.W*win.H*3]
-		ow, oh, err := d.DecodeRegion(src, x, y, cw, ch, m, region, win.W*3)
+		r, err := d.decodeInPlace(src, x, y, cw, ch, m, d.region[:cap(d.region)])
 		if err != nil {
 			return fmt.Errorf("apply: %w", err)
 		}
-		d.resizer.ResizeWindow(dst, op.OutW*3, op.OutW, op.OutH, region, win.W*3, ow, oh,
+		d.resizer.ResizeWindow(dst, op.OutW*3, op.OutW, op.OutH, d.region[r.off:], r.stride, r.w, r.h,
 			win.FX, win.FY, win.FW, win.FH, flip)
 		return nil
 	default:

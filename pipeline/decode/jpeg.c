@@ -12,6 +12,9 @@
 /* Extra columns decoded on each side of a crop; see ffj_decode_region. */
 #define FFJ_PAD 4
 
+/* Most rows handed to one jpeg_read_scanlines call. */
+#define FFJ_ROWS 16
+
 struct ffj_decoder {
 	struct jpeg_decompress_struct d;
 	struct jpeg_error_mgr err;
@@ -121,18 +124,40 @@ int ffj_header(ffj_decoder *d, const unsigned char *src, size_t n, int *w, int *
 	return FFJ_OK;
 }
 
+/* ffj_read_rows reads rows [y0, y1) of the started, cropped decompression
+ * into dst, row r at dst + (r - y0) * stride, libjpeg writing each row in
+ * place: no row is copied. libjpeg's rows hold output_width pixels. */
+static int ffj_read_rows(ffj_decoder *d, int y0, int y1, unsigned char *dst, size_t stride) {
+	JSAMPROW rows[FFJ_ROWS];
+	int r, k, want;
+	JDIMENSION got;
+
+	for (r = y0; r < y1; r += (int)got) {
+		want = y1 - r < FFJ_ROWS ? y1 - r : FFJ_ROWS;
+		for (k = 0; k < want; k++) {
+			rows[k] = dst + (size_t)(r - y0 + k) * stride;
+		}
+		got = jpeg_read_scanlines(&d->d, rows, (JDIMENSION)want);
+		if (got == 0) {
+			snprintf(d->msg, sizeof(d->msg), "read no scanline at row %d", r);
+			return FFJ_ERR_LIBJPEG;
+		}
+	}
+	return FFJ_OK;
+}
+
 int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
                       int x, int y, int w, int h, int m,
                       unsigned char *dst, size_t dst_len, int dst_stride,
-                      int *out_w, int *out_h) {
+                      ffj_region *out) {
 	/* volatile: read after a longjmp. */
 	volatile int x0 = 0, y0 = 0, x1 = 0, y1 = 0;
 	JDIMENSION xoff, cw;
-	int r, ci, pad;
+	size_t stride, off, need;
+	int r, ci, pad, rc;
 
 	ffj_reset(d);
-	*out_w = 0;
-	*out_h = 0;
+	memset(out, 0, sizeof(*out));
 	if (n == 0) {
 		snprintf(d->msg, sizeof(d->msg), "empty input");
 		return FFJ_ERR_ARG;
@@ -179,8 +204,8 @@ int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
 		ffj_release_src(d);
 		return FFJ_ERR_ARG;
 	}
-	if ((x1 - x0) * 3 > dst_stride ||
-	    (size_t)(y1 - y0 - 1) * (size_t)dst_stride + (size_t)(x1 - x0) * 3 > dst_len) {
+	if (dst_stride < 0 || (dst_stride > 0 && ((x1 - x0) * 3 > dst_stride ||
+	    (size_t)(y1 - y0 - 1) * (size_t)dst_stride + (size_t)(x1 - x0) * 3 > dst_len))) {
 		snprintf(d->msg, sizeof(d->msg), "destination too small for %dx%d", x1 - x0, y1 - y0);
 		jpeg_abort_decompress(&d->d);
 		ffj_release_src(d);
@@ -215,17 +240,6 @@ int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
 	if (!d->libjpeg_idct) {
 		ffj_hook_idct(&d->d);
 	}
-	if ((size_t)d->d.output_width * 3 > d->rowcap) {
-		size_t need = (size_t)d->d.output_width * 3;
-		unsigned char *p = realloc(d->row, need);
-		if (p == NULL) {
-			jpeg_abort_decompress(&d->d);
-			ffj_release_src(d);
-			return FFJ_ERR_NOMEM;
-		}
-		d->row = p;
-		d->rowcap = need;
-	}
 	if (y0 > 0) {
 		JDIMENSION skipped = jpeg_skip_scanlines(&d->d, (JDIMENSION)y0);
 		if ((int)skipped != y0) {
@@ -235,21 +249,58 @@ int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
 			return FFJ_ERR_LIBJPEG;
 		}
 	}
-	for (r = y0; r < y1; r++) {
-		JSAMPROW rp = d->row;
-		if (jpeg_read_scanlines(&d->d, &rp, 1) != 1) {
-			snprintf(d->msg, sizeof(d->msg), "read no scanline at row %d", r);
+	/* libjpeg's rows (output_width pixels from column xoff) go straight
+	 * into dst when they fit there: with dst_stride 0 the rows are
+	 * libjpeg's, and the region starts (x0 - xoff) pixels into the first;
+	 * with a stride, when libjpeg's rows start at x0 and fit in it. Else
+	 * each row is decoded into d->row and its region copied. */
+	off = (size_t)(x0 - (int)xoff) * 3;
+	stride = dst_stride > 0 ? (size_t)dst_stride : (size_t)d->d.output_width * 3;
+	need = (size_t)(y1 - y0 - 1) * stride + (size_t)d->d.output_width * 3;
+	if (dst_stride == 0 || (off == 0 && (size_t)d->d.output_width * 3 <= stride && need <= dst_len)) {
+		if (need > dst_len) {
+			snprintf(d->msg, sizeof(d->msg), "destination of %zu bytes too small for %ux%d decoded pixels",
+			         dst_len, d->d.output_width, y1 - y0);
 			jpeg_abort_decompress(&d->d);
 			ffj_release_src(d);
-			return FFJ_ERR_LIBJPEG;
+			return FFJ_ERR_ARG;
 		}
-		memcpy(dst + (size_t)(r - y0) * (size_t)dst_stride,
-		       d->row + (size_t)(x0 - (int)xoff) * 3, (size_t)(x1 - x0) * 3);
+		rc = ffj_read_rows(d, y0, y1, dst, stride);
+		if (rc != FFJ_OK) {
+			jpeg_abort_decompress(&d->d);
+			ffj_release_src(d);
+			return rc;
+		}
+	} else {
+		if ((size_t)d->d.output_width * 3 > d->rowcap) {
+			size_t want = (size_t)d->d.output_width * 3;
+			unsigned char *p = realloc(d->row, want);
+			if (p == NULL) {
+				jpeg_abort_decompress(&d->d);
+				ffj_release_src(d);
+				return FFJ_ERR_NOMEM;
+			}
+			d->row = p;
+			d->rowcap = want;
+		}
+		for (r = y0; r < y1; r++) {
+			JSAMPROW rp = d->row;
+			if (jpeg_read_scanlines(&d->d, &rp, 1) != 1) {
+				snprintf(d->msg, sizeof(d->msg), "read no scanline at row %d", r);
+				jpeg_abort_decompress(&d->d);
+				ffj_release_src(d);
+				return FFJ_ERR_LIBJPEG;
+			}
+			memcpy(dst + (size_t)(r - y0) * stride, d->row + off, (size_t)(x1 - x0) * 3);
+		}
+		off = 0;
 	}
 	/* The rows below the region are never decoded. */
 	jpeg_abort_decompress(&d->d);
 	ffj_release_src(d);
-	*out_w = x1 - x0;
-	*out_h = y1 - y0;
+	out->w = x1 - x0;
+	out->h = y1 - y0;
+	out->off = off;
+	out->stride = stride;
 	return FFJ_OK;
 }

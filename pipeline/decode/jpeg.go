@@ -142,27 +142,50 @@ func (d *Decoder) Header(src []byte) (w, h int, err error) {
 // the region (restart.go), with the same pixels. Damage met while decoding, and
 // truncation inside the region, are errors wrapping ErrCorrupt.
 func (d *Decoder) DecodeRegion(src []byte, x, y, w, h int, m int, dst []byte, dstStride int) (outW, outH int, err error) {
+	if dstStride <= 0 {
+		return 0, 0, fmt.Errorf("decode region: stride %d: %w", dstStride, ErrArgument)
+	}
+	r, err := d.decodeRegion(src, x, y, w, h, m, dst, dstStride)
+	return r.w, r.h, err
+}
+
+// placed says where decodeRegion put a w×h region: its first pixel at
+// dst[off:], its rows stride bytes apart.
+type placed struct {
+	w, h, off, stride int
+}
+
+// decodeInPlace is DecodeRegion letting libjpeg write its rows into dst
+// as they come, without copying them: the region starts off bytes into
+// dst and its rows lie stride bytes apart, where stride is at most the
+// scaled image's row, (imageW·m+7)/8·3 bytes. dst must hold that many
+// bytes for each of the region's rows.
+func (d *Decoder) decodeInPlace(src []byte, x, y, w, h int, m int, dst []byte) (placed, error) {
+	return d.decodeRegion(src, x, y, w, h, m, dst, 0)
+}
+
+func (d *Decoder) decodeRegion(src []byte, x, y, w, h int, m int, dst []byte, dstStride int) (placed, error) {
 	if d.c == nil {
-		return 0, 0, fmt.Errorf("decode region: decoder closed: %w", ErrArgument)
+		return placed{}, fmt.Errorf("decode region: decoder closed: %w", ErrArgument)
 	}
 	if dstStride < 0 || x > maxCInt || y > maxCInt || w > maxCInt || h > maxCInt || dstStride > maxCInt {
-		return 0, 0, fmt.Errorf("decode region: bad region or stride: %w", ErrArgument)
+		return placed{}, fmt.Errorf("decode region: bad region or stride: %w", ErrArgument)
 	}
 	if !d.noRestarts {
 		if sub, ox, oy, ok := d.restartCrop(src, x, y, w, h, m); ok {
 			src, x, y = sub, x-ox, y-oy
 		}
 	}
-	var ow, oh C.int
+	var out C.ffj_region
 	rc := C.ffj_decode_region(d.c, bytesPtr(src), C.size_t(len(src)),
 		C.int(x), C.int(y), C.int(w), C.int(h), C.int(m),
-		bytesPtr(dst), C.size_t(len(dst)), C.int(dstStride), &ow, &oh)
+		bytesPtr(dst), C.size_t(len(dst)), C.int(dstStride), &out)
 	runtime.KeepAlive(src)
 	runtime.KeepAlive(dst)
 	if rc != C.FFJ_OK {
-		return 0, 0, d.err("decode region", rc)
+		return placed{}, d.err("decode region", rc)
 	}
-	return int(ow), int(oh), nil
+	return placed{int(out.w), int(out.h), int(out.off), int(out.stride)}, nil
 }
 
 const maxCInt = 1<<31 - 1

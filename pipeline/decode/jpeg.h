@@ -25,14 +25,24 @@ const char *ffj_warning(ffj_decoder *d);
 
 int ffj_header(ffj_decoder *d, const unsigned char *src, size_t n, int *w, int *h);
 
+/* Where ffj_decode_region put the region: w x h pixels, the first at
+ * dst + off, rows stride bytes apart. */
+typedef struct ffj_region {
+	int w, h;
+	size_t off, stride;
+} ffj_region;
+
 /* Decodes the region [x, x+w) x [y, y+h) of full-resolution pixels at scale
- * m/8 (1 <= m <= 8) as RGB into dst (rows dst_stride bytes apart, dst_len bytes in
- * all). The scaled region is rounded outward; its size goes to *out_w,
- * *out_h. src and dst are used only during the call. */
+ * m/8 (1 <= m <= 8) as RGB into dst (dst_len bytes). The scaled region is
+ * rounded outward. With dst_stride > 0 its rows go dst_stride bytes apart
+ * from dst itself; with dst_stride 0 libjpeg writes its rows into dst as
+ * they are (no copy), which may start left of the region and are as wide
+ * as the scaled image at most, and *out says where the region is. src and
+ * dst are used only during the call. */
 int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
                       int x, int y, int w, int h, int m,
                       unsigned char *dst, size_t dst_len, int dst_stride,
-                      int *out_w, int *out_h);
+                      ffj_region *out);
 
 /* Transcodes the JPEG src losslessly (the same DCT coefficients) to one with
  * a restart marker every *k_out MCUs, the divisor of the MCUs per row

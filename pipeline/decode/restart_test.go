@@ -150,3 +150,52 @@ func BenchmarkRestartIndex(b *testing.B) {
 		}
 	}
 }
+
+// TestDecodeInPlace: a region libjpeg writes into the buffer as it decodes
+// (decodeInPlace, what Apply uses) holds the same pixels as DecodeRegion's
+// rows placed at a caller's stride, for every sampling layout, with and
+// without restart intervals, at every scale, in a buffer of the size
+// decodeInPlace promises is enough.
+func TestDecodeInPlace(t *testing.T) {
+	d, err := NewDecoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	rng := rand.New(rand.NewPCG(15, 16))
+	for _, f := range append(loadFixtures(t, restartFixtures/2), layoutFixtures(t, restartFixtures/3)...) {
+		rst, _, err := AddRestarts(f.data, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, src := range [][]byte{f.data, rst} {
+			w, h, err := d.Header(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for m := 1; m <= 8; m++ {
+				for _, r := range testRegions(rng, w, h, 4) {
+					win := scaledWindow(r.x, r.y, r.w, r.h, w, h, m)
+					want := make([]byte, win.W*win.H*3)
+					if _, _, err := d.DecodeRegion(src, r.x, r.y, r.w, r.h, m, want, win.W*3); err != nil {
+						t.Fatal(err)
+					}
+					buf := make([]byte, (w*m+7)/8*3*win.H)
+					p, err := d.decodeInPlace(src, r.x, r.y, r.w, r.h, m, buf)
+					if err != nil {
+						t.Fatalf("%s %+v at %d/8: %v", f.name, r, m, err)
+					}
+					if p.w != win.W || p.h != win.H || p.stride < p.w*3 || p.off+(p.h-1)*p.stride+p.w*3 > len(buf) {
+						t.Fatalf("%s %+v at %d/8: placed %+v in %d bytes, want %dx%d", f.name, r, m, p, len(buf), win.W, win.H)
+					}
+					for y := 0; y < p.h; y++ {
+						row := buf[p.off+y*p.stride:][:p.w*3]
+						if !bytes.Equal(row, want[y*win.W*3:][:win.W*3]) {
+							t.Fatalf("%s %+v at %d/8: row %d decoded in place differs from DecodeRegion's", f.name, r, m, y)
+						}
+					}
+				}
+			}
+		}
+	}
+}
