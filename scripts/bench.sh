@@ -106,6 +106,8 @@ RUNS=${RUNS:-3}
 
 # median: the median of the numbers on stdin.
 median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+# cpu_model: the CPU's model name, as /proc/cpuinfo gives it.
+cpu_model() { awk -F": " '/^model name/ { print $2; exit }' /proc/cpuinfo; }
 
 # rate N CMD...: images/s of CMD over N images, median of RUNS runs.
 rate() {
@@ -307,7 +309,7 @@ bench_feed() {
 	local beton=$dir/bench.beton folder=$dir/imagefolder
 	local pipe=(--resolution 160 --crop random-resized --flip 0.5 --dtype uint8 --workers 2 --batch-size 256)
 	echo
-	echo "ffcvfeed: $n real-photo JPEGs (shorter side 300-500 px), 2 workers, $(nproc) cores, median of $RUNS runs"
+	echo "ffcvfeed: $n real-photo JPEGs (shorter side 300-500 px), 2 workers, $(nproc) cores ($(cpu_model)), median of $RUNS runs"
 	echo "decode: full libjpeg-turbo decode of every image (all in memory). pipeline: random-resized crop to"
 	echo "160x160, flip 0.5, uint8 batches of 256, epochs 2-3 of a 3-epoch run (steady), decoding each crop at"
 	echo "the smallest DCT scale m/8 that keeps 160 pixels, or in full with --exact. The three alternate; the ratio"
