@@ -130,13 +130,10 @@ func waitCache(c *Cache, cond func() bool) {
 		c.mu.Unlock()
 		select {
 		case <-ch:
+			c.mu.Lock()
 		case <-timeout:
-		}
-		c.mu.Lock()
-		select {
-		case <-timeout:
+			c.mu.Lock()
 			return // the caller's assertions report what did not happen
-		default:
 		}
 	}
 }
