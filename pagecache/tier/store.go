@@ -173,8 +173,12 @@ func (s *Store) Wants(dp int32) bool {
 
 // wants is Wants, called with mu held.
 func (s *Store) wants(dp int32) bool {
-	return !s.shared && s.off == "" && !s.closed && s.entries[dp] == nil && !s.pending[dp]
+	return s.stores() && s.entries[dp] == nil && !s.pending[dp]
 }
+
+// stores reports whether the Store takes pages at all: not when it reads
+// only (shared), is off or closed. Called with mu held.
+func (s *Store) stores() bool { return !s.shared && s.off == "" && !s.closed }
 
 // Complete reports whether the Store will take no page any more: it
 // holds every page of the source, or it does not store (reads only, off,
@@ -182,7 +186,7 @@ func (s *Store) wants(dp int32) bool {
 func (s *Store) Complete() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.shared || s.off != "" || s.closed || len(s.entries) >= s.geom.NumPages
+	return !s.stores() || len(s.entries) >= s.geom.NumPages
 }
 
 // HasRoom reports whether the Store would take page dp now without
