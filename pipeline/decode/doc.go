@@ -28,6 +28,22 @@
 //     only where that table holds libjpeg's own method for the size, so a
 //     library laid out differently keeps its own. It agrees with libjpeg's
 //     to 62–73 dB (TestIDCTMatchesLibjpeg); no library offers it.
+//   - An entropy decoder (huff.c) for single-scan sequential JPEGs,
+//     installed in libjpeg-turbo's decompressor in place of its Huffman
+//     decoder once a decompression has started; the IDCT, upsampling and
+//     colour stay libjpeg's. libjpeg-turbo turns its fast Huffman path off
+//     for any JPEG with restart markers (the JPEGs crops are decoded from
+//     intervals of), and its slow path reads a byte at a time. huff.c
+//     takes the bytes before the first FF of the next 8 in one go, keeps
+//     its bit buffer in registers, and decodes most AC coefficients, every
+//     EOB and every ZRL with one table lookup. It gives libjpeg's
+//     coefficients (TestEntropyMatchesLibjpeg: the same pixels at every
+//     scale, layout and region, with and without restart intervals) and
+//     reports damage where libjpeg does (TestEntropyDamage,
+//     TestEntropyRandomDamage, FuzzEntropy);
+//     Op.LibjpegEntropy and Decoder.UseLibjpegEntropy fall back to
+//     libjpeg's. No library offers a Huffman decoder that plugs into
+//     libjpeg-turbo's pipeline.
 //   - Resizing (resize.Resizer, package resize): area averaging when shrinking, bilinear when
 //     enlarging, with the horizontal flip folded into the write. The filter
 //     tables are built in Go; the passes over the pixels run in C

@@ -6,6 +6,7 @@
 #include <jpeglib.h>
 #include <jerror.h>
 
+#include "huff.h"
 #include "idct.h"
 #include "jpeg.h"
 
@@ -24,6 +25,9 @@ struct ffj_decoder {
 	unsigned char *row; /* one scanline of the (widened) cropped output */
 	size_t rowcap;
 	int libjpeg_idct; /* use libjpeg's IDCT at every scale (idct.c's otherwise) */
+	int libjpeg_entropy; /* use libjpeg's Huffman decoder (huff.c's otherwise) */
+	int huff_hooked;     /* the last decode used huff.c's */
+	ffh_state huff;
 };
 
 static void ffj_error_exit(j_common_ptr c) {
@@ -46,6 +50,7 @@ static void ffj_emit_message(j_common_ptr c, int level) {
 	case JWRN_HIT_MARKER:
 	case JWRN_MUST_RESYNC:
 	case JWRN_NOT_SEQUENTIAL:
+	case JWRN_HUFF_BAD_CODE:
 		(*c->err->format_message)(c, d->msg);
 		longjmp(d->jb, 1);
 	default:
@@ -88,6 +93,8 @@ void ffj_free(ffj_decoder *d) {
 
 const char *ffj_message(ffj_decoder *d) { return d->msg; }
 void ffj_use_libjpeg_idct(ffj_decoder *d, int on) { d->libjpeg_idct = on; }
+void ffj_use_libjpeg_entropy(ffj_decoder *d, int on) { d->libjpeg_entropy = on; }
+int ffj_entropy_hooked(ffj_decoder *d) { return d->huff_hooked; }
 const char *ffj_warning(ffj_decoder *d) { return d->warn; }
 
 static void ffj_reset(ffj_decoder *d) {
@@ -96,12 +103,14 @@ static void ffj_reset(ffj_decoder *d) {
 	d->err.num_warnings = 0;
 }
 
-/* Drops the decoder's reference to the caller's input buffer. */
+/* Drops the decoder's references to the caller's input buffer. */
 static void ffj_release_src(ffj_decoder *d) {
 	if (d->d.src != NULL) {
 		d->d.src->next_input_byte = NULL;
 		d->d.src->bytes_in_buffer = 0;
 	}
+	d->huff.r.p = NULL;
+	d->huff.end = NULL;
 }
 
 int ffj_header(ffj_decoder *d, const unsigned char *src, size_t n, int *w, int *h) {
@@ -158,6 +167,7 @@ int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
 
 	ffj_reset(d);
 	memset(out, 0, sizeof(*out));
+	d->huff_hooked = 0;
 	if (n == 0) {
 		snprintf(d->msg, sizeof(d->msg), "empty input");
 		return FFJ_ERR_ARG;
@@ -240,6 +250,7 @@ int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
 	if (!d->libjpeg_idct) {
 		ffj_hook_idct(&d->d);
 	}
+	d->huff_hooked = !d->libjpeg_entropy && ffh_hook(&d->d, &d->huff);
 	if (y0 > 0) {
 		JDIMENSION skipped = jpeg_skip_scanlines(&d->d, (JDIMENSION)y0);
 		if ((int)skipped != y0) {

@@ -47,6 +47,8 @@ type Decoder struct {
 	// noRestarts decodes every region from the whole JPEG, for
 	// comparisons.
 	noRestarts bool
+	// libjpegEntropy is what UseLibjpegEntropy last set.
+	libjpegEntropy bool
 
 	// scale picks Apply's DCT scale; nil means ChooseScale. Tests set it
 	// to compare scale rules.
@@ -83,6 +85,23 @@ func (d *Decoder) useLibjpegIDCT(on bool) {
 	}
 	C.ffj_use_libjpeg_idct(d.c, C.int(v))
 }
+
+// UseLibjpegEntropy makes the decoder entropy-decode every JPEG with
+// libjpeg-turbo's own Huffman decoder, as a baseline; by default
+// single-scan sequential JPEGs are entropy-decoded by huff.c's, which
+// gives the same coefficients in less time.
+func (d *Decoder) UseLibjpegEntropy(on bool) {
+	d.libjpegEntropy = on
+	v := 0
+	if on {
+		v = 1
+	}
+	C.ffj_use_libjpeg_entropy(d.c, C.int(v))
+}
+
+// entropyHooked reports whether the last decode was entropy-decoded by
+// huff.c's decoder.
+func (d *Decoder) entropyHooked() bool { return C.ffj_entropy_hooked(d.c) != 0 }
 
 // LastWarning returns the last non-fatal libjpeg warning of the previous
 // call, or "". Warnings are never printed.

@@ -18,6 +18,12 @@ void ffj_free(ffj_decoder *d);
  * by default the scales libjpeg-turbo has no SIMD code for use idct.c's. */
 void ffj_use_libjpeg_idct(ffj_decoder *d, int on);
 
+/* With on set, JPEGs are entropy-decoded by libjpeg's Huffman decoder; by
+ * default single-scan sequential ones are by huff.c's. */
+void ffj_use_libjpeg_entropy(ffj_decoder *d, int on);
+/* Whether the last ffj_decode_region used huff.c's decoder. */
+int ffj_entropy_hooked(ffj_decoder *d);
+
 /* Message of the last error (or "" when none). Valid until the next call. */
 const char *ffj_message(ffj_decoder *d);
 /* Last non-fatal warning of the last call, or "". */

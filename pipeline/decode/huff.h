@@ -1,0 +1,60 @@
+#ifndef FFCVFS_DECODE_HUFF_H
+#define FFCVFS_DECODE_HUFF_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jpeglib.h>
+
+/* Bits of lookahead in the decoding tables. */
+#define FFH_FAST 10
+
+typedef struct ffh_table {
+	/* By the next FFH_FAST bits: symbol << 8 | code length, 0 for a
+	 * longer code. */
+	uint16_t sym[1 << FFH_FAST];
+	/* AC tables: value << 16 | run << 8 | bits used, where the code and
+	 * its value bits fit in FFH_FAST bits; 0 elsewhere. */
+	int32_t ac[1 << FFH_FAST];
+	int32_t maxcode[18];
+	int32_t valoff[17];
+	uint8_t val[256];
+} ffh_table;
+
+/* A position in the entropy-coded data; see huff.c. */
+typedef struct ffh_reader {
+	const uint8_t *p;
+	uintptr_t lim; /* the last p that 8 bytes can be read at, 0 for none */
+	uint64_t bits;
+	int nbits;
+} ffh_reader;
+
+/* The entropy decoder of one decompression; the caller owns it, and it
+ * must outlive the decompression it is hooked into. */
+typedef struct ffh_state {
+	struct {
+		void (*start_pass)(j_decompress_ptr cinfo);
+		boolean (*decode_mcu)(j_decompress_ptr cinfo, JBLOCKROW *MCU_data);
+		boolean insufficient_data;
+	} view; /* first: libjpeg sees the state as its entropy module */
+	j_decompress_ptr cinfo;
+	ffh_reader r;
+	const uint8_t *end;
+	int pad, stopped;
+	unsigned togo;
+	int next_rst;
+	int dc[4];
+	const ffh_table *dct[D_MAX_BLOCKS_IN_MCU], *act[D_MAX_BLOCKS_IN_MCU];
+	char used[2 * NUM_HUFF_TBLS];
+	ffh_table tables[2 * NUM_HUFF_TBLS];
+	JCOEF scratch[64 + 16];
+} ffh_state;
+
+/* ffh_hook replaces the entropy decoder of a started single-scan
+ * sequential Huffman decompression by s's, which gives the same
+ * coefficients. Call it after jpeg_start_decompress and before the first
+ * row is read or skipped. Returns 0, leaving libjpeg's in place, for
+ * other JPEGs. */
+int ffh_hook(j_decompress_ptr cinfo, ffh_state *s);
+
+#endif
