@@ -16,7 +16,10 @@
 #                                 scripts/make-bench-data.sh): the pipeline (decode,
 #                                 random-resized crop to 160, flip, uint8 batches of
 #                                 256, 2 workers), with m/8 DCT scaling and --exact,
-#                                 alternating with decoding alone, vs FFCV's Loader
+#                                 and over a beton with restart intervals (also with
+#                                 libjpeg-turbo's entropy decoder), alternating with
+#                                 decoding alone (libjpeg-turbo's, and with ffcvfeed's
+#                                 entropy decoder), vs FFCV's Loader
 #                                 (when it builds here) and vs torchvision
 #                                 ImageFolder + DataLoader (2 workers) doing the same;
 #                                 then ffcvfeed's peak RSS after epochs 1, 2 and 5
@@ -96,7 +99,7 @@
 # only the reading ways whose names match) and FEED=0 (no ffcvfeed runs). feed
 # reads FFCV_SRC, a checkout of libffcv/ffcv to build FFCV's Loader from
 # (default: ${FFCVFS_CACHE:-~/.cache/ffcvfs}/ffcv-src, cloned at $FFCV_COMMIT when
-# missing; FFCV=0 leaves FFCV out).
+# missing; FFCV=0 leaves FFCV out), and OUTPUTS=0 leaves the output options out.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -310,11 +313,13 @@ bench_feed() {
 	local pipe=(--resolution 160 --crop random-resized --flip 0.5 --dtype uint8 --workers 2 --batch-size 256)
 	echo
 	echo "ffcvfeed: $n real-photo JPEGs (shorter side 300-500 px), 2 workers, $(nproc) cores ($(cpu_model)), median of $RUNS runs"
-	echo "decode: full libjpeg-turbo decode of every image (all in memory). pipeline: random-resized crop to"
-	echo "160x160, flip 0.5, uint8 batches of 256, epochs 2-3 of a 3-epoch run (steady), decoding each crop at"
-	echo "the smallest DCT scale m/8 that keeps 160 pixels, or in full with --exact. The three alternate; the ratio"
-	echo "is the median of each run's ratio to its baseline. FFCV's Loader (built from Debian's Numba and OpenCV)"
-	echo "reads the same beton from the page cache in random order, epochs 2-3 of 3. torchvision does the same"
+	echo "decode: full libjpeg-turbo decode of every image (all in memory), and the same with ffcvfeed's entropy"
+	echo "decoder. pipeline: random-resized crop to 160x160, flip 0.5, uint8 batches of 256, epochs 2-3 of a"
+	echo "3-epoch run (steady), decoding each crop at the smallest DCT scale m/8 that keeps 160 pixels, or in full"
+	echo "with --exact; over a beton written with --restart-interval 4, with ffcvfeed's entropy decoder (the"
+	echo "default) and libjpeg-turbo's. They alternate; the ratio is the median of each run's ratio to its baseline."
+	echo "FFCV's Loader (built from Debian's Numba and OpenCV) reads the same beton from the page cache in random"
+	echo "order, epochs 2-3 of 3. torchvision does the same"
 	echo "crop with ImageFolder + DataLoader, one epoch (its time includes starting its workers)."
 	echo "peak RSS: the process's peak resident size after each epoch of one 5-epoch ffcvfeed bench run."
 	printf '%-52s %10s %-9s %8s\n' "what" "value" "unit" "ratio"
@@ -325,8 +330,8 @@ bench_feed() {
 	if [[ ! -f $rbeton || $rbeton -ot $beton ]]; then
 		bin/ffcvfs write --restart-interval 4 "$folder" "$rbeton.tmp" >&2 && mv "$rbeton.tmp" "$rbeton" || die "ffcvfs write --restart-interval failed"
 	fi
-	local base r i b p x q k
-	local -a bases pipes exacts rsts rp rx rq
+	local base r i b p x q k e l
+	local -a bases pipes exacts rsts rp rx rq ents ltrs re rl
 	# The output options, each run beside the uint8 NHWC pipeline.
 	local outs=("--layout nchw" "--dtype float16" "--dtype float16 --layout nchw" "--dtype float16 --normalize imagenet"
 		"--dtype float16 --layout nchw --normalize imagenet" "--dtype float32" "--dtype float32 --layout nchw"
@@ -339,7 +344,11 @@ bench_feed() {
 		p=$(steady_rate bin/ffcvfeed bench --data "$beton" "${pipe[@]}" --epochs 3)
 		x=$(steady_rate bin/ffcvfeed bench --data "$beton" "${pipe[@]}" --exact --epochs 3)
 		q=$(steady_rate bin/ffcvfeed bench --data "$rbeton" "${pipe[@]}" --epochs 3)
-		[[ -n $b && -n $p && -n $x && -n $q ]] || die "no images/s figure from ffcvfeed decode-bench or bench"
+		e=$(bin/ffcvfeed decode-bench --data "$beton" --workers 2 --entropy-decoder ffcvfeed | images_per_s) || die "ffcvfeed decode-bench failed"
+		l=$(steady_rate bin/ffcvfeed bench --data "$rbeton" "${pipe[@]}" --entropy-decoder libjpeg --epochs 3)
+		[[ -n $b && -n $p && -n $x && -n $q && -n $e && -n $l ]] || die "no images/s figure from ffcvfeed decode-bench or bench"
+		ents+=("$e") ltrs+=("$l") re+=("$(echo "$e / $b" | bc -l)") rl+=("$(echo "$l / $b" | bc -l)")
+		[[ ${OUTPUTS:-1} == 0 ]] && outs=()
 		for k in "${!outs[@]}"; do
 			# shellcheck disable=SC2086 # the options are words without spaces
 			r=$(steady_rate bin/ffcvfeed bench --data "$beton" "${pipe[@]}" ${outs[k]} --epochs 3)
@@ -351,11 +360,13 @@ bench_feed() {
 	done
 	base=$(printf '%s\n' "${bases[@]}" | median)
 	printf '%-52s %10.0f %-9s %8s\n' "ffcvfeed decode-bench --workers 2 (baseline)" "$base" "images/s" "1.00"
+	printf '%-52s %10.0f %-9s %8.3f\n' "decode-bench --entropy-decoder ffcvfeed" "$(printf '%s\n' "${ents[@]}" | median)" "images/s" "$(printf '%s\n' "${re[@]}" | median)"
 	printf '%-52s %10.0f %-9s %8.3f\n' "ffcvfeed bench (pipeline, m/8 scaling)" "$(printf '%s\n' "${pipes[@]}" | median)" "images/s" "$(printf '%s\n' "${rp[@]}" | median)"
 	printf '%-52s %10.0f %-9s %8.3f\n' "ffcvfeed bench --exact (pipeline, full-size crops)" "$(printf '%s\n' "${exacts[@]}" | median)" "images/s" "$(printf '%s\n' "${rx[@]}" | median)"
 	printf '%-52s %10.0f %-9s %8.3f\n' "ffcvfeed bench, beton with --restart-interval 4" "$(printf '%s\n' "${rsts[@]}" | median)" "images/s" "$(printf '%s\n' "${rq[@]}" | median)"
+	printf '%-52s %10.0f %-9s %8.3f\n' "  the same, --entropy-decoder libjpeg" "$(printf '%s\n' "${ltrs[@]}" | median)" "images/s" "$(printf '%s\n' "${rl[@]}" | median)"
 	echo "  per run, decode / m/8 / exact / restarts images/s: $(for ((i = 0; i < RUNS; i++)); do printf '%.0f/%.0f/%.0f/%.0f ' "${bases[i]}" "${pipes[i]}" "${exacts[i]}" "${rsts[i]}"; done)"
-	echo "output options, the pipeline above (uint8 NHWC) with each; ratio: median of each run's ratio to uint8 NHWC"
+	[[ ${OUTPUTS:-1} == 0 ]] || echo "output options, the pipeline above (uint8 NHWC) with each; ratio: median of each run's ratio to uint8 NHWC"
 	for k in "${!outs[@]}"; do
 		# shellcheck disable=SC2086 # a list of numbers
 		printf '%-52s %10.0f %-9s %8.3f\n' "  ${outs[k]}" "$(printf '%s\n' ${orate[$k]} | median)" "images/s" "$(printf '%s\n' ${oratio[$k]} | median)"

@@ -83,6 +83,7 @@ func pipelineFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "center-ratio", Value: decode.DefaultCenterRatio, Usage: "center: crop side over the shorter side", Category: "augment"},
 		&cli.Float64Flag{Name: "flip", Value: 0.5, Usage: "probability `P` of a horizontal flip per sample (0: never, 1: always); not a switch", Category: "augment"},
 		&cli.BoolFlag{Name: "exact", Usage: "decode each crop at full resolution before resizing it: the pixels of a full decode, cropped and\n\tarea-resized, but slower; by default a crop decodes at the smallest JPEG DCT scale m/8 that keeps\n\tthe output's pixels (about 47 dB from the exact pixels on average, never under 30 dB)", Category: "augment"},
+		&cli.StringFlag{Name: "entropy-decoder", Value: "ffcvfeed", Usage: "`NAME` that entropy-decodes baseline JPEGs: ffcvfeed (its own Huffman decoder) or libjpeg\n\t(libjpeg-turbo's, slower, above all with restart intervals); both give the same pixels", Category: "augment"},
 		&cli.IntFlag{Name: "translate", Usage: "shift each image by up to `N` pixels each way, filling with --translate-fill (FFCV's RandomTranslate)", Category: "augment"},
 		&cli.StringFlag{Name: "translate-fill", Value: "0,0,0", Usage: "`R,G,B` (0-255) that --translate fills with", Category: "augment"},
 		&cli.IntFlag{Name: "cutout", Usage: "fill a square of side `N` at a random place with --cutout-fill (FFCV's Cutout)", Category: "augment"},
@@ -179,6 +180,13 @@ func pipelineOptions(c *cli.Context) (pipeline.Options, error) {
 		ImageField: c.String("image-field"), LabelField: c.String("label-field"),
 		Fields: splitList(c.String("fields")),
 		Op:     decode.Op{OutW: c.Int("resolution"), OutH: c.Int("resolution"), FlipProb: c.Float64("flip"), CenterRatio: c.Float64("center-ratio"), Exact: c.Bool("exact")},
+	}
+	switch c.String("entropy-decoder") {
+	case "ffcvfeed":
+	case "libjpeg":
+		o.Op.LibjpegEntropy = true
+	default:
+		return o, cli.Exit(fmt.Sprintf("--entropy-decoder %q: want ffcvfeed or libjpeg", c.String("entropy-decoder")), 2)
 	}
 	switch c.String("crop") {
 	case "random-resized":
@@ -511,10 +519,11 @@ func decodeBenchCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "decode-bench",
 		Usage:     "decode every JPEG of a beton in full with libjpeg-turbo (the baseline of ffcvfeed bench)",
-		UsageText: "ffcvfeed decode-bench --data SRC [--workers N]",
+		UsageText: "ffcvfeed decode-bench --data SRC [--workers N] [--entropy-decoder libjpeg|ffcvfeed]",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "data", Required: true, Usage: "the beton"},
 			&cli.IntFlag{Name: "workers", Value: runtime.NumCPU(), DefaultText: "the cores", Usage: "`N` decoding goroutines"},
+			&cli.StringFlag{Name: "entropy-decoder", Value: "libjpeg", Usage: "`NAME` that entropy-decodes the JPEGs: libjpeg (libjpeg-turbo's own: the baseline) or ffcvfeed (the\n\tpipeline's)"},
 		},
 		Action: func(c *cli.Context) error {
 			f, err := beton.OpenFile(c.String("data"))
@@ -541,6 +550,10 @@ func decodeBenchCommand() *cli.Command {
 			if workers < 1 || workers > pipeline.MaxWorkers {
 				return cli.Exit(fmt.Sprintf("--workers %d: want 1 to %d", workers, pipeline.MaxWorkers), 2)
 			}
+			ent := c.String("entropy-decoder")
+			if ent != "libjpeg" && ent != "ffcvfeed" {
+				return cli.Exit(fmt.Sprintf("--entropy-decoder %q: want libjpeg or ffcvfeed", ent), 2)
+			}
 			next := make(chan []byte, workers)
 			done := make(chan error, workers)
 			start := time.Now()
@@ -552,6 +565,7 @@ func decodeBenchCommand() *cli.Command {
 						return
 					}
 					defer d.Close()
+					d.UseLibjpegEntropy(ent == "libjpeg")
 					var buf []byte
 					for b := range next {
 						w, h, err := d.Header(b)

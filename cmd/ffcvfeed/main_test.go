@@ -132,6 +132,7 @@ func TestFlagsBounded(t *testing.T) {
 		{[]string{"bench", "--resolution", "99999999"}, "each side must be 1 to 65535"},
 		{[]string{"bench", "--resolution", "60000", "--batch-size", "100000"}, "would take more than 68719476736 bytes"},
 		{[]string{"decode-bench", "--workers", "99999999"}, "--workers 99999999: want 1 to 1024"},
+		{[]string{"decode-bench", "--entropy-decoder", "x"}, `--entropy-decoder "x": want libjpeg or ffcvfeed`},
 	} {
 		out, code := runFfcvfeed(t, append(tc.args, "--data", beton)...)
 		if code != 2 || !strings.Contains(out, tc.want) {
@@ -172,6 +173,7 @@ func TestAugmentFlags(t *testing.T) {
 		{[]string{"--fields", "label,nope"}, `no field "nope"`},
 		{[]string{"--crop", "none"}, "one size"},
 		{[]string{"--cutout", "400"}, "cutout"},
+		{[]string{"--entropy-decoder", "pillow"}, `--entropy-decoder "pillow": want ffcvfeed or libjpeg`},
 	} {
 		out, code := runFfcvfeed(t, append(base, tc.args...)...)
 		if code == 0 || !strings.Contains(out, tc.want) || strings.Contains(out, "panic") {
