@@ -366,6 +366,8 @@ bench_feed() {
 	printf '%-52s %10.0f %-9s %8.3f\n' "ffcvfeed bench, beton with --restart-interval 4" "$(printf '%s\n' "${rsts[@]}" | median)" "images/s" "$(printf '%s\n' "${rq[@]}" | median)"
 	printf '%-52s %10.0f %-9s %8.3f\n' "  the same, --entropy-decoder libjpeg" "$(printf '%s\n' "${ltrs[@]}" | median)" "images/s" "$(printf '%s\n' "${rl[@]}" | median)"
 	echo "  per run, decode / m/8 / exact / restarts images/s: $(for ((i = 0; i < RUNS; i++)); do printf '%.0f/%.0f/%.0f/%.0f ' "${bases[i]}" "${pipes[i]}" "${exacts[i]}" "${rsts[i]}"; done)"
+	echo "the two entropy decoders alternating image by image, one goroutine (tools/entropyab):"
+	go run ./tools/entropyab -folder "$folder" -rounds "$RUNS" | sed 's/^/  /' || die "tools/entropyab failed"
 	[[ ${OUTPUTS:-1} == 0 ]] || echo "output options, the pipeline above (uint8 NHWC) with each; ratio: median of each run's ratio to uint8 NHWC"
 	for k in "${!outs[@]}"; do
 		# shellcheck disable=SC2086 # a list of numbers

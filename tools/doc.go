@@ -1,6 +1,7 @@
 // Package tools holds the project's Go programs that are tools, not
 // products: benchmark-data generators (mkbenchdata, mkimagefolder,
 // mkscanbeton), the readers that scripts/bench.sh times (readall,
-// storagebench), and a simulation of a cluster's caches (clustersim). Each uses the project's packages rather than
+// storagebench), an image-by-image comparison of the two JPEG entropy
+// decoders (entropyab), and a simulation of a cluster's caches (clustersim). Each uses the project's packages rather than
 // re-implementing them; scripts/ keeps the shell and Python that run them.
 package tools
