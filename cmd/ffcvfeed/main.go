@@ -83,7 +83,7 @@ func pipelineFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "center-ratio", Value: decode.DefaultCenterRatio, Usage: "center: crop side over the shorter side", Category: "augment"},
 		&cli.Float64Flag{Name: "flip", Value: 0.5, Usage: "probability `P` of a horizontal flip per sample (0: never, 1: always); not a switch", Category: "augment"},
 		&cli.BoolFlag{Name: "exact", Usage: "decode each crop at full resolution before resizing it: the pixels of a full decode, cropped and\n\tarea-resized, but slower; by default a crop decodes at the smallest JPEG DCT scale m/8 that keeps\n\tthe output's pixels (about 47 dB from the exact pixels on average, never under 30 dB)", Category: "augment"},
-		&cli.StringFlag{Name: "entropy-decoder", Value: "ffcvfeed", Usage: "`NAME` that entropy-decodes baseline JPEGs: ffcvfeed (its own Huffman decoder) or libjpeg\n\t(libjpeg-turbo's, slower, above all with restart intervals); both give the same pixels", Category: "augment"},
+		&cli.StringFlag{Name: "entropy-decoder", Value: "ffcvfeed", Usage: "`NAME` that entropy-decodes baseline JPEGs: ffcvfeed (its own Huffman decoder) or libjpeg\n\t(libjpeg-turbo's: 5-10 % more time per image); both give the same pixels", Category: "augment"},
 		&cli.IntFlag{Name: "translate", Usage: "shift each image by up to `N` pixels each way, filling with --translate-fill (FFCV's RandomTranslate)", Category: "augment"},
 		&cli.StringFlag{Name: "translate-fill", Value: "0,0,0", Usage: "`R,G,B` (0-255) that --translate fills with", Category: "augment"},
 		&cli.IntFlag{Name: "cutout", Usage: "fill a square of side `N` at a random place with --cutout-fill (FFCV's Cutout)", Category: "augment"},

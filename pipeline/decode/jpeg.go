@@ -91,6 +91,9 @@ func (d *Decoder) useLibjpegIDCT(on bool) {
 // single-scan sequential JPEGs are entropy-decoded by huff.c's, which
 // gives the same coefficients in less time.
 func (d *Decoder) UseLibjpegEntropy(on bool) {
+	if d.c == nil {
+		return
+	}
 	d.libjpegEntropy = on
 	v := 0
 	if on {
@@ -101,7 +104,7 @@ func (d *Decoder) UseLibjpegEntropy(on bool) {
 
 // entropyHooked reports whether the last decode was entropy-decoded by
 // huff.c's decoder.
-func (d *Decoder) entropyHooked() bool { return C.ffj_entropy_hooked(d.c) != 0 }
+func (d *Decoder) entropyHooked() bool { return d.c != nil && C.ffj_entropy_hooked(d.c) != 0 }
 
 // LastWarning returns the last non-fatal libjpeg warning of the previous
 // call, or "". Warnings are never printed.
