@@ -34,6 +34,24 @@ func entropyVariants(t testing.TB, f fixture) (plain, rst1, rst4, progressive fi
 	return f, fixture{f.name + "+rst1", r1}, fixture{f.name + "+rst4", r4}, fixture{f.name + "+progressive", p.Bytes()}
 }
 
+// entropyDecoders returns two Decoders, closed when the test ends: ours
+// with huff.c's entropy decoder, theirs with libjpeg's.
+func entropyDecoders(t testing.TB) (ours, theirs *Decoder) {
+	t.Helper()
+	ours, err := NewDecoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ours.Close)
+	theirs, err = NewDecoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(theirs.Close)
+	theirs.UseLibjpegEntropy(true)
+	return ours, theirs
+}
+
 // TestEntropyMatchesLibjpeg: regions decoded with huff.c's entropy decoder
 // equal, byte for byte, the same regions decoded with libjpeg-turbo's own,
 // for fixture photos in every sampling layout, without and with restart
@@ -41,17 +59,7 @@ func entropyVariants(t testing.TB, f fixture) (plain, rst1, rst4, progressive fi
 // region), at every m/8, whole images and regions anywhere. Progressive
 // JPEGs stay with libjpeg's decoder.
 func TestEntropyMatchesLibjpeg(t *testing.T) {
-	ours, err := NewDecoder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ours.Close()
-	theirs, err := NewDecoder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer theirs.Close()
-	theirs.UseLibjpegEntropy(true)
+	ours, theirs := entropyDecoders(t)
 	rng := rand.New(rand.NewPCG(17, 18))
 	hooked := map[string]int{}
 	var decodes int
@@ -216,17 +224,7 @@ func agree(t *testing.T, ours, theirs *Decoder, b []byte, x, y, cw, ch, m int) (
 // inserted and cut at random, in plain JPEGs and with restart intervals:
 // the two decoders agree (agree) on every one.
 func TestEntropyRandomDamage(t *testing.T) {
-	ours, err := NewDecoder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ours.Close()
-	theirs, err := NewDecoder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer theirs.Close()
-	theirs.UseLibjpegEntropy(true)
+	ours, theirs := entropyDecoders(t)
 	rng := rand.New(rand.NewPCG(19, 20))
 	var n, decoded int
 	for _, f := range loadFixtures(t, 3) {
@@ -280,15 +278,7 @@ func FuzzEntropy(f *testing.F) {
 			f.Add(v.data, uint8(3), uint16(0x1234))
 		}
 	}
-	ours, err := NewDecoder()
-	if err != nil {
-		f.Fatal(err)
-	}
-	theirs, err := NewDecoder()
-	if err != nil {
-		f.Fatal(err)
-	}
-	theirs.UseLibjpegEntropy(true)
+	ours, theirs := entropyDecoders(f)
 	f.Fuzz(func(t *testing.T, b []byte, scale uint8, where uint16) {
 		w, h, err := theirs.Header(b)
 		if err != nil {
