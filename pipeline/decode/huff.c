@@ -105,9 +105,10 @@ static int build(ffh_table *t, const JHUFF_TBL *h, int ac) {
 	return 1;
 }
 
-/* The bit reader: bits holds nbits unread bits at its top, of which the
- * last pad are zeros made up past a marker or the data's end. It lives in
- * locals of decode_mcu (so in registers) and in ffh_state between calls. */
+/* The bit reader (ffh_reader): bits holds nbits unread bits at its top,
+ * of which the last s->pad are zeros made up past a marker or the data's
+ * end. It lives in locals of decode_mcu (so in registers) and in
+ * ffh_state between calls. */
 
 /* refill_bytes tops bits up byte by byte, undoing byte stuffing: FF 00
  * is a data byte FF (and FFs before it are fill). At a marker (or the

@@ -14,7 +14,8 @@ typedef struct ffh_table {
 	 * longer code. */
 	uint16_t sym[1 << FFH_FAST];
 	/* AC tables: value << 16 | run << 8 | bits used, where the code and
-	 * its value bits fit in FFH_FAST bits; 0 elsewhere. */
+	 * its value bits fit in FFH_FAST bits (an EOB is a run of 64 and a ZRL
+	 * one of 15, both of value 0); 0 elsewhere. */
 	int32_t ac[1 << FFH_FAST];
 	int32_t maxcode[18];
 	int32_t valoff[17];
