@@ -82,5 +82,11 @@ if (($# == 0)); then
 	# detector; the library packages are where a race would be.
 	step "go test -race (every package but integration)"
 	go test -race -count=1 -timeout "$timeout" $(go list ./... | grep -v '/integration$')
+	# The JPEG decoder's C (huff.c, idct.c, jpeg.c, restart.c) reads
+	# untrusted bytes: its tests of damaged JPEGs and restart intervals, the
+	# fuzz seeds among them, once more under AddressSanitizer (leak checks
+	# off: the Go heap is outside their view).
+	step "go test -asan (pipeline/decode)"
+	ASAN_OPTIONS=detect_leaks=0 go test -asan -count=1 -timeout "$timeout" -run 'Entropy|Corrupt|Restart|InPlace' ./pipeline/decode
 fi
 echo "tests took $((SECONDS - start)) s"
