@@ -1067,3 +1067,19 @@ func TestMountBackground(t *testing.T) {
 	}
 	checkUnmounted(t, mnt)
 }
+
+// TestMountStopsAtOnceOnSignal: SIGTERM the moment the mount serves ends it
+// cleanly (exit 0, nothing left in the mount table). The signal handler is
+// in place before the mount becomes visible; before, a signal in between
+// killed the process and left a dead mount behind (ENOTCONN), as a job
+// scheduler's quick cancellation would.
+func TestMountStopsAtOnceOnSignal(t *testing.T) {
+	fixture := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
+	for range 10 {
+		p := startMount(t, nil, fixture)
+		p.stop(t)
+		if t.Failed() {
+			t.Fatalf("the mount's log:\n%s", p.stderr)
+		}
+	}
+}

@@ -241,6 +241,12 @@ func runMount(c *cli.Context) error {
 		defer ms.Close()
 		slog.Info("serving metrics", "url", "http://"+ms.Addr()+"/metrics")
 	}
+	// The handler goes in before the mount is visible: a signal the moment
+	// it serves must unmount it, not kill the process with it mounted. One
+	// that comes sooner waits in sigs for the mount to be up.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
 	srv, err := fs.Mount(mnt, view, fs.MountOptions{FsName: source.Name(), AllowOther: c.Bool("allow-other"), Debug: c.Bool("debug-fuse"), SourcePath: localPath})
 	if err != nil {
 		return cli.Exit(err.Error(), 1)
@@ -249,10 +255,6 @@ func runMount(c *cli.Context) error {
 	slog.Info("mounted", "source", source.Name(), "mountpoint", mnt, "pid", os.Getpid(), "samples", f.NumSamples(), "classes", len(view.Classes()),
 		"pages", f.NumPages(), "cache_pages", st.Slots, "cache", bytesize.Format(st.BudgetBytes))
 	signalReady()
-
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
 	go stopOnSignal(sigs, srv, source, mnt, c.Duration("stop-grace"))
 	srv.Wait()
 	slog.Info("unmounted", "mountpoint", mnt)
