@@ -113,6 +113,15 @@ static void ffj_release_src(ffj_decoder *d) {
 	d->huff.end = NULL;
 }
 
+/* ffj_end ends the decompression (whatever its state) and drops the
+ * references to the input; it returns rc, for the exits of ffj_header and
+ * ffj_decode_region. */
+static int ffj_end(ffj_decoder *d, int rc) {
+	jpeg_abort_decompress(&d->d);
+	ffj_release_src(d);
+	return rc;
+}
+
 int ffj_header(ffj_decoder *d, const unsigned char *src, size_t n, int *w, int *h) {
 	ffj_reset(d);
 	if (n == 0) {
@@ -120,17 +129,13 @@ int ffj_header(ffj_decoder *d, const unsigned char *src, size_t n, int *w, int *
 		return FFJ_ERR_ARG;
 	}
 	if (setjmp(d->jb)) {
-		jpeg_abort_decompress(&d->d);
-		ffj_release_src(d);
-		return FFJ_ERR_LIBJPEG;
+		return ffj_end(d, FFJ_ERR_LIBJPEG);
 	}
 	jpeg_mem_src(&d->d, src, (unsigned long)n);
 	jpeg_read_header(&d->d, TRUE);
 	*w = (int)d->d.image_width;
 	*h = (int)d->d.image_height;
-	jpeg_abort_decompress(&d->d);
-	ffj_release_src(d);
-	return FFJ_OK;
+	return ffj_end(d, FFJ_OK);
 }
 
 /* ffj_read_rows reads rows [y0, y1) of the started, cropped decompression
@@ -181,18 +186,14 @@ int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
 		return FFJ_ERR_ARG;
 	}
 	if (setjmp(d->jb)) {
-		jpeg_abort_decompress(&d->d);
-		ffj_release_src(d);
-		return FFJ_ERR_LIBJPEG;
+		return ffj_end(d, FFJ_ERR_LIBJPEG);
 	}
 	jpeg_mem_src(&d->d, src, (unsigned long)n);
 	jpeg_read_header(&d->d, TRUE);
 	if ((long)x + w > (long)d->d.image_width || (long)y + h > (long)d->d.image_height) {
 		snprintf(d->msg, sizeof(d->msg), "region %dx%d+%d+%d outside %ux%u image",
 		         w, h, x, y, d->d.image_width, d->d.image_height);
-		jpeg_abort_decompress(&d->d);
-		ffj_release_src(d);
-		return FFJ_ERR_ARG;
+		return ffj_end(d, FFJ_ERR_ARG);
 	}
 	d->d.out_color_space = JCS_RGB;
 	d->d.dct_method = JDCT_ISLOW;
@@ -210,16 +211,12 @@ int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
 	if (y1 > (int)d->d.output_height) y1 = (int)d->d.output_height;
 	if (x1 <= x0 || y1 <= y0) {
 		snprintf(d->msg, sizeof(d->msg), "empty scaled region");
-		jpeg_abort_decompress(&d->d);
-		ffj_release_src(d);
-		return FFJ_ERR_ARG;
+		return ffj_end(d, FFJ_ERR_ARG);
 	}
 	if (dst_stride < 0 || (dst_stride > 0 && ((x1 - x0) * 3 > dst_stride ||
 	    (size_t)(y1 - y0 - 1) * (size_t)dst_stride + (size_t)(x1 - x0) * 3 > dst_len))) {
 		snprintf(d->msg, sizeof(d->msg), "destination too small for %dx%d", x1 - x0, y1 - y0);
-		jpeg_abort_decompress(&d->d);
-		ffj_release_src(d);
-		return FFJ_ERR_ARG;
+		return ffj_end(d, FFJ_ERR_ARG);
 	}
 
 	/* jpeg_crop_scanline widens the region leftward to an iMCU boundary
@@ -255,9 +252,7 @@ int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
 		JDIMENSION skipped = jpeg_skip_scanlines(&d->d, (JDIMENSION)y0);
 		if ((int)skipped != y0) {
 			snprintf(d->msg, sizeof(d->msg), "skipped %u of %d rows", skipped, y0);
-			jpeg_abort_decompress(&d->d);
-			ffj_release_src(d);
-			return FFJ_ERR_LIBJPEG;
+			return ffj_end(d, FFJ_ERR_LIBJPEG);
 		}
 	}
 	/* libjpeg's rows (output_width pixels from column xoff) go straight
@@ -272,24 +267,18 @@ int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
 		if (need > dst_len) {
 			snprintf(d->msg, sizeof(d->msg), "destination of %zu bytes too small for %ux%d decoded pixels",
 			         dst_len, d->d.output_width, y1 - y0);
-			jpeg_abort_decompress(&d->d);
-			ffj_release_src(d);
-			return FFJ_ERR_ARG;
+			return ffj_end(d, FFJ_ERR_ARG);
 		}
 		rc = ffj_read_rows(d, y0, y1, dst, stride);
 		if (rc != FFJ_OK) {
-			jpeg_abort_decompress(&d->d);
-			ffj_release_src(d);
-			return rc;
+			return ffj_end(d, rc);
 		}
 	} else {
 		if ((size_t)d->d.output_width * 3 > d->rowcap) {
 			size_t want = (size_t)d->d.output_width * 3;
 			unsigned char *p = realloc(d->row, want);
 			if (p == NULL) {
-				jpeg_abort_decompress(&d->d);
-				ffj_release_src(d);
-				return FFJ_ERR_NOMEM;
+				return ffj_end(d, FFJ_ERR_NOMEM);
 			}
 			d->row = p;
 			d->rowcap = want;
@@ -298,20 +287,16 @@ int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
 			JSAMPROW rp = d->row;
 			if (jpeg_read_scanlines(&d->d, &rp, 1) != 1) {
 				snprintf(d->msg, sizeof(d->msg), "read no scanline at row %d", r);
-				jpeg_abort_decompress(&d->d);
-				ffj_release_src(d);
-				return FFJ_ERR_LIBJPEG;
+				return ffj_end(d, FFJ_ERR_LIBJPEG);
 			}
 			memcpy(dst + (size_t)(r - y0) * stride, d->row + off, (size_t)(x1 - x0) * 3);
 		}
 		off = 0;
 	}
-	/* The rows below the region are never decoded. */
-	jpeg_abort_decompress(&d->d);
-	ffj_release_src(d);
 	out->w = x1 - x0;
 	out->h = y1 - y0;
 	out->off = off;
 	out->stride = stride;
-	return FFJ_OK;
+	/* The rows below the region are never decoded. */
+	return ffj_end(d, FFJ_OK);
 }
