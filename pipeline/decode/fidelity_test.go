@@ -34,16 +34,8 @@ func TestFidelity(t *testing.T) {
 	const crops = 2000
 	per := (crops + len(fixtures) - 1) / len(fixtures)
 	op := Op{Kind: RandomResizedCrop, OutW: 160, OutH: 160, FlipProb: 0.5}
-	d, err := NewDecoder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	p2, err := NewDecoder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p2.Close()
+	d := newDecoder(t)
+	p2 := newDecoder(t)
 	p2.scale = powerOfTwoScale
 	type stat struct {
 		sum, worst float64
@@ -173,11 +165,7 @@ func TestScaledCropPixels(t *testing.T) {
 	if err := libjpeg.Encode(&enc, img, &libjpeg.EncoderOptions{Quality: 100}); err != nil {
 		t.Fatal(err)
 	}
-	d, err := NewDecoder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := newDecoder(t)
 	const out = 40
 	rng := rand.New(rand.NewPCG(31, 32))
 	dst := make([]byte, out*out*3)

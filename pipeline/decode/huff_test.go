@@ -38,16 +38,7 @@ func entropyVariants(t testing.TB, f fixture) (plain, rst1, rst4, progressive fi
 // with huff.c's entropy decoder, theirs with libjpeg's.
 func entropyDecoders(t testing.TB) (ours, theirs *Decoder) {
 	t.Helper()
-	ours, err := NewDecoder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ours.Close)
-	theirs, err = NewDecoder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(theirs.Close)
+	ours, theirs = newDecoder(t), newDecoder(t)
 	theirs.UseLibjpegEntropy(true)
 	return ours, theirs
 }
@@ -121,11 +112,7 @@ func TestEntropyMatchesLibjpeg(t *testing.T) {
 // marker where data should be, the wrong RSTn, a truncated file), never
 // made-up pixels.
 func TestEntropyDamage(t *testing.T) {
-	d, err := NewDecoder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := newDecoder(t)
 	f := loadFixtures(t, 1)[0]
 	_, _, rst4, _ := entropyVariants(t, f)
 	w, h, err := d.Header(rst4.data)
@@ -303,11 +290,7 @@ func BenchmarkEntropy(b *testing.B) {
 		_, _, r4, _ := entropyVariants(b, f)
 		rst[i] = r4
 	}
-	d, err := NewDecoder()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer d.Close()
+	d := newDecoder(b)
 	buf := make([]byte, 4096*4096*3)
 	for _, set := range []struct {
 		name string
@@ -322,17 +305,7 @@ func BenchmarkEntropy(b *testing.B) {
 				d.UseLibjpegEntropy(lib)
 				d.noRestarts = true
 				defer func() { d.UseLibjpegEntropy(false); d.noRestarts = false }()
-				for i := 0; b.Loop(); i++ {
-					f := set.fs[i%len(set.fs)]
-					w, h, err := d.Header(f.data)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if _, _, err := d.DecodeRegion(f.data, 0, 0, w, h, 8, buf, w*3); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "images/s")
+				wholeDecodes(b, d, set.fs, 8, buf)
 			})
 		}
 	}

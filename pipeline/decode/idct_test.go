@@ -13,16 +13,8 @@ import (
 // other scales they are the same code and must agree byte for byte.
 func TestIDCTMatchesLibjpeg(t *testing.T) {
 	fs := append(loadFixtures(t, 50), layoutFixtures(t, 3)...)
-	ours, err := NewDecoder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ours.Close()
-	theirs, err := NewDecoder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer theirs.Close()
+	ours := newDecoder(t)
+	theirs := newDecoder(t)
 	theirs.useLibjpegIDCT(true)
 	for m := 1; m <= 8; m++ {
 		worst, sum := 99.0, 0.0
@@ -62,26 +54,12 @@ func TestIDCTMatchesLibjpeg(t *testing.T) {
 func BenchmarkDecodeScale(b *testing.B) {
 	fs := loadFixtures(b, 50)
 	for _, which := range []string{"ours", "libjpeg"} {
-		d, err := NewDecoder()
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer d.Close()
+		d := newDecoder(b)
 		d.useLibjpegIDCT(which == "libjpeg")
 		buf := make([]byte, 4096*4096*3)
 		for m := 1; m <= 8; m++ {
 			b.Run(fmt.Sprintf("%s/%d-8", which, m), func(b *testing.B) {
-				for i := 0; b.Loop(); i++ {
-					f := fs[i%len(fs)]
-					w, h, err := d.Header(f.data)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if _, _, err := d.DecodeRegion(f.data, 0, 0, w, h, m, buf, w*3); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "images/s")
+				wholeDecodes(b, d, fs, m, buf)
 			})
 		}
 	}

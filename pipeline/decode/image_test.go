@@ -21,11 +21,7 @@ func TestApplyRawEqualsCropResize(t *testing.T) {
 	rng := rand.New(rand.NewPCG(10, 10))
 	const w, h = 120, 90
 	src := randomRGB(rng, w, h)
-	d, err := NewDecoder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := newDecoder(t)
 	for _, op := range []Op{
 		{Kind: RandomResizedCrop, OutW: 32, OutH: 32},
 		{Kind: RandomResizedCrop, OutW: 160, OutH: 128, FlipProb: 0.5},
@@ -68,11 +64,7 @@ func TestFlip(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 11))
 	const w, h = 64, 48
 	src := randomRGB(rng, w, h)
-	d, err := NewDecoder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := newDecoder(t)
 	op := Op{Kind: CenterCrop, OutW: 30, OutH: 30}
 	plain := make([]byte, 30*30*3)
 	flipped := make([]byte, 30*30*3)
@@ -105,11 +97,7 @@ func TestFlip(t *testing.T) {
 // two differ by the DCT-domain downscale, which is not an area average:
 // about 44 dB on average, down to about 28 dB on detailed photos.
 func TestApplyJPEG(t *testing.T) {
-	d, err := NewDecoder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := newDecoder(t)
 	var worst, sum float64 = math.Inf(1), 0
 	n := 0
 	for i, f := range loadFixtures(t, 20) {
@@ -142,11 +130,7 @@ func TestApplyJPEG(t *testing.T) {
 }
 
 func TestApplyErrors(t *testing.T) {
-	d, err := NewDecoder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := newDecoder(t)
 	dst := make([]byte, 16*16*3)
 	op := Op{Kind: CenterCrop, OutW: 16, OutH: 16}
 	if err := d.Apply([]byte("nope"), JPEG, 0, 0, op, nil, dst); err == nil {

@@ -20,6 +20,17 @@ type fixture struct {
 	data []byte
 }
 
+// newDecoder returns a Decoder closed when the test ends.
+func newDecoder(t testing.TB) *Decoder {
+	t.Helper()
+	d, err := NewDecoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	return d
+}
+
 func loadFixtures(t testing.TB, n int) []fixture {
 	t.Helper()
 	dir := testenv.Fixture(t, "imagefolder-small")
@@ -93,11 +104,7 @@ func TestHeader(t *testing.T) {
 }
 
 func TestDecodeRegionExact(t *testing.T) {
-	d, err := NewDecoder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := newDecoder(t)
 	rng := rand.New(rand.NewPCG(1, 2))
 	var buf []byte
 	checked := 0
@@ -185,11 +192,7 @@ func psnr(a, b []byte) float64 {
 // IDCT spreads it over. The bounds are 30 dB per region and 45 dB on
 // average; the figures are logged.
 func TestDecodeRegionScaled(t *testing.T) {
-	d, err := NewDecoder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := newDecoder(t)
 	rng := rand.New(rand.NewPCG(3, 4))
 	fixtures := loadFixtures(t, 30)
 	minPSNR := map[int]float64{2: 30, 4: 30, 8: 30}
@@ -233,11 +236,7 @@ func TestDecodeRegionScaled(t *testing.T) {
 }
 
 func TestCorrupt(t *testing.T) {
-	d, err := NewDecoder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := newDecoder(t)
 	f := loadFixtures(t, 1)[0]
 	w, h, err := d.Header(f.data)
 	if err != nil {
@@ -332,11 +331,7 @@ func TestGrayscale(t *testing.T) {
 // with and without the horizontal pad that chroma upsampling needs, in
 // every sampling layout.
 func TestDecodeRegionCropExact(t *testing.T) {
-	d, err := NewDecoder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := newDecoder(t)
 	rng := rand.New(rand.NewPCG(11, 12))
 	fixtures := append(loadFixtures(t, 20), layoutFixtures(t, 3)...)
 	checked := 0

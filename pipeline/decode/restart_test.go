@@ -28,11 +28,7 @@ func decodeWhole(t *testing.T, d *Decoder, name string, src []byte, m int) (pix 
 // the original's pixels; the intervals divide the MCU rows and are found
 // again by restartIndex.
 func TestAddRestartsLossless(t *testing.T) {
-	d, err := NewDecoder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := newDecoder(t)
 	var in, out int
 	for _, f := range append(loadFixtures(t, 0), layoutFixtures(t, 3)...) {
 		rst, k, err := AddRestarts(f.data, 4)
@@ -64,11 +60,7 @@ const restartFixtures = 10
 // every m/8, in every sampling layout, for regions anywhere, edges
 // included.
 func TestRestartCropExact(t *testing.T) {
-	d, err := NewDecoder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := newDecoder(t)
 	rng := rand.New(rand.NewPCG(13, 14))
 	used := 0
 	for _, f := range append(loadFixtures(t, restartFixtures), layoutFixtures(t, restartFixtures/3)...) {
@@ -157,11 +149,7 @@ func BenchmarkRestartIndex(b *testing.B) {
 // without restart intervals, at every scale, in a buffer of the size
 // decodeInPlace promises is enough.
 func TestDecodeInPlace(t *testing.T) {
-	d, err := NewDecoder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := newDecoder(t)
 	rng := rand.New(rand.NewPCG(15, 16))
 	for _, f := range append(loadFixtures(t, restartFixtures/2), layoutFixtures(t, restartFixtures/3)...) {
 		rst, _, err := AddRestarts(f.data, 4)
