@@ -153,6 +153,19 @@ func triple(s string) ([3]float64, error) {
 	return v, nil
 }
 
+// libjpegEntropy reads --entropy-decoder: whether libjpeg-turbo's Huffman
+// decoder is asked for rather than ffcvfeed's.
+func libjpegEntropy(c *cli.Context) (bool, error) {
+	switch v := c.String("entropy-decoder"); v {
+	case "ffcvfeed":
+		return false, nil
+	case "libjpeg":
+		return true, nil
+	default:
+		return false, cli.Exit(fmt.Sprintf("--entropy-decoder %q: want ffcvfeed or libjpeg", v), 2)
+	}
+}
+
 // pipelineOptions turns the flags into pipeline options.
 func pipelineOptions(c *cli.Context) (pipeline.Options, error) {
 	kind, err := order.ParseKind(c.String("order"))
@@ -181,12 +194,8 @@ func pipelineOptions(c *cli.Context) (pipeline.Options, error) {
 		Fields: splitList(c.String("fields")),
 		Op:     decode.Op{OutW: c.Int("resolution"), OutH: c.Int("resolution"), FlipProb: c.Float64("flip"), CenterRatio: c.Float64("center-ratio"), Exact: c.Bool("exact")},
 	}
-	switch c.String("entropy-decoder") {
-	case "ffcvfeed":
-	case "libjpeg":
-		o.Op.LibjpegEntropy = true
-	default:
-		return o, cli.Exit(fmt.Sprintf("--entropy-decoder %q: want ffcvfeed or libjpeg", c.String("entropy-decoder")), 2)
+	if o.Op.LibjpegEntropy, err = libjpegEntropy(c); err != nil {
+		return o, err
 	}
 	switch c.String("crop") {
 	case "random-resized":
@@ -550,9 +559,9 @@ func decodeBenchCommand() *cli.Command {
 			if workers < 1 || workers > pipeline.MaxWorkers {
 				return cli.Exit(fmt.Sprintf("--workers %d: want 1 to %d", workers, pipeline.MaxWorkers), 2)
 			}
-			ent := c.String("entropy-decoder")
-			if ent != "libjpeg" && ent != "ffcvfeed" {
-				return cli.Exit(fmt.Sprintf("--entropy-decoder %q: want libjpeg or ffcvfeed", ent), 2)
+			lib, err := libjpegEntropy(c)
+			if err != nil {
+				return err
 			}
 			next := make(chan []byte, workers)
 			done := make(chan error, workers)
@@ -565,7 +574,7 @@ func decodeBenchCommand() *cli.Command {
 						return
 					}
 					defer d.Close()
-					d.UseLibjpegEntropy(ent == "libjpeg")
+					d.UseLibjpegEntropy(lib)
 					var buf []byte
 					for b := range next {
 						w, h, err := d.Header(b)

@@ -132,7 +132,7 @@ func TestFlagsBounded(t *testing.T) {
 		{[]string{"bench", "--resolution", "99999999"}, "each side must be 1 to 65535"},
 		{[]string{"bench", "--resolution", "60000", "--batch-size", "100000"}, "would take more than 68719476736 bytes"},
 		{[]string{"decode-bench", "--workers", "99999999"}, "--workers 99999999: want 1 to 1024"},
-		{[]string{"decode-bench", "--entropy-decoder", "x"}, `--entropy-decoder "x": want libjpeg or ffcvfeed`},
+		{[]string{"decode-bench", "--entropy-decoder", "x"}, `--entropy-decoder "x": want ffcvfeed or libjpeg`},
 	} {
 		out, code := runFfcvfeed(t, append(tc.args, "--data", beton)...)
 		if code != 2 || !strings.Contains(out, tc.want) {
