@@ -18,14 +18,6 @@
 
 #include "huff.h"
 
-/* libjpeg's entropy-decoder module as jpegint.h lays it out (that header is
- * not installed); the layout has been the same since IJG's libjpeg 6b. */
-struct ffh_entropy_view { /* the layout of ffh_state.view */
-	void (*start_pass)(j_decompress_ptr cinfo);
-	boolean (*decode_mcu)(j_decompress_ptr cinfo, JBLOCKROW *MCU_data);
-	boolean insufficient_data;
-};
-
 /* Zigzag position to natural (row-major) position, with 80 extra entries
  * so that a run past the block's end (an EOB's 64, or up to 15 in damaged
  * data) stays inside it, as libjpeg's jpeg_natural_order does. */
@@ -312,7 +304,7 @@ static boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data) {
 }
 
 int ffh_hook(j_decompress_ptr cinfo, ffh_state *s) {
-	struct ffh_entropy_view *theirs = (struct ffh_entropy_view *)cinfo->entropy;
+	ffh_entropy_view *theirs = (ffh_entropy_view *)cinfo->entropy;
 	int b, ci, t;
 	const JHUFF_TBL *h;
 

@@ -30,14 +30,18 @@ typedef struct ffh_reader {
 	int nbits;
 } ffh_reader;
 
+/* libjpeg's entropy-decoder module as jpegint.h lays it out (that header
+ * is not installed); the layout has been the same since IJG's libjpeg 6b. */
+typedef struct ffh_entropy_view {
+	void (*start_pass)(j_decompress_ptr cinfo);
+	boolean (*decode_mcu)(j_decompress_ptr cinfo, JBLOCKROW *MCU_data);
+	boolean insufficient_data;
+} ffh_entropy_view;
+
 /* The entropy decoder of one decompression; the caller owns it, and it
  * must outlive the decompression it is hooked into. */
 typedef struct ffh_state {
-	struct {
-		void (*start_pass)(j_decompress_ptr cinfo);
-		boolean (*decode_mcu)(j_decompress_ptr cinfo, JBLOCKROW *MCU_data);
-		boolean insufficient_data;
-	} view; /* first: libjpeg sees the state as its entropy module */
+	ffh_entropy_view view; /* first: libjpeg sees the state as its entropy module */
 	j_decompress_ptr cinfo;
 	ffh_reader r;
 	const uint8_t *end;
