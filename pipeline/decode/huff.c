@@ -230,6 +230,9 @@ static int restart(j_decompress_ptr cinfo, ffh_state *s) {
 	return 1;
 }
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v3", "default")))
+#endif
 static boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data) {
 	ffh_state *s = (ffh_state *)cinfo->entropy;
 	ffh_reader r;
