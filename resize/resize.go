@@ -53,6 +53,8 @@ type axisTable struct {
 	// they repeat.
 	key   tableKey
 	valid bool
+
+	taps []float64 // one output's overlaps, scratch of build
 }
 
 type tableKey struct {
@@ -67,48 +69,52 @@ const (
 
 // build fills t for out outputs over the source window [x0, x0+span) of an
 // axis with srcN pixels (the window may be fractional and is clamped to the
-// axis).
+// axis). It runs for every crop, so its loops work on local slices.
 func (t *axisTable) build(srcN int, x0, span float64, out int) {
 	key := tableKey{srcN, out, x0, span}
 	if t.valid && t.key == key {
 		return
 	}
 	t.valid = false
-	t.start, t.n, t.off, t.w = t.start[:0], t.n[:0], t.off[:0], t.w[:0]
+	start, ns, offs := grow(t.start, out), grow(t.n, out), grow(t.off, out)
+	w, taps := t.w[:0], t.taps[:0]
 	s := span / float64(out)
-	var fw [64]float64
+	end := float64(srcN)
 	k := 1
-	for i := 0; i < out; i++ {
-		var first, cnt int
-		taps := fw[:0]
+	for i := range out {
+		var first int
+		taps = taps[:0]
 		if s > 1 {
 			// Area: overlap of [a, b) with each source pixel.
 			a := x0 + float64(i)*s
 			b := a + s
-			a, b = max(a, 0), min(b, float64(srcN))
-			first = int(math.Floor(a))
-			last := int(math.Ceil(b)) - 1
+			if a < 0 {
+				a = 0
+			}
+			if b > end {
+				b = end
+			}
+			// a >= 0 and b > a: conversion truncates to the floor.
+			first = int(a)
+			last := int(b)
+			if float64(last) == b {
+				last-- // b whole: the pixel from b on is not covered
+			}
 			last = max(first, min(last, srcN-1))
-			var extra []float64
 			for j := first; j <= last; j++ {
-				ov := min(b, float64(j+1)) - max(a, float64(j))
-				if ov < 0 {
-					ov = 0
+				lo, hi := float64(j), float64(j+1)
+				if a > lo {
+					lo = a
 				}
-				if len(taps) < cap(taps) {
-					taps = append(taps, ov)
-				} else {
-					extra = append(extra, ov)
+				if b < hi {
+					hi = b
 				}
+				taps = append(taps, max(hi-lo, 0))
 			}
-			if extra != nil {
-				taps = append(append([]float64(nil), taps...), extra...)
-			}
-			cnt = len(taps)
 		} else {
 			// Bilinear, edges clamped.
 			c := x0 + (float64(i)+0.5)*s - 0.5
-			c = min(max(c, 0), float64(srcN-1))
+			c = min(max(c, 0), end-1)
 			first = int(math.Floor(c))
 			f := c - float64(first)
 			if first >= srcN-1 || f < 1.0/(1<<wBits) {
@@ -116,46 +122,52 @@ func (t *axisTable) build(srcN int, x0, span float64, out int) {
 			} else {
 				taps = append(taps, 1-f, f)
 			}
-			cnt = len(taps)
 		}
 		var sum float64
 		for _, v := range taps {
 			sum += v
 		}
-		off := len(t.w)
-		var isum int32
-		best := 0
-		for k, v := range taps {
-			q := int32(math.Round(v / sum * (1 << wBits)))
-			t.w = append(t.w, q)
-			isum += q
-			if q > t.w[off+best] {
-				best = k
+		off := len(w)
+		var isum, top int32
+		best := off
+		inv := (1 << wBits) / sum
+		for _, v := range taps {
+			q := roundUp(v * inv)
+			if q > top {
+				best, top = len(w), q
 			}
+			w = append(w, q)
+			isum += q
 		}
-		t.w[off+best] += 1<<wBits - isum
-		t.start = append(t.start, int32(first))
-		t.n = append(t.n, int32(cnt))
-		t.off = append(t.off, int32(off))
-		k = max(k, cnt)
+		w[best] += 1<<wBits - isum
+		start[i], ns[i], offs[i] = int32(first), int32(len(taps)), int32(off)
+		k = max(k, len(taps))
 	}
+	t.start, t.n, t.off, t.w, t.taps = start, ns, offs, w, taps
 
 	// Fixed-width form. The taps of one output are distinct source indices,
 	// so k <= srcN and a run moved back to end on the axis stays inside it.
 	t.k = k
-	t.kstart = t.kstart[:0]
-	if cap(t.kw) < out*k {
-		t.kw = make([]int32, out*k)
-	}
-	t.kw = t.kw[:out*k]
-	clear(t.kw)
-	for i := 0; i < out; i++ {
-		st, n, off := int(t.start[i]), int(t.n[i]), int(t.off[i])
+	kstart, kw := grow(t.kstart, out), grow(t.kw, out*k)
+	clear(kw)
+	for i := range out {
+		st, off := int(start[i]), int(offs[i])
 		ks := min(st, srcN-k)
-		copy(t.kw[i*k+st-ks:], t.w[off:off+n])
-		t.kstart = append(t.kstart, int32(ks))
+		for j, v := range w[off : off+int(ns[i])] { // a few taps: no memmove
+			kw[i*k+st-ks+j] = v
+		}
+		kstart[i] = int32(ks)
 	}
+	t.kstart, t.kw = kstart, kw
 	t.key, t.valid = key, true
+}
+
+// roundUp rounds a weight v in [0, 1<<wBits] to the nearest whole number,
+// halves up: math.Round's result (but for the few values less than 2^-53
+// below a half, which v+0.5 rounds up to a whole number), in one addition
+// and one conversion.
+func roundUp(v float64) int32 {
+	return int32(v + 0.5)
 }
 
 // Resize scales the srcW×srcH RGB image src (rows srcStride bytes apart) to
