@@ -71,23 +71,44 @@ __attribute__((target("avx2"))) static int vpass_avx2(int16_t *acc, const unsign
 	}
 }
 
+/* hsum_avx2 is the sum of taps 0..k-1 of outputs i (low lane) and i+1
+ * (high lane), with H_HALF added: [R G B 0] in int32 in each lane. */
+__attribute__((target("avx2"), always_inline)) static inline __m256i
+hsum_avx2(const int16_t *acc, const int k, const int32_t *hx, const int16_t *hw) {
+	const __m256i pairs = _mm256_setr_epi8(0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, -1, -1, -1, -1,
+	                                       0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, -1, -1, -1, -1);
+	const int16_t *p = acc + hx[0], *q = acc + hx[1];
+	__m256i s = _mm256_set1_epi32(H_HALF);
+	int j;
+	for (j = 0; j < k; j += 2) {
+		__m256i x = _mm256_loadu2_m128i((const __m128i *)(q + 3 * j), (const __m128i *)(p + 3 * j));
+		__m256i w = _mm256_loadu_si256((const __m256i *)(hw + 8 * j));
+		s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_shuffle_epi8(x, pairs), w));
+	}
+	return _mm256_srai_epi32(s, H_SHIFT);
+}
+
 __attribute__((target("avx2"), always_inline)) static inline int
 hpass_avx2_k(unsigned char *d, const int16_t *acc, int out_w, const int k, const int32_t *hx,
              const int16_t *hw) {
-	const __m256i half = _mm256_set1_epi32(H_HALF);
-	const __m256i pairs = _mm256_setr_epi8(0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, -1, -1, -1, -1,
-	                                       0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, -1, -1, -1, -1);
-	int i = 0, j;
+	/* After the packs below, lane 0 holds outputs 0 and 2, lane 1 outputs
+	 * 1 and 3, as dwords [R G B 0]: gather them in order, then drop the
+	 * zero bytes. */
+	const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 0, 0, 0, 0);
+	const __m128i rgb = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+	int i = 0;
+	/* Four outputs at a time, one 16-byte store (12 bytes of pixels, 4
+	 * overwritten next), while it stays inside the row. */
+	for (; i + 6 <= out_w; i += 4, d += 12, hw += 16 * k) {
+		__m256i a = hsum_avx2(acc, k, hx + i, hw);
+		__m256i b = hsum_avx2(acc, k, hx + i + 2, hw + 8 * k);
+		__m256i x = _mm256_packus_epi16(_mm256_packs_epi32(a, b), _mm256_setzero_si256());
+		x = _mm256_permutevar8x32_epi32(x, order);
+		_mm_storeu_si128((__m128i *)d, _mm_shuffle_epi8(_mm256_castsi256_si128(x), rgb));
+	}
+	/* Two at a time, two 4-byte stores. */
 	for (; i + 2 < out_w; i += 2, d += 6, hw += 8 * k) {
-		const int16_t *p = acc + hx[i], *q = acc + hx[i + 1];
-		__m256i s = half;
-		for (j = 0; j < k; j += 2) {
-			__m256i x = _mm256_loadu2_m128i((const __m128i *)(q + 3 * j), (const __m128i *)(p + 3 * j));
-			__m256i w = _mm256_loadu2_m128i((const __m128i *)(hw + 4 * k + 4 * j),
-			                                (const __m128i *)(hw + 4 * j));
-			s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_shuffle_epi8(x, pairs), w));
-		}
-		s = _mm256_srai_epi32(s, H_SHIFT);
+		__m256i s = hsum_avx2(acc, k, hx + i, hw);
 		s = _mm256_packus_epi16(_mm256_packs_epi32(s, s), s);
 		int32_t a = _mm256_extract_epi32(s, 0), b = _mm256_extract_epi32(s, 4);
 		memcpy(d, &a, 4);
@@ -96,11 +117,11 @@ hpass_avx2_k(unsigned char *d, const int16_t *acc, int out_w, const int k, const
 	return i;
 }
 
-/* hpass for k >= 2 taps (k even), two outputs at a time, one in each
- * 128-bit lane, the pixels rearranged into pairs with one byte shuffle;
- * the common tap counts with their loops unrolled. Returns the outputs
- * done; the row's last output, whose 4-byte store would pass the row's
- * end, is left to hpass. */
+/* hpass for k >= 2 taps (k even): two outputs in one multiply-add, one in
+ * each 128-bit lane, the pixels rearranged into pairs with one byte
+ * shuffle, four outputs per store; the common tap counts with their loops
+ * unrolled. Returns the outputs done (an even number); the row's last
+ * output, whose 4-byte store would pass the row's end, is left to hpass. */
 __attribute__((target("avx2"))) static int hpass_avx2(unsigned char *d, const int16_t *acc,
                                                       int out_w, int k, const int32_t *hx,
                                                       const int16_t *hw) {
@@ -176,18 +197,24 @@ static void vpass(int16_t *restrict acc, const unsigned char *restrict src,
  *
  * The horizontal taps come in pairs (k is 1, the axis copied, or even; a
  * missing tap has weight 0): hw holds, for output i and pair j, the two
- * weights (w[2j], w[2j+1]) as the int16 pattern [w w' w w' w w' 0 0]. A
+ * weights (w[2j], w[2j+1]) as the int16 pattern [w w' w w' w w' 0 0], at
+ * hweights(hw, k, i, j): the patterns of outputs 2m and 2m+1 alternate,
+ * so that one 32-byte load gives a pair of taps of both. A
  * pair of taps of all three channels is then one multiply-add of int16
  * pairs: the row's pixels t and t+1, [R G B R' G' B' ..], rearranged to
  * [R R' G G' B B' . .], times the pattern gives [R G B 0] in int32. The
  * loads read up to 5 elements past the last tap, and each output writes 4
  * bytes, the 4th overwritten by the next output; the caller's acc has
  * slack, and the last output of a row is written by the scalar code. */
-static inline void hpixel(unsigned char *d, const int16_t *p, int k, const int16_t *hw) {
+static inline const int16_t *hweights(const int16_t *hw, int k, int i, int j) {
+	return hw + (long)(i / 2) * 8 * k + (i % 2) * 8 + j * 16;
+}
+
+static inline void hpixel(unsigned char *d, const int16_t *p, int k, const int16_t *hw, int i) {
 	int32_t s0 = H_HALF, s1 = H_HALF, s2 = H_HALF;
 	int t;
 	for (t = 0; t < k; t++, p += 3) {
-		int32_t w = hw[(t / 2) * 8 + t % 2];
+		int32_t w = hweights(hw, k, i, t / 2)[t % 2];
 		s0 += p[0] * w;
 		s1 += p[1] * w;
 		s2 += p[2] * w;
@@ -216,19 +243,18 @@ static void hpass(unsigned char *restrict d, const int16_t *restrict acc,
 	if (ffr_have_avx2) {
 		i = hpass_avx2(d, acc, out_w, k, hx, hw);
 		d += 3 * i;
-		hw += 4 * k * i;
 	}
 #endif
 #if defined(__SSE2__)
 	const __m128i half = _mm_set1_epi32(H_HALF);
-	for (; i < out_w - 1; i++, d += 3, hw += 4 * k) {
+	for (; i < out_w - 1; i++, d += 3) {
 		const int16_t *p = acc + hx[i];
 		__m128i s = half;
 		int t;
 		for (t = 0; t < k; t += 2, p += 6) {
 			__m128i a = _mm_loadl_epi64((const __m128i *)p);
 			__m128i b = _mm_loadl_epi64((const __m128i *)(p + 3));
-			__m128i w = _mm_loadu_si128((const __m128i *)(hw + 4 * t));
+			__m128i w = _mm_loadu_si128((const __m128i *)hweights(hw, k, i, t / 2));
 			s = _mm_add_epi32(s, _mm_madd_epi16(_mm_unpacklo_epi16(a, b), w));
 		}
 		s = _mm_srai_epi32(s, H_SHIFT);
@@ -237,8 +263,8 @@ static void hpass(unsigned char *restrict d, const int16_t *restrict acc,
 		memcpy(d, &px, 4);
 	}
 #endif
-	for (; i < out_w; i++, d += 3, hw += 4 * k) {
-		hpixel(d, acc + hx[i], k, hw);
+	for (; i < out_w; i++, d += 3) {
+		hpixel(d, acc + hx[i], k, hw, i);
 	}
 }
 

@@ -218,14 +218,21 @@ func (r *Resizer) ResizeWindow(dst []byte, dstStride, outW, outH int, src []byte
 	if k > 1 && k%2 == 1 {
 		kx++
 	}
-	// Horizontal taps in the order the output is written: mirrored when
-	// flipping.
-	hx, hw := r.hx[:0], r.hw[:0]
-	for i := range outW {
+	// Horizontal taps in the order the output is written (mirrored when
+	// flipping), weights laid out as resize.c's hweights reads them: the
+	// patterns of outputs 2m and 2m+1 alternate, pair of taps by pair.
+	hx := grow(r.hx, outW)
+	hw := r.hw[:0]
+	if k > 1 {
+		hw = grow(r.hw, (outW+1)/2*8*kx)
+		clear(hw[len(hw)-8*kx:]) // an odd last output's partner
+	}
+	for o := range outW {
+		i := o
 		if flip {
 			i = outW - 1 - i
 		}
-		hx = append(hx, (xt.kstart[i]-int32(c0))*3)
+		hx[o] = (xt.kstart[i] - int32(c0)) * 3
 		if k == 1 {
 			continue
 		}
@@ -235,7 +242,8 @@ func (r *Resizer) ResizeWindow(dst []byte, dstStride, outW, outH int, src []byte
 			if t+1 < k {
 				b = int16(w[t+1])
 			}
-			hw = append(hw, a, b, a, b, a, b, 0, 0)
+			at := o/2*8*kx + o%2*8 + t/2*16
+			copy(hw[at:at+8], []int16{a, b, a, b, a, b, 0, 0})
 		}
 	}
 	r.hx, r.hw = hx, hw

@@ -8,9 +8,10 @@
  * ystart[oy] .. ystart[oy]+yn[oy]-1, weighted by yw[yoff[oy]...], over the
  * width elements (3 per pixel) of each row starting at src_off, into acc;
  * then output pixel i of the row (in write order) is the kx taps (kx 1 or even)
- * of acc at element hx[i], 3 apart, weighted by hw[i*4*kx ...], each pair
- * of weights (w, w') as the pattern w w' w w' w w' 0 0 (for kx 1, hw is
- * not read). acc holds width + 8 elements. */
+ * of acc at element hx[i], 3 apart, weighted by hw, each pair j of
+ * weights (w, w') as the pattern w w' w w' w w' 0 0 at element
+ * (i/2)*8*kx + (i%2)*8 + j*16 (for kx 1, hw is not read). acc holds
+ * width + 8 elements. */
 void ffr_resize(unsigned char *dst, int dst_stride, int out_w, int out_h,
                 const unsigned char *src, int src_stride, int src_off, int width,
                 const int32_t *ystart, const int32_t *yn, const int32_t *yoff,

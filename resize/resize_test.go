@@ -86,6 +86,38 @@ func TestResizeExact(t *testing.T) {
 	}
 }
 
+// TestResizeRowEnds checks every output width up to 26, enlarging and
+// shrinking by several ratios (1, 2, 4 and 6 horizontal taps), with and
+// without a flip: the passes do outputs four, two and one at a time, and
+// each width ends a row in another of them; no byte past a row is written.
+func TestResizeRowEnds(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var r Resizer
+	for ow := 1; ow <= 26; ow++ {
+		for _, f := range []float64{0.5, 1, 1.5, 3.2, 5.5} {
+			sw := max(1, int(float64(ow)*f))
+			for _, flip := range []bool{false, true} {
+				src := randomRGB(rng, sw, 3)
+				want := exactResize(src, sw*3, sw, 3, ow, 2, 0, 0, float64(sw), 3, flip)
+				// Rows 8 bytes apart beyond their pixels, and 8 bytes after
+				// the last: none of them may be written.
+				stride := ow*3 + 8
+				got := bytes.Repeat([]byte{0xAA}, 2*stride)
+				r.ResizeWindow(got[:stride+ow*3], stride, ow, 2, src, sw*3, sw, 3, 0, 0, float64(sw), 3, flip)
+				for y := range 2 {
+					row, pad := got[y*stride:y*stride+ow*3], got[y*stride+ow*3:(y+1)*stride]
+					if !bytes.Equal(row, want[y*ow*3:(y+1)*ow*3]) {
+						t.Fatalf("%d -> %d pixels, flip %v, row %d: %v, want %v", sw, ow, flip, y, row, want[y*ow*3:(y+1)*ow*3])
+					}
+					if !bytes.Equal(pad, bytes.Repeat([]byte{0xAA}, 8)) {
+						t.Fatalf("%d -> %d pixels, flip %v: the bytes after row %d were written: %v", sw, ow, flip, y, pad)
+					}
+				}
+			}
+		}
+	}
+}
+
 func TestResizeMatchesReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
 	var r Resizer
