@@ -28,25 +28,35 @@ __attribute__((constructor)) static void ffr_init(void) {
 	ffr_have_avx2 = __builtin_cpu_supports("avx2");
 }
 
+#define VMAX_TAPS 16
+
 __attribute__((target("avx2"), always_inline)) static inline int
 vpass_avx2_n(int16_t *acc, const unsigned char *src, int stride, int width, const int n,
              const int32_t *w) {
 	const __m256i half = _mm256_set1_epi32(V_HALF);
+	__m256i wp[VMAX_TAPS / 2 + 1];
 	int i, t;
+	/* The weights, paired, broadcast once. */
+	for (t = 0; t < n; t += 2) {
+		int32_t wb = t + 1 < n ? w[t + 1] : 0;
+		wp[t / 2] = _mm256_set1_epi32((int32_t)((uint32_t)w[t] | (uint32_t)wb << 16));
+	}
 	for (i = 0; i + 16 <= width; i += 16) {
 		__m256i lo = half, hi = half;
-		for (t = 0; t < n; t += 2) {
+		for (t = 0; t + 1 < n; t += 2) {
 			const unsigned char *r = src + (long)t * stride + i;
 			__m256i a = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)r));
-			__m256i b = _mm256_setzero_si256();
-			int32_t wb = 0;
-			if (t + 1 < n) {
-				b = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(r + stride)));
-				wb = w[t + 1];
-			}
-			__m256i wp = _mm256_set1_epi32((int32_t)((uint32_t)w[t] | (uint32_t)wb << 16));
-			lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), wp));
-			hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), wp));
+			__m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(r + stride)));
+			lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), wp[t / 2]));
+			hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), wp[t / 2]));
+		}
+		if (n % 2 == 1) {
+			/* The last row alone, paired with zeros. */
+			const unsigned char *r = src + (long)(n - 1) * stride + i;
+			__m256i c = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)r));
+			__m256i z = _mm256_setzero_si256();
+			lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(c, z), wp[n / 2]));
+			hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(c, z), wp[n / 2]));
 		}
 		lo = _mm256_srai_epi32(lo, V_SHIFT);
 		hi = _mm256_srai_epi32(hi, V_SHIFT);
@@ -55,10 +65,11 @@ vpass_avx2_n(int16_t *acc, const unsigned char *src, int stride, int width, cons
 	return i;
 }
 
-/* vpass for n >= 2 taps, 16 elements at a time: pairs of rows, widened to
- * int16 and interleaved, [a0 b0 a1 b1 ..], times the pair of weights in
- * one multiply-add; the same int32 sums as vpass. The common tap counts
- * have their loops unrolled. Returns the elements done. */
+/* vpass for 2 to VMAX_TAPS taps, 16 elements at a time: pairs of rows,
+ * widened to int16 and interleaved, [a0 b0 a1 b1 ..], times the pair of
+ * weights in one multiply-add, the weights broadcast once; the same int32
+ * sums as vpass. The common tap counts have their loops
+ * unrolled. Returns the elements done: none for more taps. */
 __attribute__((target("avx2"))) static int vpass_avx2(int16_t *acc, const unsigned char *src,
                                                       int stride, int width, int n, const int32_t *w) {
 	switch (n) {
@@ -67,6 +78,9 @@ __attribute__((target("avx2"))) static int vpass_avx2(int16_t *acc, const unsign
 	case 3:
 		return vpass_avx2_n(acc, src, stride, width, 3, w);
 	default:
+		if (n > VMAX_TAPS) {
+			return 0;
+		}
 		return vpass_avx2_n(acc, src, stride, width, n, w);
 	}
 }
