@@ -151,6 +151,16 @@ __attribute__((target("avx2"))) static int hpass_avx2(unsigned char *d, const in
 
 #endif
 
+int ffr_use_avx2(int on) {
+#if defined(FFR_AVX2)
+	ffr_have_avx2 = on && __builtin_cpu_supports("avx2");
+	return ffr_have_avx2;
+#else
+	(void)on;
+	return 0;
+#endif
+}
+
 /* The plain vertical pass is loops over bytes that the compiler
  * vectorizes; on x86-64 it is also built for AVX2 and picked at load time. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)

@@ -255,6 +255,17 @@ func (r *Resizer) ResizeWindow(dst []byte, dstStride, outW, outH int, src []byte
 		(*C.int16_t)(unsafe.Pointer(unsafe.SliceData(acc))))
 }
 
+// useAVX2 turns the AVX2 passes of resize.c on (where the CPU has them) or
+// off and reports whether they are on; tests run the plain passes with it.
+// No resize may run meanwhile.
+func useAVX2(on bool) bool {
+	c := C.int(0)
+	if on {
+		c = 1
+	}
+	return C.ffr_use_avx2(c) != 0
+}
+
 // i32Ptr points C at the first element of s, which holds no Go pointers.
 func i32Ptr(s []int32) *C.int32_t {
 	return (*C.int32_t)(unsafe.Pointer(unsafe.SliceData(s)))

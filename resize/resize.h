@@ -18,4 +18,9 @@ void ffr_resize(unsigned char *dst, int dst_stride, int out_w, int out_h,
                 const int32_t *yw, int kx, const int32_t *hx, const int16_t *hw,
                 int16_t *acc);
 
+/* ffr_use_avx2 turns the AVX2 passes on (where the CPU has AVX2) or off,
+ * for tests of the others; returns whether they are on. Not safe while a
+ * resize runs. */
+int ffr_use_avx2(int on);
+
 #endif

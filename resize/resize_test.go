@@ -48,10 +48,26 @@ func exactResize(src []byte, stride, sw, sh, ow, oh int, fx, fy, fw, fh float64,
 	return out
 }
 
-// TestResizeExact checks that ResizeWindow's passes compute exactly the
-// fixed-point arithmetic of exactResize, byte for byte, over shrinking,
-// enlarging and mixed sizes, fractional windows and flips.
+// TestResizeExact checks that ResizeWindow's passes, AVX2 and plain,
+// compute exactly the fixed-point arithmetic of exactResize, byte for
+// byte, over shrinking, enlarging and mixed sizes, fractional windows and
+// flips.
 func TestResizeExact(t *testing.T) {
+	bothPasses(t, testResizeExact)
+}
+
+// bothPasses runs test with resize.c's AVX2 passes, where the CPU has
+// them, and with the plain ones.
+func bothPasses(t *testing.T, test func(t *testing.T)) {
+	if useAVX2(true) {
+		t.Run("avx2", test)
+	}
+	useAVX2(false)
+	defer useAVX2(true)
+	t.Run("plain", test)
+}
+
+func testResizeExact(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	var r Resizer
 	sizes := [][4]int{{235, 230, 160, 160}, {300, 300, 160, 160}, {120, 130, 160, 160}, {161, 199, 160, 160},
@@ -86,11 +102,16 @@ func TestResizeExact(t *testing.T) {
 	}
 }
 
-// TestResizeRowEnds checks every output width up to 26, enlarging and
-// shrinking by several ratios (1, 2, 4 and 6 horizontal taps), with and
-// without a flip: the passes do outputs four, two and one at a time, and
-// each width ends a row in another of them; no byte past a row is written.
+// TestResizeRowEnds checks, for both kinds of passes, every output width
+// up to 26, enlarging and shrinking by several ratios (1, 2, 4 and 6
+// horizontal taps), with and without a flip: the passes do outputs four,
+// two and one at a time, and each width ends a row in another of them; no
+// byte past a row is written.
 func TestResizeRowEnds(t *testing.T) {
+	bothPasses(t, testResizeRowEnds)
+}
+
+func testResizeRowEnds(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	var r Resizer
 	for ow := 1; ow <= 26; ow++ {
