@@ -109,7 +109,7 @@ func pipelineFlags() []cli.Flag {
 		&cli.IntFlag{Name: "world-size", Value: 1, Usage: "number of ranks", Category: "batches"},
 		&cli.IntFlag{Name: "nodes", Usage: "node-affine order: the `N` machines the ranks run on (--world-size / N ranks each, numbered node by node): each node reads the same pages every epoch, so its caches keep serving them (0: the pages of each epoch are dealt over all ranks)", Category: "batches"},
 		&cli.Float64Flag{Name: "move", Usage: "node-affine order: the share `F` (0 to 1) of each node's pages that moves to another node per epoch", Category: "batches"},
-		&cli.IntFlag{Name: "workers", Value: runtime.NumCPU(), DefaultText: "the cores", Usage: "`N` decoding goroutines", Category: "batches"},
+		&cli.IntFlag{Name: "workers", Value: runtime.NumCPU(), DefaultText: "the cores", Usage: "`N` decoding goroutines (GOMAXPROCS is at least N+1 unless set: one P to spare keeps Go from handing a worker's P to another thread while it decodes)", Category: "batches"},
 		&cli.StringFlag{Name: "indices", Usage: "read only these samples (FFCV's Loader's indices): `IDS` as 1,5,9 or @FILE (.npy, or ids in text);\n\ta sequential order takes them as given, other orders as the whole beton's order without the rest", Category: "batches"},
 		&cli.BoolFlag{Name: "drop-last", Usage: "leave out an epoch's last batch when it is incomplete, as FFCV's Loader does with drop_last", Category: "batches"},
 		&cli.StringFlag{Name: "on-error", Value: "skip", Usage: "skip (replace an undecodable sample by another of its batch) or fail", Category: "batches"},
@@ -321,6 +321,7 @@ func openPipeline(c *cli.Context) (*fed, error) {
 		f.close()
 		return nil, err
 	}
+	spareProc(opts.Workers)
 	return f, nil
 }
 
@@ -531,7 +532,7 @@ func decodeBenchCommand() *cli.Command {
 		UsageText: "ffcvfeed decode-bench --data SRC [--workers N] [--entropy-decoder libjpeg|ffcvfeed]",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "data", Required: true, Usage: "the beton"},
-			&cli.IntFlag{Name: "workers", Value: runtime.NumCPU(), DefaultText: "the cores", Usage: "`N` decoding goroutines"},
+			&cli.IntFlag{Name: "workers", Value: runtime.NumCPU(), DefaultText: "the cores", Usage: "`N` decoding goroutines (GOMAXPROCS is at least N+1 unless set)"},
 			&cli.StringFlag{Name: "entropy-decoder", Value: "libjpeg", Usage: "`NAME` that entropy-decodes the JPEGs: libjpeg (libjpeg-turbo's own: the baseline) or ffcvfeed (the\n\tpipeline's)"},
 		},
 		Action: func(c *cli.Context) error {
@@ -563,6 +564,7 @@ func decodeBenchCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			spareProc(workers)
 			next := make(chan []byte, workers)
 			done := make(chan error, workers)
 			start := time.Now()
