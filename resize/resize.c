@@ -68,8 +68,9 @@ vpass_avx2_n(int16_t *acc, const unsigned char *src, int stride, int width, cons
 /* vpass for 2 to VMAX_TAPS taps, 16 elements at a time: pairs of rows,
  * widened to int16 and interleaved, [a0 b0 a1 b1 ..], times the pair of
  * weights in one multiply-add, the weights broadcast once; the same int32
- * sums as vpass. The common tap counts have their loops
- * unrolled. Returns the elements done: none for more taps. */
+ * sums as vpass. The common tap counts have their loops unrolled. Returns
+ * the elements done: none for more taps (shrinking more than 16 times),
+ * which the plain pass does. */
 __attribute__((target("avx2"))) static int vpass_avx2(int16_t *acc, const unsigned char *src,
                                                       int stride, int width, int n, const int32_t *w) {
 	switch (n) {

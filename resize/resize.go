@@ -163,9 +163,9 @@ func (t *axisTable) build(srcN int, x0, span float64, out int) {
 }
 
 // roundUp rounds a weight v in [0, 1<<wBits] to the nearest whole number,
-// halves up: math.Round's result (but for the few values less than 2^-53
-// below a half, which v+0.5 rounds up to a whole number), in one addition
-// and one conversion.
+// halves up, in one addition and one conversion: math.Round's result but
+// for 0.49999999999999994, the double just below a half, which v+0.5
+// rounds up to 1.
 func roundUp(v float64) int32 {
 	return int32(v + 0.5)
 }
@@ -242,8 +242,8 @@ func (r *Resizer) ResizeWindow(dst []byte, dstStride, outW, outH int, src []byte
 			if t+1 < k {
 				b = int16(w[t+1])
 			}
-			at := o/2*8*kx + o%2*8 + t/2*16
-			copy(hw[at:at+8], []int16{a, b, a, b, a, b, 0, 0})
+			p := hw[o/2*8*kx+o%2*8+t/2*16:][:8]
+			p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7] = a, b, a, b, a, b, 0, 0
 		}
 	}
 	r.hx, r.hw = hx, hw
