@@ -34,9 +34,10 @@
 //     colour stay libjpeg's. libjpeg-turbo turns its fast Huffman path off
 //     for any JPEG with restart markers (the JPEGs crops are decoded from
 //     intervals of), and its slow path reads a byte at a time. huff.c
-//     takes the bytes before the first FF of the next 8 in one go, keeps
-//     its bit buffer in registers, and decodes most AC coefficients, every
-//     EOB and every ZRL with one table lookup. It gives libjpeg's
+//     first copies the data up to the next marker without its byte
+//     stuffing (FF 00), so that its bit reader takes 8 bytes at once with
+//     no test for FF, keeps its bit buffer in registers, and decodes most
+//     AC coefficients, every EOB and every ZRL with one table lookup. It gives libjpeg's
 //     coefficients (TestEntropyMatchesLibjpeg: the same pixels at every
 //     scale, layout and region, with and without restart intervals) and
 //     reports damage where libjpeg does (TestEntropyDamage,

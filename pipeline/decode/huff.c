@@ -3,12 +3,13 @@
  * (ffh_hook); the rest of the decompression (IDCT, upsampling, colour) stays
  * libjpeg's. libjpeg-turbo turns its fast Huffman path off whenever a JPEG
  * has restart markers, the JPEGs ffcvfeed crops from intervals. This one
- * takes the bytes before the first FF of the next 8 in one go, keeps its
- * bit buffer in registers, and decodes an AC coefficient whose code and value
- * bits fit in FFH_FAST bits, and every EOB and ZRL, with one table lookup.
- * It gives libjpeg's coefficients for every valid stream, and on damaged
- * data warns where libjpeg warns (a code no table has, bits needed past a
- * marker, a marker other than the next RSTn). */
+ * first copies the data up to the next marker (or 16 KiB of it) without its
+ * byte stuffing into a buffer of its own, so that its bit reader reads 8
+ * bytes at once with no test for FF, and decodes an AC coefficient whose
+ * code and value bits fit in FFH_FAST bits, and every EOB and ZRL, with one
+ * table lookup. It gives libjpeg's coefficients for every valid stream, and
+ * on damaged data warns where libjpeg warns (a code no table has, bits
+ * needed past a marker, a marker other than the next RSTn). */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -97,77 +98,75 @@ static int build(ffh_table *t, const JHUFF_TBL *h, int ac) {
 	return 1;
 }
 
-/* The bit reader (ffh_reader): bits holds nbits unread bits at its top,
- * of which the last s->pad are zeros made up past a marker or the data's
- * end. It lives in locals of decode_mcu (so in registers) and in
- * ffh_state between calls. */
+/* The bit reader (ffh_reader): bits holds nbits unread bits at its top;
+ * the bits below them are those of the bytes from p on. It lives in locals
+ * of decode_mcu (so in registers) and in ffh_state between calls. */
 
-/* refill_bytes tops bits up byte by byte, undoing byte stuffing: FF 00
- * is a data byte FF (and FFs before it are fill). At a marker (or the
- * data's end) it stops reading and shifts in zero bits, counting them in
- * s->pad, and clears lim so that refill no longer reads 8 bytes at a time.
- * The reader goes by value: its fields stay in registers in decode_mcu. */
-static ffh_reader refill_bytes(ffh_state *s, ffh_reader r) {
-	while (r.nbits <= 56) {
-		unsigned c = 0;
-		if (s->stopped) {
-			/* past a marker or the data's end: zeros */
-		} else if (r.p >= s->end) {
-			/* No EOI: libjpeg's source manager warns as it reads ahead,
-			 * whether or not the bits are needed. */
-			s->stopped = 1;
-			WARNMS(s->cinfo, JWRN_JPEG_EOF);
-		} else if (*r.p != 0xFF) {
-			c = *r.p++;
-		} else {
-			const uint8_t *q = r.p + 1;
-			while (q < s->end && *q == 0xFF) {
-				q++;
-			}
-			if (q >= s->end) {
-				s->stopped = 1;
-				WARNMS(s->cinfo, JWRN_JPEG_EOF);
-			} else if (*q == 0) {
-				c = 0xFF;
-				r.p = q + 1;
-			} else {
-				s->stopped = 1; /* a marker */
-			}
-		}
-		if (s->stopped) {
-			s->pad += 8;
-			r.lim = 0;
-		}
-		r.bits |= (uint64_t)c << (56 - r.nbits);
-		r.nbits += 8;
+/* top_up moves the unread data in buf to its start and copies the
+ * entropy-coded data after it, without its byte stuffing (FF 00 is a data
+ * byte FF, and FFs before it are fill), until buf is full, or up to a
+ * marker or the input's end.
+ *
+ * Past the data the reader sees whatever buf holds: a valid interval never
+ * takes those bits (only looks at them), and an MCU that does take them is
+ * damaged and reported (decode_mcu), as libjpeg reports bits needed past a
+ * marker, whatever they are. FFH_MCU_BYTES of room after FFH_BUF keep its
+ * reads inside buf. */
+static void top_up(ffh_state *s) {
+	size_t keep = (size_t)(s->buf + s->fill - s->r.p);
+	uint8_t *o, *lim = s->buf + FFH_BUF;
+
+	if (keep > 0) {
+		memmove(s->buf, s->r.p, keep);
 	}
-	return r;
+	s->r.p = s->buf;
+	o = s->buf + keep;
+	while (o < lim) {
+		size_t n = (size_t)(s->end - s->src);
+		const uint8_t *q, *z;
+		if (n == 0) {
+			s->stopped = FFH_AT_END;
+			break;
+		}
+		if (n > (size_t)(lim - o)) {
+			n = (size_t)(lim - o);
+		}
+		q = memchr(s->src, 0xFF, n);
+		if (q == NULL) {
+			memcpy(o, s->src, n);
+			o += n;
+			s->src += n;
+			continue;
+		}
+		memcpy(o, s->src, (size_t)(q - s->src));
+		o += q - s->src;
+		s->src = q;
+		for (z = q + 1; z < s->end && *z == 0xFF; z++) {
+		}
+		if (z >= s->end) {
+			s->stopped = FFH_AT_END;
+			break;
+		}
+		if (*z != 0) {
+			s->stopped = FFH_AT_MARKER;
+			break;
+		}
+		*o++ = 0xFF;
+		s->src = z + 1;
+	}
+	s->fill = (size_t)(o - s->buf);
+	memset(o, 0, 16); /* for tidiness: the bits looked at past the data are zeros */
 }
 
-/* refill tops bits up to at least 57 bits: from the next 8 bytes, the
- * ones before the first FF in one go; byte by byte from an FF on. */
-static inline __attribute__((always_inline)) void refill(ffh_state *s, ffh_reader *r) {
-	if ((uintptr_t)r->p <= r->lim) {
-		uint64_t w, t, ff;
-		int n = (64 - r->nbits) >> 3;
-		memcpy(&w, r->p, 8);
-		w = __builtin_bswap64(w);
-		/* ff has the top bit of each byte of w that is FF (exactly). */
-		t = ~w;
-		ff = ~(((t & 0x7F7F7F7F7F7F7F7FULL) + 0x7F7F7F7F7F7F7F7FULL) | t | 0x7F7F7F7F7F7F7F7FULL);
-		if (ff != 0 && __builtin_clzll(ff) >> 3 < n) {
-			n = __builtin_clzll(ff) >> 3;
-		}
-		if (n > 0) {
-			r->bits |= (w >> (64 - 8 * n)) << (64 - r->nbits - 8 * n);
-			r->nbits += 8 * n;
-			r->p += n;
-			if (r->nbits > 56) {
-				return;
-			}
-		}
-	}
-	*r = refill_bytes(s, *r);
+/* refill tops bits up to at least 56 bits from the next 8 bytes of buf
+ * (byte-aligned reads of the bits after the unread ones; a byte read in
+ * part is read again next time). */
+static inline __attribute__((always_inline)) void refill(ffh_reader *r) {
+	uint64_t w;
+	memcpy(&w, r->p, 8);
+	r->bits |= __builtin_bswap64(w) >> r->nbits;
+	r->p += (63 - r->nbits) >> 3;
+	r->nbits |= 56;
 }
 
 /* slow decodes a code longer than the lookahead: symbol << 8 | length,
@@ -209,21 +208,26 @@ static inline __attribute__((always_inline)) unsigned take(ffh_reader *r, int n)
  * predictors and the bit reader. Returns 0 when the next marker is another
  * one (or there is none), after a warning. */
 static int restart(j_decompress_ptr cinfo, ffh_state *s) {
-	const uint8_t *q = s->r.p, *end = s->end;
-	/* The bits left in the buffer are the interval's padding. */
+	const uint8_t *q = s->src, *end = s->end;
+	/* The bits left in the buffer are the interval's padding; the data
+	 * not yet copied up to the marker is damage libjpeg skips too. */
 	while (q < end && !(q[0] == 0xFF && q + 1 < end && q[1] != 0 && q[1] != 0xFF)) {
 		q++;
 	}
-	if (q + 1 >= end || q[1] != JPEG_RST0 + s->next_rst) {
-		WARNMS2(cinfo, JWRN_MUST_RESYNC, q + 1 < end ? q[1] : 0, s->next_rst);
+	if (q + 1 >= end) {
+		WARNMS(cinfo, JWRN_JPEG_EOF);
 		return 0;
 	}
-	s->r.p = q + 2;
-	s->r.lim = end - s->r.p >= 8 ? (uintptr_t)(end - 8) : 0;
+	if (q[1] != JPEG_RST0 + s->next_rst) {
+		WARNMS2(cinfo, JWRN_MUST_RESYNC, q[1], s->next_rst);
+		return 0;
+	}
+	s->src = q + 2;
+	s->fill = 0;
+	s->stopped = 0;
+	s->r.p = s->buf;
 	s->r.bits = 0;
 	s->r.nbits = 0;
-	s->pad = 0;
-	s->stopped = 0;
 	s->next_rst = (s->next_rst + 1) & 7;
 	s->togo = cinfo->restart_interval;
 	memset(s->dc, 0, sizeof(s->dc));
@@ -250,6 +254,9 @@ static boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data) {
 	if (s->view.insufficient_data) {
 		return TRUE; /* after damage: the blocks stay zero */
 	}
+	if (!s->stopped && s->fill - (size_t)(s->r.p - s->buf) < FFH_MCU_BYTES) {
+		top_up(s);
+	}
 	r = s->r;
 	for (b = 0; b < cinfo->blocks_in_MCU; b++) {
 		JCOEF *blk = MCU_data != NULL ? MCU_data[b][0] : s->scratch;
@@ -257,7 +264,7 @@ static boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data) {
 		int ci = cinfo->MCU_membership[b], k, v, rs;
 
 		if (r.nbits < 32) {
-			refill(s, &r);
+			refill(&r);
 		}
 		v = symbol(&r, dc, &bad);
 		if (v > 15) {
@@ -272,7 +279,7 @@ static boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data) {
 		for (k = 1; k < 64; k++) {
 			int32_t e;
 			if (__builtin_expect(r.nbits < 32, 0)) {
-				refill(s, &r);
+				refill(&r);
 			}
 			e = ac->ac[r.bits >> (64 - FFH_FAST)];
 			if (__builtin_expect(e != 0, 1)) {
@@ -297,11 +304,23 @@ static boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data) {
 		}
 	}
 	s->r = r;
-	if (r.nbits < s->pad || bad) {
-		/* The MCU used bits past a marker or the data's end, or a code no
-		 * table has: as libjpeg does, warn and leave the rest zero. */
+	/* As libjpeg does, warn, and leave the rest of the blocks zero. The
+	 * bits past the data come first: a code no table has among them says
+	 * nothing. */
+	if (s->stopped == FFH_AT_END && r.p > s->buf + s->fill) {
+		/* No EOI, and the reader has read ahead to the data's end:
+		 * libjpeg's source manager warns there, whether or not the bits
+		 * are needed. */
 		s->view.insufficient_data = TRUE;
-		WARNMS(cinfo, bad ? JWRN_HUFF_BAD_CODE : JWRN_HIT_MARKER);
+		WARNMS(cinfo, JWRN_JPEG_EOF);
+	} else if (s->stopped && (long)(r.p - s->buf) * 8 - r.nbits > (long)s->fill * 8) {
+		/* The MCU took bits past a marker. */
+		s->view.insufficient_data = TRUE;
+		WARNMS(cinfo, JWRN_HIT_MARKER);
+	} else if (bad) {
+		/* A code no table has. */
+		s->view.insufficient_data = TRUE;
+		WARNMS(cinfo, JWRN_HUFF_BAD_CODE);
 	}
 	return TRUE;
 }
@@ -358,10 +377,10 @@ int ffh_hook(j_decompress_ptr cinfo, ffh_state *s) {
 	s->view.insufficient_data = FALSE;
 	s->cinfo = cinfo;
 	memset(&s->r, 0, sizeof(s->r));
-	s->r.p = cinfo->src->next_input_byte;
-	s->end = s->r.p + cinfo->src->bytes_in_buffer;
-	s->r.lim = cinfo->src->bytes_in_buffer >= 8 ? (uintptr_t)(s->end - 8) : 0;
-	s->pad = 0;
+	s->r.p = s->buf;
+	s->fill = 0;
+	s->src = cinfo->src->next_input_byte;
+	s->end = s->src + cinfo->src->bytes_in_buffer;
 	s->stopped = 0;
 	s->togo = cinfo->restart_interval;
 	s->next_rst = 0;

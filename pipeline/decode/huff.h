@@ -22,10 +22,17 @@ typedef struct ffh_table {
 	uint8_t val[256];
 } ffh_table;
 
-/* A position in the entropy-coded data; see huff.c. */
+/* Most bytes of data one MCU can take: D_MAX_BLOCKS_IN_MCU blocks of 64
+ * symbols of at most 31 bits (a 16-bit code and 15 value bits) are 2,480
+ * bytes, and a refill reads 8 bytes ahead. */
+#define FFH_MCU_BYTES 2560
+
+/* Bytes of the entropy-coded data held unstuffed at once. */
+#define FFH_BUF 16384
+
+/* A position in the unstuffed data (ffh_state.buf); see huff.c. */
 typedef struct ffh_reader {
-	const uint8_t *p;
-	uintptr_t lim; /* the last p that 8 bytes can be read at, 0 for none */
+	const uint8_t *p; /* the next byte of buf not yet in bits */
 	uint64_t bits;
 	int nbits;
 } ffh_reader;
@@ -44,8 +51,12 @@ typedef struct ffh_state {
 	ffh_entropy_view view; /* first: libjpeg sees the state as its entropy module */
 	j_decompress_ptr cinfo;
 	ffh_reader r;
-	const uint8_t *end;
-	int pad, stopped;
+	/* The entropy-coded data not yet in buf, in the caller's input. */
+	const uint8_t *src, *end;
+	/* Where copying into buf stopped: 0 (it goes on), FFH_AT_MARKER (src
+	 * is at the marker's first FF) or FFH_AT_END (the input's end). */
+	int stopped;
+	size_t fill; /* bytes of data in buf */
 	unsigned togo;
 	int next_rst;
 	int dc[4];
@@ -53,7 +64,12 @@ typedef struct ffh_state {
 	char used[2 * NUM_HUFF_TBLS];
 	ffh_table tables[2 * NUM_HUFF_TBLS];
 	JCOEF scratch[64 + 16];
+	/* The data without its byte stuffing, and room for an MCU's reads
+	 * past its end (see top_up). */
+	uint8_t buf[FFH_BUF + FFH_MCU_BYTES + 16];
 } ffh_state;
+
+enum { FFH_AT_MARKER = 1, FFH_AT_END = 2 };
 
 /* ffh_hook replaces the entropy decoder of a started single-scan
  * sequential Huffman decompression by s's, which gives the same

@@ -109,7 +109,7 @@ static void ffj_release_src(ffj_decoder *d) {
 		d->d.src->next_input_byte = NULL;
 		d->d.src->bytes_in_buffer = 0;
 	}
-	d->huff.r.p = NULL;
+	d->huff.src = NULL;
 	d->huff.end = NULL;
 }
 
