@@ -46,9 +46,7 @@ static int build(ffh_table *t, const JHUFF_TBL *h, int ac) {
 	uint32_t code = 0;
 
 	memset(t->sym, 0, sizeof(t->sym));
-	if (ac) {
-		memset(t->ac, 0, sizeof(t->ac));
-	}
+	memset(t->fast, 0, sizeof(t->fast));
 	for (l = 1; l <= 16; l++) {
 		n += h->bits[l];
 	}
@@ -67,25 +65,33 @@ static int build(ffh_table *t, const JHUFF_TBL *h, int ac) {
 				for (j = lo; j < hi; j++) {
 					t->sym[j] = (uint16_t)(rs << 8 | l);
 				}
-				if (ac && (rs & 15) != 0 && l + (rs & 15) <= FFH_FAST) {
+				if (!ac && rs <= 15 && l + rs <= FFH_FAST) {
+					/* DC: the code and its value bits fit in the
+					 * lookahead: one entry gives the difference and the
+					 * bits used (nonzero: a code has a bit). */
+					for (j = lo; j < hi; j++) {
+						int v = rs == 0 ? 0 : extend((j >> (FFH_FAST - l - rs)) & ((1u << rs) - 1), rs);
+						t->fast[j] = (int32_t)((uint32_t)v << 16 | (uint32_t)(l + rs));
+					}
+				} else if (ac && (rs & 15) != 0 && l + (rs & 15) <= FFH_FAST) {
 					/* The code and its value bits fit in the lookahead: one
 					 * entry gives the run, the value and the bits used. */
 					int s = rs & 15, r = rs >> 4;
 					for (j = lo; j < hi; j++) {
 						unsigned v = (j >> (FFH_FAST - l - s)) & ((1u << s) - 1);
-						t->ac[j] = (int32_t)((uint32_t)extend(v, s) << 16 | (uint32_t)r << 8 | (uint32_t)(l + s));
+						t->fast[j] = (int32_t)((uint32_t)extend(v, s) << 16 | (uint32_t)r << 8 | (uint32_t)(l + s));
 					}
 				} else if (ac && rs == 0xF0) {
 					/* ZRL: fifteen zeros, then a zero stored where one is. */
 					for (j = lo; j < hi; j++) {
-						t->ac[j] = (int32_t)(15u << 8 | (uint32_t)l);
+						t->fast[j] = (int32_t)(15u << 8 | (uint32_t)l);
 					}
 				} else if (ac && (rs & 15) == 0) {
 					/* EOB (any other zero-size symbol is one too, as in
 					 * libjpeg): a run past the block's end, storing a zero
 					 * at 63, which an EOB leaves zero. */
 					for (j = lo; j < hi; j++) {
-						t->ac[j] = (int32_t)(64u << 8 | (uint32_t)l);
+						t->fast[j] = (int32_t)(64u << 8 | (uint32_t)l);
 					}
 				}
 			}
@@ -165,13 +171,13 @@ static inline __attribute__((always_inline)) void refill(ffh_reader *r) {
 	uint64_t w;
 	memcpy(&w, r->p, 8);
 	r->bits |= __builtin_bswap64(w) >> r->nbits;
-	r->p += (63 - r->nbits) >> 3;
+	r->p += (r->nbits ^ 63) >> 3; /* 63 - nbits, without a register for 63 */
 	r->nbits |= 56;
 }
 
 /* slow decodes a code longer than the lookahead: symbol << 8 | length,
  * or 0 when no code matches (damaged data). */
-static unsigned slow(uint64_t bits, const ffh_table *t) {
+static inline __attribute__((always_inline)) unsigned slow(uint64_t bits, const ffh_table *t) {
 	int l;
 	for (l = FFH_FAST + 1; l <= 16; l++) {
 		int32_t code = (int32_t)(bits >> (64 - l));
@@ -182,7 +188,7 @@ static unsigned slow(uint64_t bits, const ffh_table *t) {
 	return 0;
 }
 
-static inline __attribute__((always_inline)) int symbol(ffh_reader *r, const ffh_table *t, int *bad) {
+static inline __attribute__((always_inline)) int symbol(ffh_reader *r, const ffh_table *t, volatile int *bad) {
 	unsigned e = t->sym[r->bits >> (64 - FFH_FAST)];
 	if (e == 0) {
 		e = slow(r->bits, t);
@@ -240,7 +246,10 @@ __attribute__((target_clones("arch=x86-64-v3", "default")))
 static boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data) {
 	ffh_state *s = (ffh_state *)cinfo->entropy;
 	ffh_reader r;
-	int b, bad = 0;
+	int b;
+	/* In memory: set on damage only, it would take a register of the
+	 * symbol loop. */
+	volatile int bad = 0;
 
 	if (cinfo->restart_interval) {
 		if (s->togo == 0) {
@@ -266,22 +275,29 @@ static boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data) {
 		if (r.nbits < 32) {
 			refill(&r);
 		}
-		v = symbol(&r, dc, &bad);
-		if (v > 15) {
-			bad = 1;
-			v = 0;
-		}
-		if (v) {
-			v = extend(take(&r, v), v);
+		v = dc->fast[r.bits >> (64 - FFH_FAST)];
+		if (v != 0) {
+			r.bits <<= v & 0xFF;
+			r.nbits -= v & 0xFF;
+			v >>= 16;
+		} else {
+			v = symbol(&r, dc, &bad);
+			if (v > 15) {
+				bad = 1;
+				v = 0;
+			}
+			if (v) {
+				v = extend(take(&r, v), v);
+			}
 		}
 		s->dc[ci] = (int)((unsigned)s->dc[ci] + (unsigned)v);
 		blk[0] = (JCOEF)s->dc[ci];
 		for (k = 1; k < 64; k++) {
 			int32_t e;
-			if (__builtin_expect(r.nbits < 32, 0)) {
+			if (r.nbits < 32) {
 				refill(&r);
 			}
-			e = ac->ac[r.bits >> (64 - FFH_FAST)];
+			e = ac->fast[r.bits >> (64 - FFH_FAST)];
 			if (__builtin_expect(e != 0, 1)) {
 				int l = e & 0xFF;
 				k += (e >> 8) & 0xFF;

@@ -13,10 +13,11 @@ typedef struct ffh_table {
 	/* By the next FFH_FAST bits: symbol << 8 | code length, 0 for a
 	 * longer code. */
 	uint16_t sym[1 << FFH_FAST];
-	/* AC tables: value << 16 | run << 8 | bits used, where the code and
-	 * its value bits fit in FFH_FAST bits (an EOB is a run of 64 and a ZRL
-	 * one of 15, both of value 0); 0 elsewhere. */
-	int32_t ac[1 << FFH_FAST];
+	/* By the next FFH_FAST bits, where the code and its value bits fit in
+	 * them: value << 16 | run << 8 | bits used (an EOB is a run of 64 and
+	 * a ZRL one of 15, both of value 0; DC tables have no run); 0
+	 * elsewhere. */
+	int32_t fast[1 << FFH_FAST];
 	int32_t maxcode[18];
 	int32_t valoff[17];
 	uint8_t val[256];
