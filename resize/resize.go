@@ -84,6 +84,10 @@ func (t *axisTable) build(srcN int, x0, span float64, out int) {
 	for i := range out {
 		var first int
 		taps = taps[:0]
+		if s > 1 && !generalOnly && t.areaFast(x0+float64(i)*s, s, end, srcN, &w, &start[i], &ns[i], &offs[i]) {
+			k = max(k, int(ns[i]))
+			continue
+		}
 		if s > 1 {
 			// Area: overlap of [a, b) with each source pixel.
 			a := x0 + float64(i)*s
@@ -160,6 +164,66 @@ func (t *axisTable) build(srcN int, x0, span float64, out int) {
 	}
 	t.kstart, t.kw = kstart, kw
 	t.key, t.valid = key, true
+}
+
+// generalOnly turns areaFast off, for tests that compare it with the
+// general branch.
+var generalOnly bool
+
+// areaFast is build's area branch for output window [a, a+s) (s > 1) when
+// it covers two or more source pixels inside the axis, which is nearly
+// always: the first and last taps are partial, those between them whole,
+// with the weights the general branch gives, summed in the same order. It
+// appends the weights to *w, sets the output's first source index, tap
+// count and weight offset, and returns false, doing nothing, for any other
+// window.
+func (t *axisTable) areaFast(a, s, end float64, srcN int, w *[]int32, start, n, off *int32) bool {
+	b := a + s
+	if a < 0 || b > end {
+		return false
+	}
+	first := int(a)
+	last := int(b)
+	if float64(last) == b {
+		last--
+	}
+	if last <= first || last > srcN-1 {
+		return false
+	}
+	// Overlaps: [a, first+1), then whole pixels, then [last, b); none is
+	// negative or -0.
+	t0 := min(b, float64(first+1)) - a
+	tl := b - float64(last)
+	mid := last - first - 1
+	sum := t0
+	for range mid {
+		sum++
+	}
+	sum += tl
+	inv := (1 << wBits) / sum
+	q0, qm, ql := roundUp(t0*inv), roundUp(inv), roundUp(tl*inv)
+	ws := *w
+	o := len(ws)
+	// The first largest weight takes what rounding left over.
+	best, top := o, q0
+	ws = append(ws, q0)
+	isum := q0
+	for j := range mid {
+		if qm > top && j == 0 {
+			best, top = o+1, qm
+		}
+		ws = append(ws, qm)
+		isum += qm
+	}
+	if ql > top {
+		best = len(ws)
+	}
+	ws = append(ws, ql)
+	isum += ql
+	ws[best] += 1<<wBits - isum
+	*w = ws
+	*start, *n, *off = int32(first), int32(last-first+1), int32(o)
+	return true
 }
 
 // roundUp rounds a weight v in [0, 1<<wBits] to the nearest whole number,

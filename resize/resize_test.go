@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -202,5 +203,39 @@ func BenchmarkBuild(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		f := float64(i%7) * 0.25
 		t.build(300, f, 235-f, 160)
+	}
+}
+
+// TestAreaFastMatchesGeneral: build's shortcut for area windows (areaFast)
+// gives the tables its general branch gives, bit for bit, for windows on
+// whole pixels, on eighths of a pixel (crops decoded at m/8) and anywhere.
+func TestAreaFastMatchesGeneral(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 24))
+	var fast, general axisTable
+	defer func() { generalOnly = false }()
+	for i := range 100000 {
+		srcN, out := 1+rng.IntN(900), 1+rng.IntN(300)
+		var x0, span float64
+		switch i % 3 {
+		case 0:
+			x0, span = 0, float64(srcN)
+		case 1:
+			x0, span = float64(rng.IntN(8*srcN))/8, float64(1+rng.IntN(8*srcN))/8
+		default:
+			x0, span = rng.Float64()*float64(srcN), rng.Float64()*float64(srcN)
+		}
+		span = min(span, float64(srcN)-x0)
+		if span <= 0 {
+			continue
+		}
+		generalOnly = false
+		fast.build(srcN, x0, span, out)
+		generalOnly = true
+		general.build(srcN, x0, span, out)
+		if fast.k != general.k || !slices.Equal(fast.start, general.start) || !slices.Equal(fast.n, general.n) ||
+			!slices.Equal(fast.off, general.off) || !slices.Equal(fast.w, general.w) ||
+			!slices.Equal(fast.kstart, general.kstart) || !slices.Equal(fast.kw, general.kw) {
+			t.Fatalf("srcN %d, %d outputs over [%v, %v+%v): the tables differ", srcN, out, x0, x0, span)
+		}
 	}
 }
