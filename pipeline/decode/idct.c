@@ -130,9 +130,15 @@ ffj_idct_body(const int n, const int kk, const v8f *t, JSAMPARRAY out, JDIMENSIO
 	}
 }
 
+/* Zero turns the shortcut over the 4 lowest frequencies off, for tests:
+ * it gives the bytes the whole transform gives. */
+int ffj_idct_shortcuts = 1;
+
 /* One block: dequantize the k = min(n, 8) lowest rows and columns, then
- * the IDCT over all of them, or over the 4 lowest when the others are zero,
- * or a flat block when only the DC is nonzero. */
+ * the IDCT over all of them, or over the 4 lowest when the others are zero
+ * (terms dropped for zeros add zeros: the sums are the same), or a flat
+ * block when only the DC is nonzero. (A shortcut over the 2 lowest, which
+ * 20-30 % of blocks allow, saved nothing measurable.) */
 static inline __attribute__((always_inline)) void
 ffj_idct_n(const int n, jpeg_component_info *compptr, JCOEFPTR coef, JSAMPARRAY out, JDIMENSION col) {
 	const int k = n < 8 ? n : 8;
@@ -165,7 +171,7 @@ ffj_idct_n(const int n, jpeg_component_info *compptr, JCOEFPTR coef, JSAMPARRAY 
 		}
 		return;
 	}
-	if (high == 0 && k > 4) {
+	if (high == 0 && k > 4 && ffj_idct_shortcuts) {
 		ffj_idct_body(n, 4, t, out, col);
 	} else {
 		ffj_idct_body(n, k, t, out, col);

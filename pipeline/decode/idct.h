@@ -10,4 +10,8 @@
  * jpeg_crop_scanline), before reading scanlines. */
 void ffj_hook_idct(j_decompress_ptr cinfo);
 
+/* Nonzero (the default): the IDCT skips the frequencies a block has no
+ * coefficients in. Tests set it to 0 to compare. */
+extern int ffj_idct_shortcuts;
+
 #endif

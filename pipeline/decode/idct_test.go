@@ -1,6 +1,7 @@
 package decode
 
 import (
+	"bytes"
 	"fmt"
 	"testing"
 )
@@ -61,6 +62,35 @@ func BenchmarkDecodeScale(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/%d-8", which, m), func(b *testing.B) {
 				wholeDecodes(b, d, fs, m, buf)
 			})
+		}
+	}
+}
+
+// TestIDCTShortcuts: idct.c's IDCT over the 4 lowest frequencies of
+// blocks that have no others gives the bytes of the whole transform, for
+// whole images at every scale it serves, in every sampling layout.
+func TestIDCTShortcuts(t *testing.T) {
+	fs := append(loadFixtures(t, 20), layoutFixtures(t, 2)...)
+	d := newDecoder(t)
+	defer useIDCTShortcuts(true)
+	for _, m := range []int{3, 5, 6, 7} {
+		for _, f := range fs {
+			w, h, err := d.Header(f.data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, b := make([]byte, w*h*3), make([]byte, w*h*3)
+			useIDCTShortcuts(true)
+			if _, _, err := d.DecodeRegion(f.data, 0, 0, w, h, m, a, w*3); err != nil {
+				t.Fatalf("%s at %d/8: %v", f.name, m, err)
+			}
+			useIDCTShortcuts(false)
+			if _, _, err := d.DecodeRegion(f.data, 0, 0, w, h, m, b, w*3); err != nil {
+				t.Fatalf("%s at %d/8, no shortcuts: %v", f.name, m, err)
+			}
+			if !bytes.Equal(a, b) {
+				t.Fatalf("%s at %d/8: the shortcuts change the pixels", f.name, m)
+			}
 		}
 	}
 }

@@ -4,6 +4,7 @@ package decode
 #cgo CFLAGS: -O3 -Wno-psabi
 #cgo LDFLAGS: -ljpeg -lm
 #include <stdlib.h>
+#include "idct.h"
 #include "jpeg.h"
 */
 import "C"
@@ -84,6 +85,17 @@ func (d *Decoder) useLibjpegIDCT(on bool) {
 		v = 1
 	}
 	C.ffj_use_libjpeg_idct(d.c, C.int(v))
+}
+
+// useIDCTShortcuts turns idct.c's shortcuts for blocks without high
+// frequencies on (the default) or off, for every Decoder; no decode may
+// run meanwhile.
+func useIDCTShortcuts(on bool) {
+	v := 0
+	if on {
+		v = 1
+	}
+	C.ffj_idct_shortcuts = C.int(v)
 }
 
 // UseLibjpegEntropy makes the decoder entropy-decode every JPEG with
