@@ -317,7 +317,8 @@ bench_feed() {
 	echo "decoder. pipeline: random-resized crop to 160x160, flip 0.5, uint8 batches of 256, epochs 2-3 of a"
 	echo "3-epoch run (steady), decoding each crop at the smallest DCT scale m/8 that keeps 160 pixels, or in full"
 	echo "with --exact; over a beton written with --restart-interval 4, with ffcvfeed's entropy decoder (the"
-	echo "default) and libjpeg-turbo's. They alternate; the ratio is the median of each run's ratio to its baseline."
+	echo "default) and libjpeg-turbo's. They alternate; each run measures the baseline before and after its rows and"
+	echo "takes the mean (this machine's speed drifts within a run); the ratio is the median of each run's ratio to it."
 	echo "FFCV's Loader (built from Debian's Numba and OpenCV) reads the same beton from the page cache in random"
 	echo "order, epochs 2-3 of 3. torchvision does the same"
 	echo "crop with ImageFolder + DataLoader, one epoch (its time includes starting its workers)."
@@ -330,7 +331,7 @@ bench_feed() {
 	if [[ ! -f $rbeton || $rbeton -ot $beton ]]; then
 		bin/ffcvfs write --restart-interval 4 "$folder" "$rbeton.tmp" >&2 && mv "$rbeton.tmp" "$rbeton" || die "ffcvfs write --restart-interval failed"
 	fi
-	local base r i b p x q k e l
+	local base r i b b2 p x q k e l
 	local -a bases pipes exacts rsts rp rx rq ents ltrs re rl
 	# The output options, each run beside the uint8 NHWC pipeline.
 	local outs=("--layout nchw" "--dtype float16" "--dtype float16 --layout nchw" "--dtype float16 --normalize imagenet"
@@ -346,7 +347,9 @@ bench_feed() {
 		q=$(steady_rate bin/ffcvfeed bench --data "$rbeton" "${pipe[@]}" --epochs 3)
 		e=$(bin/ffcvfeed decode-bench --data "$beton" --workers 2 --entropy-decoder ffcvfeed | images_per_s) || die "ffcvfeed decode-bench failed"
 		l=$(steady_rate bin/ffcvfeed bench --data "$rbeton" "${pipe[@]}" --entropy-decoder libjpeg --epochs 3)
-		[[ -n $b && -n $p && -n $x && -n $q && -n $e && -n $l ]] || die "no images/s figure from ffcvfeed decode-bench or bench"
+		b2=$(bin/ffcvfeed decode-bench --data "$beton" --workers 2 | images_per_s) || die "ffcvfeed decode-bench failed"
+		[[ -n $b && -n $b2 && -n $p && -n $x && -n $q && -n $e && -n $l ]] || die "no images/s figure from ffcvfeed decode-bench or bench"
+		b=$(echo "($b + $b2) / 2" | bc -l)
 		ents+=("$e") ltrs+=("$l") re+=("$(echo "$e / $b" | bc -l)") rl+=("$(echo "$l / $b" | bc -l)")
 		[[ ${OUTPUTS:-1} == 0 ]] && outs=()
 		for k in "${!outs[@]}"; do
@@ -366,6 +369,7 @@ bench_feed() {
 	printf '%-52s %10.0f %-9s %8.3f\n' "ffcvfeed bench, beton with --restart-interval 4" "$(printf '%s\n' "${rsts[@]}" | median)" "images/s" "$(printf '%s\n' "${rq[@]}" | median)"
 	printf '%-52s %10.0f %-9s %8.3f\n' "  the same, --entropy-decoder libjpeg" "$(printf '%s\n' "${ltrs[@]}" | median)" "images/s" "$(printf '%s\n' "${rl[@]}" | median)"
 	echo "  per run, decode / m/8 / exact / restarts images/s: $(for ((i = 0; i < RUNS; i++)); do printf '%.0f/%.0f/%.0f/%.0f ' "${bases[i]}" "${pipes[i]}" "${exacts[i]}" "${rsts[i]}"; done)"
+	echo "  per run, restart intervals over the decode: $(for ((i = 0; i < RUNS; i++)); do printf '%.3f ' "${rq[i]}"; done)"
 	echo "the two entropy decoders alternating image by image, one goroutine (tools/entropyab):"
 	go run ./tools/entropyab -folder "$folder" -rounds "$RUNS" | sed 's/^/  /' || die "tools/entropyab failed"
 	[[ ${OUTPUTS:-1} == 0 ]] || echo "output options, the pipeline above (uint8 NHWC) with each; ratio: median of each run's ratio to uint8 NHWC"
