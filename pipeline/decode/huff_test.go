@@ -3,6 +3,7 @@ package decode
 import (
 	"bytes"
 	"errors"
+	"image"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -308,5 +309,45 @@ func BenchmarkEntropy(b *testing.B) {
 				wholeDecodes(b, d, set.fs, 8, buf)
 			})
 		}
+	}
+}
+
+// TestEntropyLongIntervals: restart intervals longer than huff.c's buffer
+// of unstuffed data (FFH_BUF), so that it tops the buffer up inside an
+// interval and meets the marker after it while copying: noise at quality
+// 100, one interval per MCU row. Intact, the two decoders give the same
+// pixels; with bytes damaged inside the intervals they agree (agree).
+func TestEntropyLongIntervals(t *testing.T) {
+	const w, h = 768, 64
+	rng := rand.New(rand.NewPCG(29, 30))
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	for i := range img.Pix {
+		img.Pix[i] = byte(rng.Uint32())
+	}
+	var enc bytes.Buffer
+	if err := libjpeg.Encode(&enc, img, &libjpeg.EncoderOptions{Quality: 100}); err != nil {
+		t.Fatal(err)
+	}
+	src, k, err := AddRestarts(enc.Bytes(), 1<<16-1) // one interval per MCU row
+	if err != nil {
+		t.Fatal(err)
+	}
+	var x intervals
+	if !restartIndex(src, &x) || k != x.perRow {
+		t.Fatalf("not one interval per MCU row (k %d)", k)
+	}
+	if n := x.ends[0] - x.starts[0]; n <= entropyBuffer {
+		t.Fatalf("the first interval has %d bytes, not more than %d", n, entropyBuffer)
+	}
+	ours, theirs := entropyDecoders(t)
+	if !agree(t, ours, theirs, src, 0, 0, w, h, 8) {
+		t.Fatal("the intact JPEG did not decode")
+	}
+	for range 40 {
+		b := bytes.Clone(src)
+		i := rng.IntN(len(x.starts))
+		at := x.starts[i] + rng.IntN(x.ends[i]-x.starts[i])
+		b[at] = byte(rng.Uint32())
+		agree(t, ours, theirs, b, 0, 0, w, h, 1+rng.IntN(8))
 	}
 }

@@ -4,6 +4,7 @@ package decode
 #cgo CFLAGS: -O3 -Wno-psabi
 #cgo LDFLAGS: -ljpeg -lm
 #include <stdlib.h>
+#include "huff.h"
 #include "idct.h"
 #include "jpeg.h"
 */
@@ -86,6 +87,10 @@ func (d *Decoder) useLibjpegIDCT(on bool) {
 	}
 	C.ffj_use_libjpeg_idct(d.c, C.int(v))
 }
+
+// entropyBuffer is the size of huff.c's buffer of unstuffed data (tests
+// make intervals longer than it).
+const entropyBuffer = C.FFH_BUF
 
 // useIDCTShortcuts turns idct.c's shortcuts for blocks without high
 // frequencies on (the default) or off, for every Decoder; no decode may
