@@ -97,10 +97,15 @@ type announcer struct {
 }
 
 // startAnnouncer creates the socket's folder in parent (created 0700 if
-// missing; Options.ControlDir) and starts serving the socket.
+// missing; Options.ControlDir) and starts serving the socket. It first
+// removes the folders of mounts of the same user that ended without
+// closing theirs (removeStale).
 func startAnnouncer(v *View, parent string) (*announcer, error) {
 	if err := os.MkdirAll(parent, 0o700); err != nil {
 		return nil, fmt.Errorf("announce socket: %w", err)
+	}
+	if n := removeStale(parent, time.Now()); n > 0 {
+		v.opts.Logger.Info("removed the announce socket folders of mounts that ended without closing them", "folder", parent, "count", n)
 	}
 	dir, err := os.MkdirTemp(parent, "ffcvfs-")
 	if err != nil {
@@ -125,6 +130,61 @@ func startAnnouncer(v *View, parent string) (*announcer, error) {
 	a.wg.Add(1)
 	go a.serve()
 	return a, nil
+}
+
+// Bounds of removeStale: the entries of parent it looks at, and the age
+// of a socket before a refused connection says its mount is gone (a
+// socket is bound a moment before it listens).
+const (
+	maxStaleScan = 4096
+	staleAge     = time.Minute
+)
+
+// removeStale removes from parent the announce folders (ffcvfs-*, 0700,
+// the caller's own) whose socket, bound over staleAge ago, refuses
+// connections: their mount was killed before it could remove them, and
+// a machine whose mounts are killed now and then would otherwise gather
+// them for good. A folder holding anything but its socket stays. It
+// returns how many it removed.
+func removeStale(parent string, now time.Time) int {
+	d, err := os.Open(parent)
+	if err != nil {
+		return 0
+	}
+	names, _ := d.Readdirnames(maxStaleScan)
+	d.Close()
+	removed := 0
+	for _, name := range names {
+		if len(name) <= len("ffcvfs-") || name[:len("ffcvfs-")] != "ffcvfs-" {
+			continue
+		}
+		dir := filepath.Join(parent, name)
+		var st syscall.Stat_t
+		if syscall.Lstat(dir, &st) != nil || st.Mode&syscall.S_IFMT != syscall.S_IFDIR ||
+			st.Uid != uint32(os.Getuid()) || st.Mode&0o777 != 0o700 {
+			continue
+		}
+		sock := filepath.Join(dir, announceSocketName)
+		if syscall.Lstat(sock, &st) != nil || st.Mode&syscall.S_IFMT != syscall.S_IFSOCK ||
+			st.Uid != uint32(os.Getuid()) || now.Sub(time.Unix(st.Mtim.Unix())) < staleAge {
+			continue
+		}
+		c, err := net.DialTimeout("unix", sock, time.Second)
+		if err == nil {
+			c.Close()
+			continue
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			continue
+		}
+		if ents, err := os.ReadDir(dir); err != nil || len(ents) != 1 {
+			continue
+		}
+		if os.Remove(sock) == nil && os.Remove(dir) == nil {
+			removed++
+		}
+	}
+	return removed
 }
 
 func (a *announcer) serve() {
