@@ -5,9 +5,9 @@
  * has restart markers, the JPEGs ffcvfeed crops from intervals. This one
  * first copies the data up to the next marker (or 16 KiB of it) without its
  * byte stuffing into a buffer of its own, so that its bit reader reads 8
- * bytes at once with no test for FF, and decodes an AC coefficient whose
- * code and value bits fit in FFH_FAST bits, and every EOB and ZRL, with one
- * table lookup. It gives libjpeg's coefficients for every valid stream, and
+ * bytes at once with no test for FF, and decodes a DC difference or an AC
+ * coefficient whose code and value bits fit in FFH_FAST bits, and every EOB
+ * and ZRL, with one table lookup. It gives libjpeg's coefficients for every valid stream, and
  * on damaged data warns where libjpeg warns (a code no table has, bits
  * needed past a marker, a marker other than the next RSTn). */
 #include <stdint.h>
