@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -63,6 +64,8 @@ const (
 	announceIdle = time.Minute
 	// announceSocketName is the socket's name in its folder.
 	announceSocketName = "announce.sock"
+	// announceDirPrefix starts the name of the socket's folder.
+	announceDirPrefix = "ffcvfs-"
 )
 
 var _ = (gofs.NodeReadlinker)((*announceLink)(nil))
@@ -107,7 +110,7 @@ func startAnnouncer(v *View, parent string) (*announcer, error) {
 	if n := removeStale(parent, time.Now()); n > 0 {
 		v.opts.Logger.Info("removed the announce socket folders of mounts that ended without closing them", "folder", parent, "count", n)
 	}
-	dir, err := os.MkdirTemp(parent, "ffcvfs-")
+	dir, err := os.MkdirTemp(parent, announceDirPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("announce socket: %w", err)
 	}
@@ -155,7 +158,7 @@ func removeStale(parent string, now time.Time) int {
 	d.Close()
 	removed := 0
 	for _, name := range names {
-		if len(name) <= len("ffcvfs-") || name[:len("ffcvfs-")] != "ffcvfs-" {
+		if len(name) <= len(announceDirPrefix) || !strings.HasPrefix(name, announceDirPrefix) {
 			continue
 		}
 		dir := filepath.Join(parent, name)
