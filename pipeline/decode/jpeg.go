@@ -78,14 +78,18 @@ func (d *Decoder) Close() {
 	d.c = nil
 }
 
+// cBool is on as a C int, 1 or 0.
+func cBool(on bool) C.int {
+	if on {
+		return 1
+	}
+	return 0
+}
+
 // useLibjpegIDCT makes DCT-scaled decodes use libjpeg's own inverse DCT at
 // every scale, for comparisons.
 func (d *Decoder) useLibjpegIDCT(on bool) {
-	v := 0
-	if on {
-		v = 1
-	}
-	C.ffj_use_libjpeg_idct(d.c, C.int(v))
+	C.ffj_use_libjpeg_idct(d.c, cBool(on))
 }
 
 // entropyBuffer is the size of huff.c's buffer of unstuffed data (tests
@@ -96,11 +100,7 @@ const entropyBuffer = C.FFH_BUF
 // frequencies on (the default) or off, for every Decoder; no decode may
 // run meanwhile.
 func useIDCTShortcuts(on bool) {
-	v := 0
-	if on {
-		v = 1
-	}
-	C.ffj_idct_shortcuts = C.int(v)
+	C.ffj_idct_shortcuts = cBool(on)
 }
 
 // UseLibjpegEntropy makes the decoder entropy-decode every JPEG with
@@ -112,11 +112,7 @@ func (d *Decoder) UseLibjpegEntropy(on bool) {
 		return
 	}
 	d.libjpegEntropy = on
-	v := 0
-	if on {
-		v = 1
-	}
-	C.ffj_use_libjpeg_entropy(d.c, C.int(v))
+	C.ffj_use_libjpeg_entropy(d.c, cBool(on))
 }
 
 // entropyHooked reports whether the last decode was entropy-decoded by
