@@ -84,7 +84,7 @@ func (t *axisTable) build(srcN int, x0, span float64, out int) {
 	for i := range out {
 		var first int
 		taps = taps[:0]
-		if s > 1 && !generalOnly && t.areaFast(x0+float64(i)*s, s, end, srcN, &w, &start[i], &ns[i], &offs[i]) {
+		if s > 1 && !generalOnly && areaFast(x0+float64(i)*s, s, end, srcN, &w, &start[i], &ns[i], &offs[i]) {
 			k = max(k, int(ns[i]))
 			continue
 		}
@@ -177,7 +177,7 @@ var generalOnly bool
 // appends the weights to *w, sets the output's first source index, tap
 // count and weight offset, and returns false, doing nothing, for any other
 // window.
-func (t *axisTable) areaFast(a, s, end float64, srcN int, w *[]int32, start, n, off *int32) bool {
+func areaFast(a, s, end float64, srcN int, w *[]int32, start, n, off *int32) bool {
 	b := a + s
 	if a < 0 || b > end {
 		return false
@@ -208,10 +208,10 @@ func (t *axisTable) areaFast(a, s, end float64, srcN int, w *[]int32, start, n, 
 	best, top := o, q0
 	ws = append(ws, q0)
 	isum := q0
-	for j := range mid {
-		if qm > top && j == 0 {
-			best, top = o+1, qm
-		}
+	if mid > 0 && qm > top {
+		best, top = o+1, qm
+	}
+	for range mid {
 		ws = append(ws, qm)
 		isum += qm
 	}
