@@ -302,6 +302,14 @@ ffcv_src() {
 	echo "$dir"
 }
 
+# decode_rate BETON [FLAGS...]: the images/s of ffcvfeed decode-bench with
+# 2 workers.
+decode_rate() {
+	local out
+	out=$(bin/ffcvfeed decode-bench --data "$1" --workers 2 "${@:2}") || die "ffcvfeed decode-bench failed"
+	images_per_s <<<"$out"
+}
+
 bench_feed() {
 	local n=${1:-5000}
 	[[ $n =~ ^[0-9]+$ ]] || die "N must be a whole number, got '$n'"
@@ -341,13 +349,13 @@ bench_feed() {
 	bin/ffcvfeed decode-bench --data "$beton" --workers 2 >/dev/null || die "ffcvfeed decode-bench failed" # warm the page cache
 	bin/ffcvfeed decode-bench --data "$rbeton" --workers 2 >/dev/null || die "ffcvfeed decode-bench failed"
 	for ((i = 0; i < RUNS; i++)); do
-		b=$(bin/ffcvfeed decode-bench --data "$beton" --workers 2 | images_per_s) || die "ffcvfeed decode-bench failed"
+		b=$(decode_rate "$beton")
 		p=$(steady_rate bin/ffcvfeed bench --data "$beton" "${pipe[@]}" --epochs 3)
 		x=$(steady_rate bin/ffcvfeed bench --data "$beton" "${pipe[@]}" --exact --epochs 3)
 		q=$(steady_rate bin/ffcvfeed bench --data "$rbeton" "${pipe[@]}" --epochs 3)
-		e=$(bin/ffcvfeed decode-bench --data "$beton" --workers 2 --entropy-decoder ffcvfeed | images_per_s) || die "ffcvfeed decode-bench failed"
+		e=$(decode_rate "$beton" --entropy-decoder ffcvfeed)
 		l=$(steady_rate bin/ffcvfeed bench --data "$rbeton" "${pipe[@]}" --entropy-decoder libjpeg --epochs 3)
-		b2=$(bin/ffcvfeed decode-bench --data "$beton" --workers 2 | images_per_s) || die "ffcvfeed decode-bench failed"
+		b2=$(decode_rate "$beton")
 		[[ -n $b && -n $b2 && -n $p && -n $x && -n $q && -n $e && -n $l ]] || die "no images/s figure from ffcvfeed decode-bench or bench"
 		b=$(echo "($b + $b2) / 2" | bc -l)
 		ents+=("$e") ltrs+=("$l") re+=("$(echo "$e / $b" | bc -l)") rl+=("$(echo "$l / $b" | bc -l)")
