@@ -124,7 +124,7 @@ func TestEntropyDamage(t *testing.T) {
 	if !restartIndex(rst4.data, &x) {
 		t.Fatal("not indexed")
 	}
-	mid := x.starts[len(x.starts)/2]
+	mid := int(x.starts[len(x.starts)/2])
 	at := func(i int, b ...byte) []byte {
 		c := bytes.Clone(rst4.data)
 		copy(c[i:], b)
@@ -346,7 +346,7 @@ func TestEntropyLongIntervals(t *testing.T) {
 	for range 40 {
 		b := bytes.Clone(src)
 		i := rng.IntN(len(x.starts))
-		at := x.starts[i] + rng.IntN(x.ends[i]-x.starts[i])
+		at := int(x.starts[i]) + rng.IntN(int(x.ends[i]-x.starts[i]))
 		b[at] = byte(rng.Uint32())
 		agree(t, ours, theirs, b, 0, 0, w, h, 1+rng.IntN(8))
 	}

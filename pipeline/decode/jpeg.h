@@ -2,6 +2,7 @@
 #define FFCVFS_DECODE_JPEG_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Return codes of the ffj_* functions. */
 #define FFJ_OK 0
@@ -58,5 +59,19 @@ int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
 int ffj_add_restarts(const unsigned char *src, size_t n, int target,
                      unsigned char **out, size_t *out_len, int *k_out,
                      char *msg, int msglen);
+
+/* How ffj_rst_scan stopped. */
+#define FFJ_RST_N 1   /* the n-th interval ended at an RSTn */
+#define FFJ_RST_EOI 2 /* an interval ended at EOI */
+#define FFJ_RST_BAD 3 /* an RSTn out of turn, another marker, or the data's end */
+
+/* Finds the restart intervals of the entropy-coded data from src[scan] on:
+ * records the offsets of the first byte (starts) and of the marker after it
+ * (ends) of each, up to n (1 <= n; starts and ends have room for n+1: the
+ * scan stores at the next index before it knows whether an interval ended),
+ * and returns how many, *how saying where it stopped. len is at most
+ * INT32_MAX. */
+int ffj_rst_scan(const unsigned char *src, size_t len, size_t scan, int n,
+                 int32_t *starts, int32_t *ends, int *how);
 
 #endif

@@ -1,4 +1,5 @@
 #include <setjmp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,4 +161,170 @@ int ffj_add_restarts(const unsigned char *src, size_t n, int target,
 	*out = dest.buf;
 	*out_len = dest.cap - dest.pub.free_in_buffer;
 	return FFJ_OK;
+}
+
+/* Restart intervals, found by a scan for FF bytes 32 at a time (AVX2 where
+ * the CPU has it): in entropy-coded data FF is stuffed every 100 to 300
+ * bytes and a marker ends each interval, so a search that returns at every
+ * FF (memchr) spends more on its calls than on the bytes, and a test per
+ * kind of FF more on mispredicted branches than on the scan. */
+
+typedef struct {
+	int32_t *starts, *ends;
+	int n, count;
+	size_t start;
+	int how;
+} rst_scan;
+
+/* rst_other handles the FF at src[q] followed by neither a fill or stuffed
+ * byte nor an RSTn: EOI ends the last interval; any other marker is an
+ * error. Returns 1 (always: the scan stops). */
+static int rst_other(rst_scan *r, const unsigned char *src, size_t q) {
+	if (src[q + 1] != 0xD9) {
+		r->how = FFJ_RST_BAD; /* another scan, or a marker inside one */
+		return 1;
+	}
+	r->starts[r->count] = (int32_t)r->start;
+	r->ends[r->count] = (int32_t)q;
+	r->count++;
+	r->how = FFJ_RST_EOI;
+	return 1;
+}
+
+/* rst_ff handles the FF at src[q], q+1 < len, and returns 1 when the scan
+ * stops there. The common cases, a stuffed byte and an RSTn in turn, take
+ * no branch: the interval is stored at count whatever the byte after FF,
+ * and count moves on only for an RSTn. */
+static inline __attribute__((always_inline)) int rst_ff(rst_scan *r, const unsigned char *src,
+                                                        size_t q, int *count, size_t *start) {
+	unsigned m = src[q + 1], rst = m - 0xD0;
+	int mark = rst < 8;
+	if (__builtin_expect(!mark && m != 0x00 && m != 0xFF, 0)) {
+		r->count = *count;
+		r->start = *start;
+		return rst_other(r, src, q);
+	}
+	if (__builtin_expect(mark && (int)rst != (*count & 7), 0)) {
+		r->how = FFJ_RST_BAD;
+		r->count = *count;
+		return 1;
+	}
+	r->starts[*count] = (int32_t)*start;
+	r->ends[*count] = (int32_t)q;
+	*count += mark;
+	*start = mark ? q + 2 : *start;
+	if (__builtin_expect(*count == r->n, 0)) {
+		r->how = FFJ_RST_N;
+		r->count = *count;
+		return 1;
+	}
+	return 0;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+#define FFJ_RST_AVX2 1
+static int rst_have_avx2;
+__attribute__((constructor)) static void rst_init(void) {
+	__builtin_cpu_init();
+	rst_have_avx2 = __builtin_cpu_supports("avx2");
+}
+
+/* rst_classify returns the FFs of the 32 bytes at p followed by an RSTn
+ * (*rm) and by a byte that is neither an RSTn nor stuffing nor fill
+ * (*other); p[32] is read. */
+__attribute__((target("avx2"), always_inline)) static inline void
+rst_classify(const unsigned char *p, uint32_t *rm, uint32_t *other) {
+	const __m256i ff = _mm256_set1_epi8((char)0xFF), zero = _mm256_setzero_si256();
+	const __m256i f8 = _mm256_set1_epi8((char)0xF8), d0 = _mm256_set1_epi8((char)0xD0);
+	__m256i a = _mm256_loadu_si256((const __m256i *)p);
+	__m256i b = _mm256_loadu_si256((const __m256i *)(p + 1));
+	__m256i rst = _mm256_cmpeq_epi8(_mm256_and_si256(b, f8), d0);
+	__m256i fill = _mm256_or_si256(_mm256_cmpeq_epi8(b, zero), _mm256_cmpeq_epi8(b, ff));
+	uint32_t ffs = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(a, ff));
+	*rm = ffs & (uint32_t)_mm256_movemask_epi8(rst);
+	*other = ffs & ~(uint32_t)_mm256_movemask_epi8(_mm256_or_si256(rst, fill));
+}
+
+/* rst_scan_avx2 scans the blocks of 64 bytes from pos on whose last byte
+ * has a byte after it, and returns where it stopped. Each block is
+ * classified whole, each FF by the byte after it: stuffed or fill bytes
+ * need nothing, a block with one RSTn (the common case) takes no branch,
+ * and anything else goes through rst_ff in order. */
+__attribute__((target("avx2"))) static size_t rst_scan_avx2(rst_scan *r, const unsigned char *src,
+                                                           size_t len, size_t pos) {
+	int32_t *starts = r->starts, *ends = r->ends;
+	const int n = r->n;
+	int count = r->count;
+	size_t start = r->start;
+	for (; pos + 65 <= len; pos += 64) {
+		uint32_t rlo, rhi, olo, ohi;
+		rst_classify(src + pos, &rlo, &olo);
+		rst_classify(src + pos + 32, &rhi, &ohi);
+		uint64_t rm = (uint64_t)rhi << 32 | rlo, other = (uint64_t)ohi << 32 | olo;
+		if (__builtin_expect((other | (rm & (rm - 1))) != 0, 0)) {
+			/* Another marker, or more than one RSTn: in order. */
+			uint64_t m;
+			for (m = rm | other; m != 0; m &= m - 1) {
+				if (rst_ff(r, src, pos + (size_t)__builtin_ctzll(m), &count, &start)) {
+					return pos;
+				}
+			}
+			continue;
+		}
+		/* None or one RSTn: stored at count either way, counted only
+		 * when there is one. */
+		size_t q = pos + (size_t)__builtin_ctzll(rm | 1ull << 63);
+		int one = rm != 0;
+		if (__builtin_expect(one && (src[q + 1] & 7) != (count & 7), 0)) {
+			r->how = FFJ_RST_BAD;
+			r->count = count;
+			return pos;
+		}
+		starts[count] = (int32_t)start;
+		ends[count] = (int32_t)q;
+		count += one;
+		start = one ? q + 2 : start;
+		if (__builtin_expect(count == n, 0)) {
+			r->how = FFJ_RST_N;
+			r->count = count;
+			return pos;
+		}
+	}
+	r->count = count;
+	r->start = start;
+	return pos;
+}
+#endif
+
+int ffj_rst_scan(const unsigned char *src, size_t len, size_t scan, int n,
+                 int32_t *starts, int32_t *ends, int *how) {
+	rst_scan r = {starts, ends, n, 0, scan, 0};
+	size_t pos = scan;
+	if (n <= 0 || len > INT32_MAX) {
+		*how = FFJ_RST_BAD;
+		return 0;
+	}
+#if defined(FFJ_RST_AVX2)
+	if (rst_have_avx2) {
+		pos = rst_scan_avx2(&r, src, len, pos);
+		if (r.how != 0) {
+			*how = r.how;
+			return r.count;
+		}
+	}
+#endif
+	{
+		int count = r.count;
+		size_t start = r.start;
+		for (; pos + 1 < len; pos++) {
+			if (src[pos] == 0xFF && rst_ff(&r, src, pos, &count, &start)) {
+				*how = r.how;
+				return r.count;
+			}
+		}
+		r.count = count;
+	}
+	*how = FFJ_RST_BAD; /* the data ended first */
+	return r.count;
 }

@@ -7,11 +7,12 @@ package decode
 import "C"
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
+	"slices"
 	"unsafe"
 )
 
@@ -75,7 +76,7 @@ type intervals struct {
 	scan       int // offset of the entropy-coded data
 	// starts[i] is the offset of interval i's first byte; ends[i] that
 	// of the marker after it (RSTn, or EOI for the last).
-	starts, ends []int
+	starts, ends []int32
 }
 
 // cols returns the intervals in an MCU row.
@@ -168,41 +169,33 @@ func (x *intervals) geometry() bool {
 
 // index finds the first n intervals of the scan, reading no further than
 // the marker after the last of them. Asked for all, it also checks that
-// the scan holds exactly that many, up to EOI.
+// the scan holds exactly that many, up to EOI. The scan is restart.c's
+// (ffj_rst_scan), 64 bytes at a time: stuffed bytes and markers put an FF
+// about every hundred bytes, and bytes.IndexByte returns at each.
 func (x *intervals) index(src []byte, n int) bool {
 	total := x.rows * x.cols()
 	n = min(n, total)
-	x.starts, x.ends = x.starts[:0], x.ends[:0]
-	start := x.scan
-	for pos := x.scan; ; {
-		i := bytes.IndexByte(src[pos:], 0xFF)
-		if i < 0 || pos+i+1 >= len(src) {
-			return false
-		}
-		pos += i
-		switch m := src[pos+1]; {
-		case m == 0x00 || m == 0xFF: // stuffed byte, fill
-			pos++
-			continue
-		case m >= 0xD0 && m <= 0xD7:
-			if int(m-0xD0) != len(x.starts)%8 {
-				return false
-			}
-		case m == 0xD9:
-		default:
-			return false // another scan or a marker inside
-		}
-		x.starts = append(x.starts, start)
-		x.ends = append(x.ends, pos)
-		if src[pos+1] == 0xD9 {
-			return len(x.starts) == total
-		}
-		if len(x.starts) == n {
-			return n < total
-		}
-		pos += 2
-		start = pos
+	if n <= 0 || len(src) > math.MaxInt32 || x.scan >= len(src) {
+		return false
 	}
+	// Every interval but the last ends at a 2-byte marker: the data bounds
+	// how many there can be, whatever the header says.
+	room := min(n, (len(src)-x.scan)/2+1)
+	x.starts = slices.Grow(x.starts[:0], room+1)[:room+1] // and one for ffj_rst_scan
+	x.ends = slices.Grow(x.ends[:0], room+1)[:room+1]
+	var how C.int
+	got := int(C.ffj_rst_scan(bytesPtr(src), C.size_t(len(src)), C.size_t(x.scan), C.int(room),
+		(*C.int32_t)(unsafe.Pointer(unsafe.SliceData(x.starts))),
+		(*C.int32_t)(unsafe.Pointer(unsafe.SliceData(x.ends))), &how))
+	runtime.KeepAlive(src)
+	x.starts, x.ends = x.starts[:got], x.ends[:got]
+	switch how {
+	case C.FFJ_RST_EOI:
+		return got == total
+	case C.FFJ_RST_N:
+		return got == n && n < total
+	}
+	return false
 }
 
 // sub appends to dst the JPEG of interval columns [i0, i1) of MCU rows

@@ -3,6 +3,7 @@ package decode
 import (
 	"bytes"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -100,8 +101,84 @@ func TestRestartCropExact(t *testing.T) {
 	t.Logf("%d regions decoded from intervals, equal to the whole JPEG's", used)
 }
 
-// FuzzRestartIndex: whatever the bytes, indexing and cutting never panic,
-// and a cut indexes again.
+// indexByBytes is intervals.index written plainly, one FF at a time: the
+// reference restart.c's scan must agree with.
+func indexByBytes(x *intervals, src []byte, n int) (starts, ends []int32, ok bool) {
+	total := x.rows * x.cols()
+	n = min(n, total)
+	start := x.scan
+	for pos := x.scan; pos+1 < len(src); pos++ {
+		if src[pos] != 0xFF {
+			continue
+		}
+		switch m := src[pos+1]; {
+		case m == 0x00 || m == 0xFF: // stuffed byte, fill
+			continue
+		case m >= 0xD0 && m <= 0xD7:
+			if int(m-0xD0) != len(starts)%8 {
+				return starts, ends, false
+			}
+		case m != 0xD9:
+			return starts, ends, false
+		}
+		starts, ends = append(starts, int32(start)), append(ends, int32(pos))
+		if src[pos+1] == 0xD9 {
+			return starts, ends, len(starts) == total
+		}
+		if len(starts) == n {
+			return starts, ends, n < total
+		}
+		start = pos + 2
+		pos++
+	}
+	return starts, ends, false
+}
+
+// checkIndex: index finds what indexByBytes finds, asked for all the
+// intervals and for the first n.
+func checkIndex(t *testing.T, b []byte, n int) {
+	t.Helper()
+	var x intervals
+	if !restartHeader(b, &x) {
+		return
+	}
+	for _, want := range []int{x.rows * x.cols(), n} {
+		ok := x.index(b, want)
+		starts, ends, wantOK := indexByBytes(&x, b, want)
+		if ok != wantOK || (ok && (!slices.Equal(x.starts, starts) || !slices.Equal(x.ends, ends))) {
+			t.Fatalf("index of %d: %v %v %v, by bytes %v %v %v", want, ok, x.starts, x.ends, wantOK, starts, ends)
+		}
+	}
+}
+
+// TestRestartIndexDamage: on fixtures with bytes of their entropy-coded
+// data overwritten (FF and markers among them), index agrees with the
+// plain scan, whether it finds the intervals or not.
+func TestRestartIndexDamage(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	marks := []byte{0xFF, 0x00, 0xD0, 0xD3, 0xD7, 0xD9, 0xDA, 0xC4}
+	for _, f := range loadFixtures(t, 5) {
+		rst, _, err := AddRestarts(f.data, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var x intervals
+		if !restartIndex(rst, &x) {
+			t.Fatal("not indexed")
+		}
+		checkIndex(t, rst, len(x.starts)/2)
+		for range 300 {
+			b := bytes.Clone(rst)
+			for range 1 + rng.IntN(3) {
+				b[int(x.starts[0])+rng.IntN(len(b)-int(x.starts[0]))] = marks[rng.IntN(len(marks))]
+			}
+			checkIndex(t, b[:len(b)-rng.IntN(3)], 1+rng.IntN(len(x.starts)))
+		}
+	}
+}
+
+// FuzzRestartIndex: whatever the bytes, indexing agrees with the plain
+// scan, cutting never panics, and a cut indexes again.
 func FuzzRestartIndex(f *testing.F) {
 	for _, fx := range loadFixtures(f, 3) {
 		rst, _, err := AddRestarts(fx.data, 4)
@@ -111,6 +188,7 @@ func FuzzRestartIndex(f *testing.F) {
 		f.Add(rst)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
+		checkIndex(t, b, 3)
 		var x intervals
 		if !restartIndex(b, &x) {
 			return
