@@ -67,10 +67,8 @@ int ffj_add_restarts(const unsigned char *src, size_t n, int target,
 
 /* Finds the restart intervals of the entropy-coded data from src[scan] on:
  * records the offsets of the first byte (starts) and of the marker after it
- * (ends) of each, up to n (1 <= n; starts and ends have room for n+1: the
- * scan stores at the next index before it knows whether an interval ended),
- * and returns how many, *how saying where it stopped. len is at most
- * INT32_MAX. */
+ * (ends) of each, up to n (1 <= n, starts and ends have room for n), and
+ * returns how many, *how saying where it stopped. len is at most INT32_MAX. */
 int ffj_rst_scan(const unsigned char *src, size_t len, size_t scan, int n,
                  int32_t *starts, int32_t *ends, int *how);
 

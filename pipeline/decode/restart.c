@@ -163,11 +163,12 @@ int ffj_add_restarts(const unsigned char *src, size_t n, int target,
 	return FFJ_OK;
 }
 
-/* Restart intervals, found by a scan for FF bytes 32 at a time (AVX2 where
- * the CPU has it): in entropy-coded data FF is stuffed every 100 to 300
- * bytes and a marker ends each interval, so a search that returns at every
- * FF (memchr) spends more on its calls than on the bytes, and a test per
- * kind of FF more on mispredicted branches than on the scan. */
+/* Restart intervals, found by a scan for FF bytes 64 at a time (AVX2 where
+ * the CPU has it): in entropy-coded data, stuffing and markers put an FF
+ * about every hundred bytes, so a search that returns at every FF (memchr)
+ * spends more on its calls than on the bytes, and a test per kind of FF
+ * more on mispredicted branches than on the scan. Intervals are stored at
+ * index count < n only. */
 
 typedef struct {
 	int32_t *starts, *ends;

@@ -181,8 +181,8 @@ func (x *intervals) index(src []byte, n int) bool {
 	// Every interval but the last ends at a 2-byte marker: the data bounds
 	// how many there can be, whatever the header says.
 	room := min(n, (len(src)-x.scan)/2+1)
-	x.starts = slices.Grow(x.starts[:0], room+1)[:room+1] // and one for ffj_rst_scan
-	x.ends = slices.Grow(x.ends[:0], room+1)[:room+1]
+	x.starts = slices.Grow(x.starts[:0], room)[:room]
+	x.ends = slices.Grow(x.ends[:0], room)[:room]
 	var how C.int
 	got := int(C.ffj_rst_scan(bytesPtr(src), C.size_t(len(src)), C.size_t(x.scan), C.int(room),
 		(*C.int32_t)(unsafe.Pointer(unsafe.SliceData(x.starts))),
