@@ -31,6 +31,9 @@ type Resizer struct {
 	// pattern w w' w w' w w' 0 0 that resize.c multiplies pixels by.
 	hx []int32
 	hw []int16
+	// Scratch of resize.c's AVX-512 pass (hgroups).
+	gbase []int32
+	gtab  []int16
 }
 
 // axisTable maps each output index to a run of source indices and weights.
@@ -273,11 +276,12 @@ func (r *Resizer) ResizeWindow(dst []byte, dstStride, outW, outH int, src []byte
 	c0 := int(xt.kstart[0])
 	c1 := int(xt.kstart[outW-1]) + k
 	width := (c1 - c0) * 3
-	// The C pass reads taps in pairs, up to 5 elements past the last.
-	if cap(r.acc) < width+8 {
-		r.acc = make([]int16, width+8)
+	// The C pass reads taps in pairs, up to 5 elements past the last, and
+	// the AVX-512 one a window of 64 from the first of 16 outputs' taps.
+	if cap(r.acc) < width+72 {
+		r.acc = make([]int16, width+72)
 	}
-	acc := r.acc[:width+8]
+	acc := r.acc[:width+72]
 	kx := k
 	if k > 1 && k%2 == 1 {
 		kx++
@@ -311,12 +315,18 @@ func (r *Resizer) ResizeWindow(dst []byte, dstStride, outW, outH int, src []byte
 		}
 	}
 	r.hx, r.hw = hx, hw
+	// Scratch of the AVX-512 pass: 3 groups of 16 channel outputs per 16
+	// outputs, kx/2 pairs of 32 indexes and 32 weights each.
+	groups := outW / 16 * 3
+	r.gbase = grow(r.gbase, max(groups, 1))
+	r.gtab = grow(r.gtab, max(groups*kx*32, 1))
 
 	C.ffr_resize(bytesPtr(dst), C.int(dstStride), C.int(outW), C.int(outH),
 		bytesPtr(src), C.int(srcStride), C.int(c0*3), C.int(width),
 		i32Ptr(yt.start), i32Ptr(yt.n), i32Ptr(yt.off), i32Ptr(yt.w),
 		C.int(kx), i32Ptr(hx), (*C.int16_t)(unsafe.Pointer(unsafe.SliceData(hw))),
-		(*C.int16_t)(unsafe.Pointer(unsafe.SliceData(acc))))
+		(*C.int16_t)(unsafe.Pointer(unsafe.SliceData(acc))),
+		i32Ptr(r.gbase), (*C.int16_t)(unsafe.Pointer(unsafe.SliceData(r.gtab))))
 }
 
 // useAVX2 turns the AVX2 passes of resize.c on (where the CPU has them) or
@@ -328,6 +338,17 @@ func useAVX2(on bool) bool {
 		c = 1
 	}
 	return C.ffr_use_avx2(c) != 0
+}
+
+// useAVX512 turns the AVX-512 horizontal pass of resize.c on (where the
+// CPU has it and the AVX2 passes are on) or off and reports whether it is
+// on; tests compare it with the others. No resize may run meanwhile.
+func useAVX512(on bool) bool {
+	c := C.int(0)
+	if on {
+		c = 1
+	}
+	return C.ffr_use_avx512(c) != 0
 }
 
 // i32Ptr points C at the first element of s, which holds no Go pointers.

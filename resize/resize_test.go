@@ -57,14 +57,19 @@ func TestResizeExact(t *testing.T) {
 	bothPasses(t, testResizeExact)
 }
 
-// bothPasses runs test with resize.c's AVX2 passes, where the CPU has
-// them, and with the plain ones.
+// bothPasses runs test with resize.c's AVX-512 and AVX2 passes, where the
+// CPU has them, and with the plain ones.
 func bothPasses(t *testing.T, test func(t *testing.T)) {
+	defer useAVX512(true)
+	defer useAVX2(true)
+	if useAVX2(true) && useAVX512(true) {
+		t.Run("avx512", test)
+	}
+	useAVX512(false)
 	if useAVX2(true) {
 		t.Run("avx2", test)
 	}
 	useAVX2(false)
-	defer useAVX2(true)
 	t.Run("plain", test)
 }
 

@@ -50,8 +50,9 @@
 //     tables are built in Go; the passes over the pixels run in C
 //     (resize.c): the vertical one vectorized by the compiler, the
 //     horizontal one as int16 multiply-adds of tap pairs (SSE2, two outputs
-//     at a time with AVX2). The arithmetic is fixed point and exact: every
-//     path gives the same bytes (TestResizeExact).
+//     at a time with AVX2, 16 channel values at a time with AVX-512,
+//     their taps gathered by word permutes). The arithmetic is fixed point
+//     and exact: every path gives the same bytes (TestResizeExact).
 //   - Op and Decoder.Apply, which chain the crop, the decode and the
 //     resize.
 //
