@@ -91,6 +91,58 @@ __attribute__((target("avx2"))) static int vpass_avx2(int16_t *acc, const unsign
 	}
 }
 
+/* vpass_avx512_n is vpass_avx2_n 32 elements at a time. */
+__attribute__((target("avx512f,avx512bw"), always_inline)) static inline int
+vpass_avx512_n(int16_t *acc, const unsigned char *src, int stride, int width, const int n,
+               const int32_t *w) {
+	const __m512i half = _mm512_set1_epi32(V_HALF);
+	__m512i wp[VMAX_TAPS / 2 + 1];
+	int i, t;
+	for (t = 0; t < n; t += 2) {
+		int32_t wb = t + 1 < n ? w[t + 1] : 0;
+		wp[t / 2] = _mm512_set1_epi32((int32_t)((uint32_t)w[t] | (uint32_t)wb << 16));
+	}
+	for (i = 0; i + 32 <= width; i += 32) {
+		__m512i lo = half, hi = half;
+		for (t = 0; t + 1 < n; t += 2) {
+			const unsigned char *r = src + (long)t * stride + i;
+			__m512i a = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)r));
+			__m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(r + stride)));
+			lo = _mm512_add_epi32(lo, _mm512_madd_epi16(_mm512_unpacklo_epi16(a, b), wp[t / 2]));
+			hi = _mm512_add_epi32(hi, _mm512_madd_epi16(_mm512_unpackhi_epi16(a, b), wp[t / 2]));
+		}
+		if (n % 2 == 1) {
+			const unsigned char *r = src + (long)(n - 1) * stride + i;
+			__m512i c = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)r));
+			__m512i z = _mm512_setzero_si512();
+			lo = _mm512_add_epi32(lo, _mm512_madd_epi16(_mm512_unpacklo_epi16(c, z), wp[n / 2]));
+			hi = _mm512_add_epi32(hi, _mm512_madd_epi16(_mm512_unpackhi_epi16(c, z), wp[n / 2]));
+		}
+		lo = _mm512_srai_epi32(lo, V_SHIFT);
+		hi = _mm512_srai_epi32(hi, V_SHIFT);
+		/* unpack and pack work within 128-bit lanes alike: the order
+		 * comes back. */
+		_mm512_storeu_si512(acc + i, _mm512_packs_epi32(lo, hi));
+	}
+	return i;
+}
+
+/* vpass_avx512 is vpass_avx2 with 512-bit registers. */
+__attribute__((target("avx512f,avx512bw"))) static int vpass_avx512(int16_t *acc, const unsigned char *src,
+                                                                   int stride, int width, int n, const int32_t *w) {
+	switch (n) {
+	case 2:
+		return vpass_avx512_n(acc, src, stride, width, 2, w);
+	case 3:
+		return vpass_avx512_n(acc, src, stride, width, 3, w);
+	default:
+		if (n > VMAX_TAPS) {
+			return 0;
+		}
+		return vpass_avx512_n(acc, src, stride, width, n, w);
+	}
+}
+
 /* hsum_avx2 is the sum of taps 0..k-1 of outputs i (low lane) and i+1
  * (high lane), with H_HALF added: [R G B 0] in int32 in each lane. */
 __attribute__((target("avx2"), always_inline)) static inline __m256i
@@ -428,8 +480,11 @@ void ffr_resize(unsigned char *dst, int dst_stride, int out_w, int out_h,
 		const unsigned char *s = src + (long)ystart[oy] * src_stride + src_off;
 		int done = 0;
 #if defined(FFR_AVX2)
+		if (ffr_have_avx512 && yn[oy] >= 2) {
+			done = vpass_avx512(acc, s, src_stride, width, yn[oy], yw + yoff[oy]);
+		}
 		if (ffr_have_avx2 && yn[oy] >= 2) {
-			done = vpass_avx2(acc, s, src_stride, width, yn[oy], yw + yoff[oy]);
+			done += vpass_avx2(acc + done, s + done, src_stride, width - done, yn[oy], yw + yoff[oy]);
 		}
 #endif
 		vpass(acc + done, s + done, src_stride, width - done, yn[oy], yw + yoff[oy]);

@@ -48,7 +48,8 @@
 //   - Resizing (resize.Resizer, package resize): area averaging when shrinking, bilinear when
 //     enlarging, with the horizontal flip folded into the write. The filter
 //     tables are built in Go; the passes over the pixels run in C
-//     (resize.c): the vertical one vectorized by the compiler, the
+//     (resize.c): the vertical one vectorized by the compiler (and by hand
+//     for AVX2 and AVX-512), the
 //     horizontal one as int16 multiply-adds of tap pairs (SSE2, two outputs
 //     at a time with AVX2, 16 channel values at a time with AVX-512,
 //     their taps gathered by word permutes). The arithmetic is fixed point
