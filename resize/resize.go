@@ -44,7 +44,7 @@ type axisTable struct {
 	w     []int32 // weights, summing to 1<<wBits per output
 
 	// The same filter with every output given k taps (the most any output
-	// has), zero-weighted where it has fewer, so that the inner loops run
+	// has; kstart and kw filled by fix), zero-weighted where it has fewer, so that the inner loops run
 	// over a fixed number of taps: output i reads source indices
 	// kstart[i] .. kstart[i]+k-1 with weights kw[i*k : i*k+k]. Runs that
 	// would pass the end of the axis are moved back to end on it.
@@ -53,9 +53,9 @@ type axisTable struct {
 	kw     []int32
 
 	// The arguments the tables were built for; build returns at once when
-	// they repeat.
-	key   tableKey
-	valid bool
+	// they repeat; fixed, whether kstart and kw are filled for them.
+	key          tableKey
+	valid, fixed bool
 
 	taps []float64 // one output's overlaps, scratch of build
 }
@@ -151,10 +151,20 @@ func (t *axisTable) build(srcN int, x0, span float64, out int) {
 		k = max(k, len(taps))
 	}
 	t.start, t.n, t.off, t.w, t.taps = start, ns, offs, w, taps
-
-	// Fixed-width form. The taps of one output are distinct source indices,
-	// so k <= srcN and a run moved back to end on the axis stays inside it.
 	t.k = k
+	t.key, t.valid, t.fixed = key, true, false
+}
+
+// fix fills t's fixed-width form (kstart, kw) from the table build made
+// last, once: the horizontal pass needs it, the vertical one does not.
+func (t *axisTable) fix() {
+	if t.fixed {
+		return
+	}
+	// The taps of one output are distinct source indices, so k <= srcN and
+	// a run moved back to end on the axis stays inside it.
+	k, out, srcN := t.k, t.key.out, t.key.srcN
+	start, offs, ns, w := t.start, t.off, t.n, t.w
 	kstart, kw := grow(t.kstart, out), grow(t.kw, out*k)
 	clear(kw)
 	for i := range out {
@@ -166,7 +176,7 @@ func (t *axisTable) build(srcN int, x0, span float64, out int) {
 		kstart[i] = int32(ks)
 	}
 	t.kstart, t.kw = kstart, kw
-	t.key, t.valid = key, true
+	t.fixed = true
 }
 
 // generalOnly turns areaFast off, for tests that compare it with the
@@ -268,6 +278,7 @@ func (r *Resizer) ResizeWindow(dst []byte, dstStride, outW, outH int, src []byte
 	}
 	xt, yt := &r.xt, &r.yt
 	xt.build(srcW, fx, fw, outW)
+	xt.fix()
 	yt.build(srcH, fy, fh, outH)
 
 	// Source columns [c0, c1) the horizontal taps touch; kstart is

@@ -235,8 +235,10 @@ func TestAreaFastMatchesGeneral(t *testing.T) {
 		}
 		generalOnly = false
 		fast.build(srcN, x0, span, out)
+		fast.fix()
 		generalOnly = true
 		general.build(srcN, x0, span, out)
+		general.fix()
 		if fast.k != general.k || !slices.Equal(fast.start, general.start) || !slices.Equal(fast.n, general.n) ||
 			!slices.Equal(fast.off, general.off) || !slices.Equal(fast.w, general.w) ||
 			!slices.Equal(fast.kstart, general.kstart) || !slices.Equal(fast.kw, general.kw) {
