@@ -142,7 +142,9 @@ int ffj_idct_shortcuts = 1;
 static inline __attribute__((always_inline)) void
 ffj_idct_n(const int n, jpeg_component_info *compptr, JCOEFPTR coef, JSAMPARRAY out, JDIMENSION col) {
 	const int k = n < 8 ? n : 8;
-	const UINT16 *qv = compptr->quant_table->quantval;
+	/* The quantization table as floats (ffj_hook_idct): each product is
+	 * rounded once, as the float of the integer product would be. */
+	const float *qf = (const float *)compptr->dct_table;
 	v8f t[8];
 	uint64_t ac = 0, high = 0;
 	int v, y;
@@ -151,12 +153,12 @@ ffj_idct_n(const int n, jpeg_component_info *compptr, JCOEFPTR coef, JSAMPARRAY 
 	                   k > 4 ? -1 : 0, k > 5 ? -1 : 0, k > 6 ? -1 : 0, k > 7 ? -1 : 0};
 	for (v = 0; v < k; v++) {
 		v8s c;
-		v8us q;
+		v8f q;
 		uint64_t w[2];
 		memcpy(&c, coef + v * 8, sizeof(c));
-		memcpy(&q, qv + v * 8, sizeof(q));
+		memcpy(&q, qf + v * 8, sizeof(q));
 		c &= lanes;
-		t[v] = __builtin_convertvector(__builtin_convertvector(c, v8i) * __builtin_convertvector(q, v8i), v8f);
+		t[v] = __builtin_convertvector(__builtin_convertvector(c, v8i), v8f) * q;
 		memcpy(w, &c, sizeof(w));
 		/* AC coefficients; those in columns 4..7 or rows 4... */
 		ac |= v == 0 ? (w[0] >> 16) | w[1] : w[0] | w[1];
@@ -242,7 +244,7 @@ static void ffj_idct_for(int n, ffj_idct_method *theirs, ffj_idct_method *ours) 
 	}
 }
 
-void ffj_hook_idct(j_decompress_ptr cinfo) {
+void ffj_hook_idct(j_decompress_ptr cinfo, ffj_idct_quant *quant) {
 #if defined(LIBJPEG_TURBO_VERSION_NUMBER) && JPEG_LIB_VERSION < 70
 	struct ffj_inverse_dct *idct = (struct ffj_inverse_dct *)cinfo->idct;
 	jpeg_component_info *c = cinfo->comp_info;
@@ -256,10 +258,16 @@ void ffj_hook_idct(j_decompress_ptr cinfo) {
 		/* Replace only a method recognized as libjpeg's own for this size:
 		 * then the module is laid out as assumed. */
 		if (theirs != NULL && idct->inverse_DCT[ci] == theirs && c->quant_table != NULL) {
+			int i;
+			for (i = 0; i < 64; i++) {
+				quant->q[ci][i] = (float)c->quant_table->quantval[i];
+			}
+			c->dct_table = quant->q[ci];
 			idct->inverse_DCT[ci] = ours;
 		}
 	}
 #else
 	(void)cinfo;
+	(void)quant;
 #endif
 }

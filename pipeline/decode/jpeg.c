@@ -28,6 +28,7 @@ struct ffj_decoder {
 	int libjpeg_entropy; /* use libjpeg's Huffman decoder (huff.c's otherwise) */
 	int huff_hooked;     /* the last decode used huff.c's */
 	ffh_state huff;
+	ffj_idct_quant quant; /* idct.c's quantization tables */
 };
 
 static void ffj_error_exit(j_common_ptr c) {
@@ -245,7 +246,7 @@ int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
 		jpeg_crop_scanline(&d->d, &xoff, &cw);
 	}
 	if (!d->libjpeg_idct) {
-		ffj_hook_idct(&d->d);
+		ffj_hook_idct(&d->d, &d->quant);
 	}
 	d->huff_hooked = !d->libjpeg_entropy && ffh_hook(&d->d, &d->huff);
 	if (y0 > 0) {
