@@ -44,10 +44,11 @@ type axisTable struct {
 	w     []int32 // weights, summing to 1<<wBits per output
 
 	// The same filter with every output given k taps (the most any output
-	// has; kstart and kw filled by fix), zero-weighted where it has fewer, so that the inner loops run
-	// over a fixed number of taps: output i reads source indices
-	// kstart[i] .. kstart[i]+k-1 with weights kw[i*k : i*k+k]. Runs that
-	// would pass the end of the axis are moved back to end on it.
+	// has), zero-weighted where it has fewer, so that the inner loops run
+	// over a fixed number of taps (kstart and kw, filled by fix): output i
+	// reads source indices kstart[i] .. kstart[i]+k-1 with weights
+	// kw[i*k : i*k+k]. Runs that would pass the end of the axis are moved
+	// back to end on it.
 	k      int
 	kstart []int32
 	kw     []int32

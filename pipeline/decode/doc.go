@@ -36,7 +36,8 @@
 //     intervals of), and its slow path reads a byte at a time. huff.c
 //     first copies the data up to the next marker without its byte
 //     stuffing (FF 00), so that its bit reader takes 8 bytes at once with
-//     no test for FF, keeps its bit buffer in registers, and decodes most
+//     no test for FF, once per four symbols with no test of the bits left,
+//     keeps its bit buffer in registers, and decodes most
 //     AC coefficients, every EOB and every ZRL with one table lookup. It gives libjpeg's
 //     coefficients (TestEntropyMatchesLibjpeg: the same pixels at every
 //     scale, layout and region, with and without restart intervals) and
