@@ -389,32 +389,34 @@ static int hgroups(int units, int kx, const int32_t *hx, const int16_t *hw, int3
 	return 1;
 }
 
+/* hpass_avx512_n writes ng groups of a row for np pairs of taps (np a
+ * constant once inlined): the permutes and multiply-adds of its pairs,
+ * summed. */
+__attribute__((target("avx512f,avx512bw"), always_inline)) static inline void
+hpass_avx512_n(unsigned char *d, const int16_t *acc, int ng, const int np, const int32_t *base,
+               const int16_t *tab) {
+	const __m512i half = _mm512_set1_epi32(H_HALF);
+	int g, p;
+	for (g = 0; g < ng; g++, d += HG_N, tab += np * 64) {
+		const int16_t *a = acc + base[g];
+		__m512i lo = _mm512_loadu_si512(a), hi = _mm512_loadu_si512(a + 32), s = half;
+		for (p = 0; p < np; p++) {
+			__m512i x = _mm512_permutex2var_epi16(lo, _mm512_loadu_si512(tab + p * 64), hi);
+			s = _mm512_add_epi32(s, _mm512_madd_epi16(x, _mm512_loadu_si512(tab + p * 64 + 32)));
+		}
+		_mm_storeu_si128((__m128i *)d, _mm512_cvtepi32_epi8(_mm512_srai_epi32(s, H_SHIFT)));
+	}
+}
+
 /* hpass_avx512 writes the units*16 first outputs of a row; acc holds 64
  * elements from every base[g]. */
 __attribute__((target("avx512f,avx512bw"))) static void
 hpass_avx512(unsigned char *d, const int16_t *acc, int units, int kx, const int32_t *base,
              const int16_t *tab) {
-	const __m512i half = _mm512_set1_epi32(H_HALF);
-	const int ng = units * 3;
-	int g;
 	if (kx == 2) {
-		for (g = 0; g < ng; g++, d += HG_N, tab += 64) {
-			const int16_t *a = acc + base[g];
-			__m512i lo = _mm512_loadu_si512(a), hi = _mm512_loadu_si512(a + 32);
-			__m512i x = _mm512_permutex2var_epi16(lo, _mm512_loadu_si512(tab), hi);
-			__m512i s = _mm512_add_epi32(half, _mm512_madd_epi16(x, _mm512_loadu_si512(tab + 32)));
-			_mm_storeu_si128((__m128i *)d, _mm512_cvtepi32_epi8(_mm512_srai_epi32(s, H_SHIFT)));
-		}
-		return;
-	}
-	for (g = 0; g < ng; g++, d += HG_N, tab += 128) {
-		const int16_t *a = acc + base[g];
-		__m512i lo = _mm512_loadu_si512(a), hi = _mm512_loadu_si512(a + 32);
-		__m512i x0 = _mm512_permutex2var_epi16(lo, _mm512_loadu_si512(tab), hi);
-		__m512i x1 = _mm512_permutex2var_epi16(lo, _mm512_loadu_si512(tab + 64), hi);
-		__m512i s = _mm512_add_epi32(half, _mm512_madd_epi16(x0, _mm512_loadu_si512(tab + 32)));
-		s = _mm512_add_epi32(s, _mm512_madd_epi16(x1, _mm512_loadu_si512(tab + 96)));
-		_mm_storeu_si128((__m128i *)d, _mm512_cvtepi32_epi8(_mm512_srai_epi32(s, H_SHIFT)));
+		hpass_avx512_n(d, acc, units * 3, 1, base, tab);
+	} else {
+		hpass_avx512_n(d, acc, units * 3, 2, base, tab);
 	}
 }
 #endif
