@@ -60,12 +60,14 @@ func orderedFields(t *testing.T, raw json.RawMessage) []manifestField {
 	return out
 }
 
-func fixtureBetons(t *testing.T) []string {
+// fixtureBetons returns the paths of the fixture betons (decompressed from
+// the repository's testdata/beton), each with its manifest beside it.
+func fixtureBetons(t testing.TB) []string {
 	t.Helper()
 	dir := testenv.Fixture(t, "beton")
 	paths, err := filepath.Glob(filepath.Join(dir, "*.beton"))
 	if err != nil || len(paths) == 0 {
-		testenv.Missing(t, "no .beton fixtures in %s", dir)
+		t.Fatalf("no .beton fixtures in %s", dir)
 	}
 	return paths
 }

@@ -101,7 +101,7 @@ func fuzzSeeds(t testing.TB) [][]byte {
 	for _, b := range seedFiles(t) {
 		seeds = append(seeds, compactSeed(t, b, 1<<10))
 	}
-	for _, p := range findFixtures() {
+	for _, p := range fixtureBetons(t) {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			t.Fatal(err)
@@ -167,29 +167,6 @@ func buildSeedFile(t testing.TB, fields []beton.Field, n int, vals func(i int) [
 	return os.ReadFile(path)
 }
 
-// findFixtures returns the .beton fixtures if the shared folder is found,
-// without failing or skipping when it is not: fuzzing needs none of them.
-func findFixtures() []string {
-	dir := os.Getenv("FFCVFS_SHARED")
-	if dir == "" {
-		wd, err := os.Getwd()
-		if err != nil {
-			return nil
-		}
-		for ; ; wd = filepath.Dir(wd) {
-			if st, err := os.Stat(filepath.Join(wd, "shared", "fixtures")); err == nil && st.IsDir() {
-				dir = filepath.Join(wd, "shared")
-				break
-			}
-			if filepath.Dir(wd) == wd {
-				return nil
-			}
-		}
-	}
-	paths, _ := filepath.Glob(filepath.Join(dir, "fixtures", "beton", "*.beton"))
-	return paths
-}
-
 // FuzzOpen opens arbitrary files and uses every accessor on what opens. The
 // reader must not panic, must report every problem as an error that wraps a
 // sentinel and names the file, and must not allocate more than the file's
@@ -219,7 +196,7 @@ func checkOpen(t *testing.T, sf *sparseFile) {
 		t.Fatalf("Open of a %d-byte file allocated %d bytes", size, used)
 	}
 	if err != nil {
-		if !errors.Is(err, beton.ErrCorrupt) && !errors.Is(err, beton.ErrVersion) && !errors.Is(err, beton.ErrUnsupported) {
+		if !errors.Is(err, beton.ErrCorrupt) && !errors.Is(err, beton.ErrVersion) && !errors.Is(err, beton.ErrNotBeton) && !errors.Is(err, beton.ErrUnsupported) {
 			t.Fatalf("Open: error wraps no sentinel: %v", err)
 		}
 		if !strings.HasPrefix(err.Error(), fuzzName+": ") {
@@ -330,7 +307,7 @@ func TestFuzzEncoding(t *testing.T) {
 		}
 		t.Logf("seed file %d: %d bytes, %d pages, fuzz input %d bytes", i, len(b), f.NumPages(), len(in))
 	}
-	for _, p := range findFixtures() {
+	for _, p := range fixtureBetons(t) {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			t.Fatal(err)

@@ -171,11 +171,11 @@ gobench() {
 		}'
 }
 
-# photo_folder N DIR: an ImageFolder of N real photos, the shared fixture
-# photos copied round-robin into their classes.
+# photo_folder N DIR: an ImageFolder of N real photos, the fixture photos
+# of testdata/imagefolder-small copied round-robin into their classes.
 photo_folder() {
 	local n=$1 dir=$2 src i=0 f cls
-	src="$(shared_dir)/fixtures/imagefolder-small"
+	src="$(repo_root)/testdata/imagefolder-small"
 	[[ -d $src ]] || die "fixture photos not found at $src"
 	rm -rf "$dir"
 	while ((i < n)); do

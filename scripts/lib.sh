@@ -50,16 +50,6 @@ repo_root() {
 	(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 }
 
-# shared_dir: the shared folder beside the repository (fixtures, docs):
-# $FFCVFS_SHARED if set, else ../shared next to the repository.
-shared_dir() {
-	if [[ -n "${FFCVFS_SHARED:-}" ]]; then
-		printf '%s\n' "$FFCVFS_SHARED"
-	else
-		printf '%s\n' "$(dirname "$(repo_root)")/shared"
-	fi
-}
-
 # as_root CMD...: run CMD as root, through sudo when not root already.
 as_root() {
 	if [[ $EUID -eq 0 ]]; then

@@ -15,12 +15,12 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
 	"github.com/pixiv/go-libjpeg/jpeg"
 	"golang.org/x/image/bmp"
 	"golang.org/x/image/tiff"
@@ -156,7 +156,6 @@ func TestMaxResolutionJPEG(t *testing.T) {
 // writer made from the same images: raw pixels (PIL decoding, OpenCV area
 // resize) and re-encoded JPEGs must match byte for byte.
 func TestReferenceFixtures(t *testing.T) {
-	dir := filepath.Join(fixturesDir(t), "beton")
 	paths := fixtureSamples(t)
 	for _, c := range []struct {
 		name string
@@ -173,7 +172,7 @@ func TestReferenceFixtures(t *testing.T) {
 					Label int
 				}
 			}
-			if err := json.Unmarshal(readFile(t, filepath.Join(dir, c.name+".beton.manifest.json")), &m); err != nil {
+			if err := json.Unmarshal(readFile(t, testenv.Fixture(t, "beton", c.name+".beton.manifest.json")), &m); err != nil {
 				t.Fatal(err)
 			}
 			if len(m.Samples) != len(paths) {

@@ -1,7 +1,10 @@
-// Package testenv finds what tests need outside the repository (the shared
-// fixtures, system tools) and decides what a missing prerequisite means: a
-// skip on a developer's machine, a failure in CI (CI=true), where nothing may
-// be skipped.
+// Package testenv finds what tests need (the repository's fixtures, system
+// tools) and decides what a missing prerequisite means: a skip on a
+// developer's machine, a failure in CI (CI=true), where nothing may be
+// skipped.
+//
+// Fixtures live in the repository, under testdata/ at its root (see
+// testdata/NOTICE.md); tests never look outside the repository for them.
 package testenv
 
 import (
@@ -34,40 +37,96 @@ func Missing(t testing.TB, format string, args ...any) {
 	t.Skipf("prerequisite missing: "+format, args...)
 }
 
-// SharedDir returns the shared folder beside the repository: $FFCVFS_SHARED,
-// or the first "shared" folder holding "fixtures" found walking up from the
-// working directory.
-func SharedDir(t testing.TB) string {
+// module is the module path that go.mod declares at the repository's root.
+const module = "github.com/ffcvfs/ffcvfs"
+
+// RepoRoot returns the repository's top folder: the first folder above the
+// working directory (a package's folder, where go test runs) whose go.mod
+// declares this module.
+func RepoRoot(t testing.TB) string {
 	t.Helper()
-	if d := os.Getenv("FFCVFS_SHARED"); d != "" {
-		return d
-	}
 	dir, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for {
-		cand := filepath.Join(dir, "shared")
-		if st, err := os.Stat(filepath.Join(cand, "fixtures")); err == nil && st.IsDir() {
-			return cand
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.HasPrefix(string(b), "module "+module+"\n") {
+			return dir
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			Missing(t, "no shared/fixtures folder above the working directory; set FFCVFS_SHARED")
-			return ""
+			t.Fatalf("no go.mod of %s above the working directory: run the tests inside the repository", module)
 		}
 		dir = parent
 	}
 }
 
-// Fixture returns the path of a file or folder under shared/fixtures.
+// Fixture returns the path of a file or folder under the repository's
+// testdata/. Betons are kept gzipped there (NAME.beton.gz): asked for
+// NAME.beton, Fixture decompresses it into the test's temporary folder,
+// with its manifest (NAME.beton.manifest.json) beside it, and returns that
+// path. Asked for a folder holding gzipped files, it returns a temporary
+// copy with each decompressed. Tests must not write to what it returns.
 func Fixture(t testing.TB, elem ...string) string {
 	t.Helper()
-	p := filepath.Join(append([]string{SharedDir(t), "fixtures"}, elem...)...)
-	if _, err := os.Stat(p); err != nil {
-		Missing(t, "fixture %s: %v", p, err)
+	p := filepath.Join(append([]string{RepoRoot(t), "testdata"}, elem...)...)
+	st, err := os.Stat(p)
+	switch {
+	case err == nil && st.IsDir():
+		if gz, _ := filepath.Glob(filepath.Join(p, "*.gz")); len(gz) > 0 {
+			return expandDir(t, p)
+		}
+		return p
+	case err == nil:
+		return p
 	}
-	return p
+	if _, gzErr := os.Stat(p + ".gz"); gzErr != nil {
+		t.Fatalf("fixture %s: %v (the repository's testdata/ should hold it, or %s.gz)", p, err, filepath.Base(p))
+	}
+	out := Gunzip(t, p+".gz")
+	if m := p + ".manifest.json"; fileExists(m) {
+		copyFile(t, m, out+".manifest.json")
+	}
+	return out
+}
+
+// expandDir copies the regular files of dir into a temporary folder,
+// decompressing those named *.gz, and returns the folder.
+func expandDir(t testing.TB, dir string) string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		src := filepath.Join(dir, e.Name())
+		if strings.HasSuffix(e.Name(), ".gz") {
+			gunzipTo(t, src, filepath.Join(out, strings.TrimSuffix(e.Name(), ".gz")))
+		} else {
+			copyFile(t, src, filepath.Join(out, e.Name()))
+		}
+	}
+	return out
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
+}
+
+func copyFile(t testing.TB, src, dst string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // LookPath returns the path of an executable, or ends the test via Missing.
@@ -84,6 +143,14 @@ func LookPath(t testing.TB, name string) string {
 // folder and returns the path of the result.
 func Gunzip(t testing.TB, path string) string {
 	t.Helper()
+	out := filepath.Join(t.TempDir(), strings.TrimSuffix(filepath.Base(path), ".gz"))
+	gunzipTo(t, path, out)
+	return out
+}
+
+// gunzipTo decompresses the gzip file at path into the file out.
+func gunzipTo(t testing.TB, path, out string) {
+	t.Helper()
 	in, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +160,6 @@ func Gunzip(t testing.TB, path string) string {
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
-	out := filepath.Join(t.TempDir(), strings.TrimSuffix(filepath.Base(path), ".gz"))
 	f, err := os.Create(out)
 	if err != nil {
 		t.Fatal(err)
@@ -104,5 +170,4 @@ func Gunzip(t testing.TB, path string) string {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	return out
 }
