@@ -21,6 +21,6 @@
 //
 // Panic, or allocate more memory than the file's size justifies, on a corrupt
 // file: every error names the file, the sample or field, and the cause, and
-// wraps ErrCorrupt, ErrVersion or ErrUnsupported. It keeps no cache and has
+// wraps ErrCorrupt, ErrVersion, ErrNotBeton or ErrUnsupported. It keeps no cache and has
 // no I/O policy: callers (pagecache, fs) decide how bytes are fetched.
 package beton

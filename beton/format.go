@@ -32,6 +32,8 @@ var (
 	ErrCorrupt = errors.New("corrupt beton")
 	// ErrVersion marks a file of another format version.
 	ErrVersion = errors.New("unsupported beton version")
+	// ErrNotBeton marks a file of another kind: an image, an archive, text.
+	ErrNotBeton = errors.New("not a beton file")
 	// ErrUnsupported marks a field this package cannot decode (custom fields).
 	ErrUnsupported = errors.New("unsupported field")
 )

@@ -63,7 +63,7 @@ func Scan(root string) (*Tree, error) {
 		}
 	}
 	if len(classes) == 0 {
-		return nil, fmt.Errorf("imagefolder: couldn't find any class folder in %s", root)
+		return nil, noClassError(root, entries)
 	}
 	slices.SortFunc(classes, pyCompare)
 
@@ -94,6 +94,31 @@ func Scan(root string) (*Tree, error) {
 			strings.Join(empty, ", "), strings.Join(imgExtensions, ", "))
 	}
 	return t, nil
+}
+
+// noClassError says why root, which holds no folder, is no ImageFolder tree,
+// and what the tree should look like.
+func noClassError(root string, entries []fs.DirEntry) error {
+	images := 0
+	for _, e := range entries {
+		if HasImageExtension(e.Name()) {
+			images++
+		}
+	}
+	const layout = "an ImageFolder tree holds one folder per class with the images inside (ROOT/CLASS/IMAGE.jpg), as torchvision's ImageFolder reads it"
+	switch {
+	case len(entries) == 0:
+		return fmt.Errorf("imagefolder: %s is empty: %s", root, layout)
+	case images > 0:
+		return fmt.Errorf("imagefolder: %s holds %d images but no class folder: %s; for images of one class, move them into a folder below it (mkdir %s/all && mv %s/*.* %s/all)",
+			root, images, layout, root, root, root)
+	default:
+		files := fmt.Sprintf("%d files", len(entries))
+		if len(entries) == 1 {
+			files = "1 file"
+		}
+		return fmt.Errorf("imagefolder: %s holds no class folder, only %s: %s", root, files, layout)
+	}
 }
 
 // HasImageExtension reports whether torchvision's ImageFolder accepts a file

@@ -14,14 +14,6 @@ import (
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
 
-// fixturesDir returns shared/fixtures: $FFCVFS_SHARED/fixtures, or the first
-// shared/fixtures above the working directory. Without it the test is
-// skipped, or fails when CI=true.
-func fixturesDir(t testing.TB) string {
-	t.Helper()
-	return testenv.Fixture(t)
-}
-
 // smallDir is the 200-JPEG ImageFolder fixture.
 func smallDir(t testing.TB) string {
 	t.Helper()
@@ -165,12 +157,30 @@ func TestScanErrors(t *testing.T) {
 			t.Error("no error")
 		}
 	})
-	t.Run("no classes", func(t *testing.T) {
+	layout := "an ImageFolder tree holds one folder per class with the images inside (ROOT/CLASS/IMAGE.jpg)"
+	t.Run("flat", func(t *testing.T) {
 		root := t.TempDir()
 		must(t, os.WriteFile(filepath.Join(root, "a.jpg"), nil, 0o644))
+		must(t, os.WriteFile(filepath.Join(root, "b.JPEG"), nil, 0o644))
 		_, err := Scan(root)
-		if err == nil || !strings.Contains(err.Error(), "class folder") {
-			t.Errorf("err = %v", err)
+		want := root + " holds 2 images but no class folder: " + layout
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "mkdir "+root+"/all && mv "+root+"/*.* "+root+"/all") {
+			t.Errorf("err = %v, want %q and the fix", err, want)
+		}
+	})
+	t.Run("empty", func(t *testing.T) {
+		root := t.TempDir()
+		_, err := Scan(root)
+		if want := root + " is empty: " + layout; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v, want %q", err, want)
+		}
+	})
+	t.Run("no folder", func(t *testing.T) {
+		root := t.TempDir()
+		must(t, os.WriteFile(filepath.Join(root, "labels.csv"), nil, 0o644))
+		_, err := Scan(root)
+		if want := root + " holds no class folder, only 1 file: " + layout; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v, want %q", err, want)
 		}
 	})
 	t.Run("empty class", func(t *testing.T) {
