@@ -1068,6 +1068,121 @@ func TestMountBackground(t *testing.T) {
 	checkUnmounted(t, mnt)
 }
 
+// TestMountBackgroundLetsGoOfThePipe: a background mount whose output is
+// piped (ffcvfs mount --background ... | tail) lets go of the pipe once
+// mounted, so that the pipe ends when the command returns; its log goes to
+// --log-file (0600), from "mounted" to "unmounted". A --log-file that is a
+// symbolic link, a folder or in a missing folder is refused with a
+// sentence, and nothing is mounted.
+func TestMountBackgroundLetsGoOfThePipe(t *testing.T) {
+	needFUSE(t)
+	fixture := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
+	bin := binary(t, "ffcvfs")
+	dir := t.TempDir()
+
+	for _, withLog := range []bool{true, false} {
+		mnt := filepath.Join(dir, fmt.Sprintf("mnt-log-%v", withLog))
+		if err := os.Mkdir(mnt, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { forceUnmount(mnt) })
+		logPath := filepath.Join(dir, fmt.Sprintf("mount-%v.log", withLog))
+		args := []string{"mount", "--background", fixture, mnt}
+		if withLog {
+			args = []string{"mount", "--background", "--log-file", logPath, fixture, mnt}
+		}
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, args...)
+		cmd.Stdout, cmd.Stderr = w, w
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		// The pipe ends when every process holding it has let go: the
+		// command, and the mount it leaves behind.
+		read := make(chan []byte, 1)
+		go func() { b, _ := io.ReadAll(r); read <- b }()
+		var piped []byte
+		select {
+		case piped = <-read:
+		case <-time.After(testenv.Patience):
+			t.Fatalf("mount --background (log file %v): its output pipe did not end: the mount holds it", withLog)
+		}
+		r.Close()
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("mount --background (log file %v): %v\n%s", withLog, err, piped)
+		}
+		if !isMountpoint(t, mnt) || len(mountedFiles(t, mnt)) == 0 {
+			t.Fatalf("mount --background returned 0 but %s serves nothing\n%s", mnt, piped)
+		}
+		m := regexp.MustCompile(`msg=mounted .* pid=([0-9]+)`).FindSubmatch(piped)
+		if m == nil {
+			t.Fatalf("the background mount logged no pid before it was mounted\n%s", piped)
+		}
+		pid, _ := strconv.Atoi(string(m[1]))
+		pidfd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			t.Fatalf("the background mount's process %d: %v", pid, err)
+		}
+		run(t, 0, bin, "umount", mnt)
+		if !waitPidfd(pidfd) {
+			t.Fatalf("the background mount's process %d did not end after ffcvfs umount", pid)
+		}
+		if !withLog {
+			continue
+		}
+		st, err := os.Stat(logPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm() != 0o600 {
+			t.Errorf("--log-file %s has mode %v, want 0600", logPath, st.Mode().Perm())
+		}
+		log, _ := os.ReadFile(logPath)
+		if !regexp.MustCompile(`(?s)msg=mounted .*msg=unmounted`).Match(log) {
+			t.Errorf("--log-file holds no mounted ... unmounted:\n%s", log)
+		}
+	}
+
+	// Hostile and mistaken --log-file paths.
+	mnt := filepath.Join(dir, "mnt-bad-log")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { forceUnmount(mnt) })
+	victim := filepath.Join(dir, "victim")
+	if err := os.WriteFile(victim, []byte("keep\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "planted.log")
+	if err := os.Symlink(victim, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ path, want string }{
+		{link, "--log-file " + link + " is a symbolic link"},
+		{dir, "--log-file " + dir + " is a folder"},
+		{filepath.Join(dir, "no", "such", "mount.log"), "the folder " + filepath.Join(dir, "no", "such") + " does not exist"},
+	} {
+		for _, bg := range []bool{false, true} {
+			args := []string{"mount", "--log-file", c.path, fixture, mnt}
+			if bg {
+				args = append([]string{"mount", "--background"}, args[1:]...)
+			}
+			_, stderr := run(t, 1, bin, args...)
+			if !strings.Contains(stderr, c.want) {
+				t.Errorf("ffcvfs %s: %q, want %q", strings.Join(args, " "), stderr, c.want)
+			}
+			checkUnmounted(t, mnt)
+		}
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "keep\n" {
+		t.Errorf("the file behind the planted link was written: %q", b)
+	}
+}
+
 // TestMountStopsAtOnceOnSignal: SIGTERM the moment the mount serves ends it
 // cleanly (exit 0, nothing left in the mount table). The signal handler is
 // in place before the mount becomes visible; before, a signal in between

@@ -36,6 +36,21 @@ def go_command():
     return go
 
 
+def source_commit(src):
+    """The commit of the Go source, +modified when it has uncommitted
+    changes, for `ffcvfs version`; "" outside a git checkout."""
+    git = shutil.which("git")
+    if git is None:
+        return ""
+    try:
+        rev = subprocess.run([git, "rev-parse", "HEAD"], cwd=src, capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run([git, "status", "--porcelain", "--untracked-files=no"], cwd=src, capture_output=True,
+                               text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return rev + ("+modified" if dirty else "")
+
+
 class BuildPy(build_py):
     """build_py, then go build of the two programs into the package."""
 
@@ -53,7 +68,11 @@ class BuildPy(build_py):
                              "(https://go.dev/dl/), or set FFCVFS_NO_BINARIES=1 to build the Python code alone")
         out = os.path.join(os.path.abspath(self.build_lib), "ffcvfs", "bin")
         os.makedirs(out, exist_ok=True)
-        subprocess.run([go, "build", "-ldflags=-s -w", "-o", out + os.sep, "./cmd/ffcvfs", "./cmd/ffcvfeed"],
+        ldflags = "-s -w"
+        commit = source_commit(src)
+        if commit:
+            ldflags += " -X github.com/ffcvfs/ffcvfs/internal/version.commit=" + commit
+        subprocess.run([go, "build", "-ldflags=" + ldflags, "-o", out + os.sep, "./cmd/ffcvfs", "./cmd/ffcvfeed"],
                        cwd=src, check=True)
 
 

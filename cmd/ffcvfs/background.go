@@ -3,12 +3,15 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 )
 
 // readyFDEnv tells a mount started by --background which file descriptor
@@ -21,7 +24,7 @@ const readyFDEnv = "FFCVFS_MOUNT_READY_FD"
 // session of its own (no terminal's Ctrl-C or hang-up reaches it), with
 // SRC on its standard input when it came from ours ("-"), and returns when
 // the child is mounted, or ends. The child logs to the standard error both
-// share.
+// share until it is mounted (see mountLog).
 func startBackground(src string, srcFromStdin bool) error {
 	exe, err := os.Executable()
 	if err != nil {
@@ -65,13 +68,76 @@ func startBackground(src string, srcFromStdin bool) error {
 }
 
 // signalReady tells the parent that started this mount with --background
-// that it is mounted. It does nothing in a mount run in the foreground.
-func signalReady() {
-	if os.Getenv(readyFDEnv) != "3" {
-		return
+// that it is mounted, and reports whether it did so. It does nothing in a
+// mount run in the foreground.
+func signalReady() bool {
+	if !startedInBackground() {
+		return false
 	}
 	os.Unsetenv(readyFDEnv)
 	f := os.NewFile(3, "ready")
 	f.Write([]byte("mounted\n"))
 	f.Close()
+	return true
+}
+
+// startedInBackground reports whether this process is the mount that
+// --background started, before it signalled that it is mounted.
+func startedInBackground() bool { return os.Getenv(readyFDEnv) == "3" }
+
+// mountLog opens --log-file for appending, and sends the log there: alone
+// in the foreground; in a mount started by --background, to the shared
+// standard error as well until it is mounted (detachStderr), so that the
+// shell sees why a mount failed. It returns nil for no --log-file. The
+// file is created 0600; a symbolic link or anything but a regular file is
+// refused, so that a link planted in a shared folder cannot send the log
+// into another file.
+func mountLog(path string) (*os.File, error) {
+	if path == "" {
+		return nil, nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	switch {
+	case errors.Is(err, syscall.ELOOP):
+		return nil, fmt.Errorf("--log-file %s is a symbolic link: give the file it points to, if it is the log you mean", path)
+	case errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("--log-file %s: the folder %s does not exist", path, filepath.Dir(path))
+	case errors.Is(err, syscall.EISDIR):
+		return nil, fmt.Errorf("--log-file %s is a folder: give the path of a file", path)
+	case err != nil:
+		return nil, fmt.Errorf("--log-file: %w", err)
+	}
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		f.Close()
+		if err == nil {
+			err = fmt.Errorf("not a regular file (%s)", st.Mode().Type())
+		}
+		return nil, fmt.Errorf("--log-file %s: %v", path, err)
+	}
+	if startedInBackground() {
+		logOutput.set(io.MultiWriter(f, os.Stderr))
+	} else {
+		logOutput.set(f)
+	}
+	return f, nil
+}
+
+// detachStderr points this process's standard error (file descriptor 2,
+// where the log and any crash report go) at the log file, or at /dev/null
+// without one, and the log at it.
+func detachStderr(logFile *os.File) error {
+	target := logFile
+	if target == nil {
+		null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+		if err != nil {
+			return err
+		}
+		defer null.Close()
+		target = null
+	}
+	if err := unix.Dup3(int(target.Fd()), 2, 0); err != nil {
+		return fmt.Errorf("redirecting standard error: %w", err)
+	}
+	logOutput.set(os.Stderr)
+	return nil
 }

@@ -4,17 +4,22 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 
+	"github.com/ffcvfs/ffcvfs/internal/version"
 	"github.com/urfave/cli/v2"
 )
 
 func main() {
+	setVersionFlag("ffcvfs")
 	app := &cli.App{
-		Name:  "ffcvfs",
-		Usage: "FFCV .beton datasets as plain ImageFolder trees",
+		Name:    "ffcvfs",
+		Version: version.Release,
+		Usage:   "FFCV .beton datasets as plain ImageFolder trees",
 		Description: `ffcvfs writes, inspects and verifies .beton files, the paged dataset format of
 FFCV, and mounts them read-only as ImageFolder trees that unchanged code reads.
 
@@ -32,10 +37,10 @@ Examples:
 			if c.Bool("verbose") {
 				level = slog.LevelDebug
 			}
-			slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
+			slog.SetDefault(slog.New(slog.NewTextHandler(logOutput, &slog.HandlerOptions{Level: level})))
 			return nil
 		},
-		Commands:        []*cli.Command{writeCommand(), infoCommand(), verifyCommand(), mountCommand(), umountCommand(), statsCommand(), cacheCommand()},
+		Commands:        []*cli.Command{writeCommand(), infoCommand(), verifyCommand(), mountCommand(), umountCommand(), statsCommand(), cacheCommand(), versionCommand("ffcvfs")},
 		HideHelpCommand: true,
 		ExitErrHandler: func(c *cli.Context, err error) {
 			if err == nil {
@@ -54,6 +59,52 @@ Examples:
 	if err := app.Run(os.Args); err != nil {
 		app.ExitErrHandler(nil, err)
 	}
+}
+
+// setVersionFlag makes --version print the whole version report (the
+// release, the commit, the toolchain) and take no -v, which is --verbose.
+func setVersionFlag(program string) {
+	cli.VersionFlag = &cli.BoolFlag{Name: "version", Usage: "print the version and exit"}
+	cli.VersionPrinter = func(*cli.Context) { fmt.Print(version.String(program)) }
+}
+
+// versionCommand is `PROGRAM version`, which --version does too.
+func versionCommand(program string) *cli.Command {
+	return &cli.Command{
+		Name:  "version",
+		Usage: "print the version, the commit and the Go toolchain of this build",
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usageError("version takes no arguments")
+			}
+			fmt.Print(version.String(program))
+			return nil
+		},
+	}
+}
+
+// logOutput is where the log goes: standard error, unless a mount's
+// --log-file sends it elsewhere (see mountLog).
+var logOutput = &switchWriter{w: os.Stderr}
+
+// switchWriter writes to a writer that may be replaced while loggers that
+// hold it write.
+type switchWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *switchWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// set makes w the writer.
+func (s *switchWriter) set(w io.Writer) {
+	s.mu.Lock()
+	s.w = w
+	s.mu.Unlock()
 }
 
 // usageError is a mistake in how the command was called: exit status 2.

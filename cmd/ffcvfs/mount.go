@@ -100,7 +100,8 @@ Examples:
 			&cli.StringFlag{Name: "label-field", Value: "label", Usage: "the int field that makes the classes", Category: "view"},
 			&cli.IntFlag{Name: "order-batch-size", Value: 256, Usage: "batch size that sets the window of quasi-random orders under .ffcvfs/orders", Category: "view"},
 			&cli.StringFlag{Name: "metrics-addr", Usage: metrics.FlagUsage, Category: "monitoring"},
-			&cli.BoolFlag{Name: "background", Usage: "return once mounted, and serve the mount from a process in the background (its log still goes to this standard error; stop it with ffcvfs umount)", Category: "mount"},
+			&cli.BoolFlag{Name: "background", Usage: "return once mounted, and serve the mount from a process in the background; it logs to this standard error\n\tuntil mounted, then to --log-file (or nowhere), so that it holds no terminal or pipe of the shell; stop it with ffcvfs umount", Category: "mount"},
+			&cli.StringFlag{Name: "log-file", Usage: "append the mount's log to `FILE` (created 0600; not a symbolic link) instead of standard error", Category: "mount"},
 			&cli.BoolFlag{Name: "allow-other", Usage: "let other users read the mount (needs user_allow_other in /etc/fuse.conf)", Category: "mount"},
 			&cli.BoolFlag{Name: "debug-fuse", Usage: "log every FUSE request", Category: "mount"},
 			&cli.DurationFlag{Name: "stop-grace", Value: 30 * time.Second, Usage: "at Ctrl-C or SIGTERM, serve the files programs still have open until they close them, for at most this long; then their reads fail (ENOTCONN)", Category: "mount"},
@@ -137,6 +138,13 @@ func runMount(c *cli.Context) error {
 		return startBackground(src, c.Args().Get(0) == storage.StdinLocation)
 	}
 	mnt := c.Args().Get(1)
+	logFile, err := mountLog(c.String("log-file"))
+	if err != nil {
+		return cli.Exit(err.Error(), 1)
+	}
+	if logFile != nil {
+		defer logFile.Close()
+	}
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(mountProcs(storage.IsNetwork(src), runtime.NumCPU()))
 	}
@@ -254,7 +262,13 @@ func runMount(c *cli.Context) error {
 	st := cache.Stats()
 	slog.Info("mounted", "source", source.Name(), "mountpoint", mnt, "pid", os.Getpid(), "samples", f.NumSamples(), "classes", len(view.Classes()),
 		"pages", f.NumPages(), "cache_pages", st.Slots, "cache", bytesize.Format(st.BudgetBytes))
-	signalReady()
+	if signalReady() {
+		// Started by --background, whose parent has returned: let go of
+		// its standard error, which may be a pipe that a shell waits on.
+		if err := detachStderr(logFile); err != nil {
+			slog.Warn("the mount keeps the standard error it was started with", "err", err)
+		}
+	}
 	go stopOnSignal(sigs, srv, source, mnt, c.Duration("stop-grace"))
 	srv.Wait()
 	slog.Info("unmounted", "mountpoint", mnt)
