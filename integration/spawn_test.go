@@ -45,8 +45,8 @@ with Loader(beton, batch_size=16, resolution=32, workers=1, epochs=2 if mode == 
 // holds the programs) installed, the Python Loader given a beton starts
 // the ffcvfeed of the wheel itself: two epochs read through it; a missing beton is a FeedError
 // naming it; and after the Loader closes, after the script's Ctrl-C, and
-// after the script is killed, no server process, socket or shared memory
-// of it is left (its folder too, but after a kill).
+// after the script is killed, no server process, socket, shared memory or
+// folder of it is left (after a kill, the server removes the folder).
 func TestLoaderStartsServer(t *testing.T) {
 	py := installedPython(t, "numpy")
 	beton := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
@@ -79,8 +79,8 @@ func TestLoaderStartsServer(t *testing.T) {
 		return 0, ""
 	}
 	// gone waits until the server has exited, then checks that it left no
-	// shared memory, and, unless keepDir, no folder.
-	gone := func(what string, pid int, dir string, keepDir bool) {
+	// shared memory, socket or folder.
+	gone := func(what string, pid int, dir string) {
 		if fd, err := unix.PidfdOpen(pid, 0); err == nil && !waitPidfd(fd) {
 			t.Errorf("%s: the server %d is still running", what, pid)
 		}
@@ -90,7 +90,7 @@ func TestLoaderStartsServer(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, "feed.sock")); err == nil {
 			t.Errorf("%s: the server's socket is left in %s", what, dir)
 		}
-		if _, err := os.Stat(dir); err == nil && !keepDir {
+		if _, err := os.Stat(dir); err == nil {
 			t.Errorf("%s: the server's folder %s is left", what, dir)
 		}
 	}
@@ -114,7 +114,7 @@ func TestLoaderStartsServer(t *testing.T) {
 	if last != "read 400" {
 		t.Errorf("two epochs of 200 samples: %q, want read 400", last)
 	}
-	gone("closed", pid, dir, false)
+	gone("closed", pid, dir)
 
 	// A missing beton: the server's own sentence, naming it.
 	bad := exec.Command(py, "-c", spawnScript, "/nonexistent/train.beton", "bad")
@@ -135,7 +135,7 @@ func TestLoaderStartsServer(t *testing.T) {
 		}
 	}()
 	_ = cmd.Wait() // a KeyboardInterrupt: exit 1
-	gone("Ctrl-C", pid, dir, false)
+	gone("Ctrl-C", pid, dir)
 
 	// The script killed: the server sees its parent go.
 	cmd, sc = start("forever")
@@ -148,8 +148,7 @@ func TestLoaderStartsServer(t *testing.T) {
 		}
 	}()
 	_ = cmd.Wait()
-	gone("killed", pid, dir, true)
-	os.RemoveAll(dir)
+	gone("killed", pid, dir)
 }
 
 // everyFieldScript reads every field but the image of FFCV's all-fields

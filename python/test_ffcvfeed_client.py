@@ -66,10 +66,44 @@ class LoaderTest(unittest.TestCase):
         self.shm.close()
 
     def test_missing_socket(self):
-        with self.assertRaisesRegex(FeedError, "no ffcvfeed server"):
-            Loader("/nonexistent/feed.sock", connect_timeout=0)
-        with self.assertRaisesRegex(FeedError, r"no ffcvfeed server at /nonexistent/feed.sock: .*waited 0.05 s"):
-            Loader("/nonexistent/feed.sock", connect_timeout=0.05)
+        # A folder that does not exist: at once, whatever the timeout, with the fix.
+        with self.assertRaisesRegex(FeedError, r"no ffcvfeed server at /nonexistent/feed.sock: the folder /nonexistent "
+                                               r"does not exist.*ffcvfeed serve --data DATA --socket /nonexistent/feed.sock"):
+            Loader("/nonexistent/feed.sock", connect_timeout=3600)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "feed.sock")
+            with self.assertRaisesRegex(FeedError, r"no ffcvfeed server at .*feed.sock: no socket there yet; start one "
+                                                   r"with: ffcvfeed serve"):
+                Loader(path, connect_timeout=0)
+            # The wait is announced when it starts, not only when it ends.
+            with self.assertLogs("ffcvfs", "WARNING") as logs:
+                with self.assertRaisesRegex(FeedError, r"no socket there yet \(waited 0.05 s\); start one with"):
+                    Loader(path, connect_timeout=0.05)
+            self.assertRegex(logs.output[0], r"waiting up to 0.05 s for an ffcvfeed server at .*feed.sock \(no socket "
+                                             r"there yet\): start one with ffcvfeed serve --socket")
+            # A socket file nobody listens on: a server that ended.
+            stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            stale.bind(path)
+            stale.close()
+            with self.assertRaisesRegex(FeedError, "its socket is there, but no server listens on it"):
+                Loader(path, connect_timeout=0)
+
+    def test_torch_to_a_cuda_device(self):
+        import torch
+        srv = FakeServer([self.hello, {"slot": 0, "epoch": 0, "batch": 1, "size": 2}, {"end": True}])
+        try:
+            with Loader(srv.path) as loader:
+                if torch.cuda.is_available():
+                    for images, labels in loader.torch("cuda"):
+                        self.assertEqual(labels.device.type, "cuda")
+                else:
+                    # Never CPU tensors where a GPU was asked for.
+                    with self.assertRaisesRegex(FeedError, r"torch\('cuda'\): torch sees no CUDA device"):
+                        next(loader.torch("cuda"))
+                with self.assertRaisesRegex(FeedError, "the batches go to the CPU or a CUDA device, not meta"):
+                    next(loader.torch("meta"))
+        finally:
+            srv.close()
 
     def test_waits_for_the_server(self):
         # The server comes up after the loader started connecting, as when a

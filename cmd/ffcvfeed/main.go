@@ -7,10 +7,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -24,6 +26,7 @@ import (
 	"github.com/ffcvfs/ffcvfs/internal/bytesize"
 	"github.com/ffcvfs/ffcvfs/internal/cacheflags"
 	"github.com/ffcvfs/ffcvfs/internal/metrics"
+	"github.com/ffcvfs/ffcvfs/internal/version"
 	"github.com/ffcvfs/ffcvfs/order"
 	"github.com/ffcvfs/ffcvfs/pagecache"
 	"github.com/ffcvfs/ffcvfs/peer"
@@ -34,9 +37,12 @@ import (
 )
 
 func main() {
+	cli.VersionFlag = &cli.BoolFlag{Name: "version", Usage: "print the version and exit"}
+	cli.VersionPrinter = func(*cli.Context) { fmt.Print(version.String("ffcvfeed")) }
 	app := &cli.App{
-		Name:  "ffcvfeed",
-		Usage: "decode, augment and deliver training batches from a .beton to any framework",
+		Name:    "ffcvfeed",
+		Version: version.Release,
+		Usage:   "decode, augment and deliver training batches from a .beton to any framework",
 		Description: `ffcvfeed serve reads a beton (a path, s3://, http(s)://, or an ffcvfs mount),
 decodes its JPEGs with libjpeg-turbo (only the region each crop needs), crops,
 flips and converts them, and puts finished batches into shared memory; a
@@ -56,7 +62,7 @@ Examples:
    ffcvfeed serve --data train.beton --socket /tmp/feed.sock --epochs 16 --start-epoch 3 --start-batch 120
    ffcvfeed serve --data train.beton --socket /tmp/feed.sock --metrics-addr 9101
    ffcvfeed bench --data train.beton --resolution 160`,
-		Commands:        []*cli.Command{serveCommand(), benchCommand(), decodeBenchCommand()},
+		Commands:        []*cli.Command{serveCommand(), benchCommand(), decodeBenchCommand(), versionCommand()},
 		HideHelpCommand: true,
 	}
 	if err := app.Run(os.Args); err != nil {
@@ -340,8 +346,18 @@ func serveCommand() *cli.Command {
 			deviceFlag(),
 		),
 		Action: func(c *cli.Context) error {
+			if os.Getenv(exitWithParentEnv) == "1" {
+				// First thing, while the parent is the one that started
+				// this server; the data is opened under this context too.
+				var parentGone func() bool
+				c.Context, parentGone = exitWithParent(c.Context)
+				defer removeOwnedFolder(parentGone, c.String("socket"))
+			}
 			dev, err := deliveryDevice(c)
 			if err != nil {
+				return err
+			}
+			if err := checkSocketPath(c.String("socket")); err != nil {
 				return err
 			}
 			startEpoch, startBatch, epochs := c.Int("start-epoch"), c.Int("start-batch"), c.Int("epochs")
@@ -404,9 +420,6 @@ func serveCommand() *cli.Command {
 			// the shared memory and the socket are removed on the way out.
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			if os.Getenv(exitWithParentEnv) == "1" {
-				ctx = exitWithParent(ctx)
-			}
 			ring, err := cudafeed.CreateServerRing(cudafeed.Layout{Fields: p.Fields(), Slots: c.Int("slots")})
 			if err != nil {
 				return err
@@ -469,6 +482,48 @@ func serveCommand() *cli.Command {
 			if err := srv.Drain(drain); err != nil {
 				slog.Warn("the consumer did not receive the end of the stream", "err", err)
 			}
+			return nil
+		},
+	}
+}
+
+// maxSocketPath is the longest path a Unix socket may have: sun_path holds
+// 108 bytes with the terminating NUL.
+const maxSocketPath = 107
+
+// checkSocketPath refuses a --socket path that cannot be listened on, with
+// the fix, before the data is opened: a folder that does not exist, or is
+// not a folder, and a path too long for a Unix socket.
+func checkSocketPath(path string) error {
+	if path == "" {
+		return cli.Exit("--socket: give the path of the Unix socket to serve on, such as /tmp/feed.sock", 2)
+	}
+	if len(path) > maxSocketPath {
+		return cli.Exit(fmt.Sprintf("--socket %s: the path is %d bytes long, and a Unix socket's may be at most %d: choose a shorter one, such as /tmp/feed.sock", path, len(path), maxSocketPath), 2)
+	}
+	dir := filepath.Dir(path)
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return cli.Exit(fmt.Sprintf("--socket %s: the folder %s does not exist: create it first (mkdir -p %s), or put the socket in a folder that exists, such as /tmp", path, dir, dir), 2)
+	case err != nil:
+		return cli.Exit(fmt.Sprintf("--socket %s: %v", path, err), 2)
+	case !st.IsDir():
+		return cli.Exit(fmt.Sprintf("--socket %s: %s is not a folder", path, dir), 2)
+	}
+	return nil
+}
+
+// versionCommand is `ffcvfeed version`, which --version does too.
+func versionCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "version",
+		Usage: "print the version, the commit and the Go toolchain of this build",
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return cli.Exit("version takes no arguments", 2)
+			}
+			fmt.Print(version.String("ffcvfeed"))
 			return nil
 		},
 	}

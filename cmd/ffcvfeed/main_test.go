@@ -181,3 +181,89 @@ func TestAugmentFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestSocketPathErrors: a --socket that cannot be listened on is refused
+// before the data is opened, with exit status 2 and the fix: a missing
+// folder, a file where the folder should be, a path too long for a socket.
+func TestSocketPathErrors(t *testing.T) {
+	beton := testenv.Fixture(t, "beton", "label-first-two-images.beton")
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	long := filepath.Join(dir, strings.Repeat("s", 120)+".sock")
+	for _, c := range []struct{ socket, want string }{
+		{filepath.Join(dir, "run", "feed.sock"), "the folder " + filepath.Join(dir, "run") + " does not exist: create it first (mkdir -p " + filepath.Join(dir, "run") + ")"},
+		{filepath.Join(file, "feed.sock"), file + " is not a folder"},
+		{long, "a Unix socket's may be at most 107: choose a shorter one"},
+	} {
+		out, code := runFfcvfeed(t, "serve", "--data", beton, "--socket", c.socket)
+		if code != 2 || !strings.Contains(out, "--socket "+c.socket+": ") || !strings.Contains(out, c.want) {
+			t.Errorf("serve --socket %s: exit %d, %q; want 2 and %q", c.socket, code, out, c.want)
+		}
+	}
+}
+
+// TestOwnedFolderChecks: a server whose parent is gone removes only the
+// folder that is its socket's own, private one: not a link to it, not one
+// of another mode, not one holding a folder, not another folder.
+func TestOwnedFolderChecks(t *testing.T) {
+	mk := func(mode os.FileMode) string {
+		d := filepath.Join(t.TempDir(), "ffcvfeed-x")
+		if err := os.Mkdir(d, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "serve.log"), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	good := mk(0o700)
+	if err := checkOwnedFolder(good, filepath.Join(good, "feed.sock")); err != nil {
+		t.Errorf("the socket's private folder: %v", err)
+	}
+	removeOwnedFolder(func() bool { return false }, filepath.Join(good, "feed.sock"))
+	t.Setenv(ownedFolderEnv, good)
+	removeOwnedFolder(func() bool { return false }, filepath.Join(good, "feed.sock"))
+	if _, err := os.Stat(good); err != nil {
+		t.Fatalf("removed while the parent lives: %v", err)
+	}
+	removeOwnedFolder(func() bool { return true }, filepath.Join(good, "feed.sock"))
+	if _, err := os.Stat(good); err == nil {
+		t.Errorf("%s left after the parent went", good)
+	}
+
+	open := mk(0o755)
+	nested := mk(0o700)
+	if err := os.Mkdir(filepath.Join(nested, "data"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	target := mk(0o700)
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ dir, socket, want string }{
+		{open, filepath.Join(open, "feed.sock"), "mode -rwxr-xr-x, not 0700"},
+		{nested, filepath.Join(nested, "feed.sock"), "it holds a folder, data"},
+		{link, filepath.Join(link, "feed.sock"), "not a folder"},
+		{target, "/tmp/feed.sock", "it is not the folder of the socket /tmp/feed.sock"},
+	} {
+		err := checkOwnedFolder(c.dir, c.socket)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("checkOwnedFolder(%s, %s) = %v, want %q", c.dir, c.socket, err, c.want)
+		}
+		t.Setenv(ownedFolderEnv, c.dir)
+		removeOwnedFolder(func() bool { return true }, c.socket)
+		if _, err := os.Lstat(c.dir); err != nil {
+			t.Errorf("%s removed: %v", c.dir, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(target, "serve.log")); err != nil {
+		t.Errorf("the folder behind the link lost its files: %v", err)
+	}
+}

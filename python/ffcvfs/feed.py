@@ -74,6 +74,7 @@ shared memory, as with a CPU server.
 
 import collections
 import json
+import logging
 import mmap
 import os
 import socket
@@ -440,11 +441,15 @@ class Loader:
         """Yields the fields in ``names`` as torch tensors for one epoch
         (variable-size fields as a Ragged of tensors).
 
-        Without pinning (or without CUDA) the tensors share the ring's memory
-        (torch.from_numpy). With pin=True and CUDA, they are copied to the
-        device with non_blocking=True; the copy is awaited before the slot is
-        released. In CUDA mode they share the server's device buffers
-        (DLPack), and torch's current stream is the consumer stream.
+        device: None or "cpu": tensors that share the ring's memory
+        (torch.from_numpy), unless pin=True, which means the current CUDA
+        device. "cuda" or "cuda:N": each batch is copied to the device,
+        asynchronously (non_blocking=True) from pinned memory with pin=True,
+        the copy awaited before the slot is released. A CUDA device that
+        torch does not see raises FeedError on the first batch, rather than
+        CPU tensors. In CUDA mode (a server with --device) the tensors share
+        the server's device buffers (DLPack), and torch's current stream is
+        the consumer stream.
 
         channels_last: NHWC image batches (4-D, last dimension 3) come as
         NCHW-shaped tensors in torch's channels_last memory format: a view
@@ -471,9 +476,22 @@ class Loader:
                 yield tuple(_map(lambda a: nchw(from_dlpack(a)), f[k]) for k in self.names)
             return
 
+        target = torch.device(device) if device is not None else None
+        if target is not None and target.type == "cuda" and not torch.cuda.is_available():
+            raise FeedError(f"torch({device!r}): torch sees no CUDA device (torch.cuda.is_available() is False); "
+                            f"call .torch() for CPU tensors, or run where a GPU and torch's CUDA build are")
+        if target is not None and target.type not in ("cpu", "cuda"):
+            raise FeedError(f"torch({device!r}): the batches go to the CPU or a CUDA device, not {target.type}")
+        if target is None and self._pinned:
+            target = torch.device("cuda")  # pin=True: the current device, as ever
+        to_device = target is not None and target.type == "cuda"
+
         def convert(a):
             t = nchw(torch.from_numpy(a))
-            return t.cuda(device, non_blocking=True) if self._pinned else t
+            if to_device:
+                # Asynchronous from pinned memory; otherwise a plain copy.
+                return t.to(target, non_blocking=self._pinned)
+            return t
 
         for _, f in self._batches():
             out = tuple(_map(convert, f[k]) for k in self.names)
@@ -702,10 +720,12 @@ class _Server:
         try:
             # Its own session: a Ctrl-C meant for training reaches the
             # Loader, which stops the server. FFCVFEED_EXIT_WITH_PARENT: the
-            # server ends when this process does, however it ends.
+            # server ends when this process does, however it ends, and then
+            # removes this folder (FFCVFEED_OWNED_FOLDER), socket and log.
             self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
                                          start_new_session=True,
-                                         env=dict(os.environ, FFCVFEED_EXIT_WITH_PARENT="1"))
+                                         env=dict(os.environ, FFCVFEED_EXIT_WITH_PARENT="1",
+                                                  FFCVFEED_OWNED_FOLDER=self.dir))
         except OSError as e:
             self._cleanup()
             raise FeedError(f"cannot start {exe}: {e}") from e
@@ -757,9 +777,17 @@ def _stop_server(proc, folder, log):
 def _connect(path, timeout, check=None):
     """Connects to the Unix socket at path, trying again while no server
     listens there yet, for up to timeout seconds; check(), when given, is
-    called between tries (it raises when the server has died)."""
+    called between tries (it raises when the server has died). Without
+    check (a server started by someone else), a missing folder fails at
+    once, and a wait says so at its start on the logger "ffcvfs"."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if check is None and not os.path.isdir(folder):
+        raise FeedError(f"no ffcvfeed server at {path}: the folder {folder} does not exist, so no server can listen "
+                        f"there; start one with: ffcvfeed serve --data DATA --socket {path} (after mkdir -p {folder}), "
+                        f"or give Loader the data (Loader(DATA, ...)) to start one of its own")
     deadline = time.monotonic() + max(timeout, 0.0)
     delay = 0.01
+    told = False
     while True:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -769,10 +797,19 @@ def _connect(path, timeout, check=None):
             sock.close()
             if check is not None:
                 check()
+            why = ("its socket is there, but no server listens on it (a server that ended?)"
+                   if isinstance(e, ConnectionRefusedError) else "no socket there yet")
             left = deadline - time.monotonic()
             if left <= 0:
                 waited = f" (waited {timeout:g} s)" if timeout > 0 else ""
-                raise FeedError(f"no ffcvfeed server at {path}: {e.strerror}{waited}") from e
+                raise FeedError(f"no ffcvfeed server at {path}: {why}{waited}; start one with: ffcvfeed serve "
+                                f"--data DATA --socket {path}, or give Loader the data (Loader(DATA, ...)) to start "
+                                f"one of its own") from e
+            if check is None and not told:
+                logging.getLogger("ffcvfs").warning(
+                    "waiting up to %g s for an ffcvfeed server at %s (%s): start one with ffcvfeed serve --socket %s, "
+                    "or pass connect_timeout=0 to fail at once", timeout, path, why, path)
+                told = True
             time.sleep(min(delay, left))
             delay = min(delay * 2, 0.25)
         except BaseException:
