@@ -9,6 +9,7 @@ import (
 
 	"github.com/ffcvfs/ffcvfs/cudafeed"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
+	"github.com/ffcvfs/ffcvfs/internal/version"
 	"github.com/urfave/cli/v2"
 )
 
@@ -265,5 +266,19 @@ func TestOwnedFolderChecks(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(target, "serve.log")); err != nil {
 		t.Errorf("the folder behind the link lost its files: %v", err)
+	}
+}
+
+// TestVersion: ffcvfeed version and --version print the release, the
+// commit and the toolchain; version takes no arguments.
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		out, code := runFfcvfeed(t, args...)
+		if code != 0 || !strings.HasPrefix(out, "ffcvfeed "+version.Release+" (commit ") || !strings.Contains(out, "built with go") {
+			t.Errorf("ffcvfeed %v: exit %d, %q", args, code, out)
+		}
+	}
+	if out, code := runFfcvfeed(t, "version", "extra"); code != 2 || !strings.Contains(out, "version takes no arguments") {
+		t.Errorf("ffcvfeed version extra: exit %d, %q; want 2", code, out)
 	}
 }
