@@ -29,8 +29,8 @@ say() {
 }
 
 step "1. dependencies"
-ensure_deps
-say "Debian packages (${FFCVFS_APT_PACKAGES[*]}), Go and the Go modules are in place."
+ensure_demo_deps
+say "Debian packages (${FFCVFS_APT_BUILD[*]} ${FFCVFS_APT_PYTHON[*]}), Go and the Go modules are in place."
 
 step "2. build bin/ffcvfs"
 go build -o bin/ffcvfs ./cmd/ffcvfs || die "building ./cmd/ffcvfs failed"
@@ -68,13 +68,14 @@ bin/ffcvfs verify "$beton"
 
 step "7. ffcvfs mount"
 say "Mounts the beton read-only as an ImageFolder tree, in the background, with a" \
-	"32 MiB page cache. The hidden .ffcvfs folder holds the control files."
+	"16 MiB page cache: its two pages of 8 MiB, the whole beton. The hidden .ffcvfs" \
+	"folder holds the control files."
 mnt="$demo_dir/mnt"
 mkdir -p "$mnt"
 if mountpoint -q "$mnt" 2>/dev/null; then bin/ffcvfs umount "$mnt"; fi
 # --background returns once the tree can be read (or with the mount's error).
-bin/ffcvfs mount --background --cache-size 32MiB --classes "$demo_dir/classes.txt" "$beton" "$mnt" 2>"$demo_dir/mount.log" ||
-	die "the mount did not come up: $(cat "$demo_dir/mount.log")"
+bin/ffcvfs mount --background --cache-size 16MiB --log-file "$demo_dir/mount.log" --classes "$demo_dir/classes.txt" "$beton" "$mnt" ||
+	die "the mount did not come up (its log: $demo_dir/mount.log)"
 # Unmount however the script ends, so a failed step leaves no mount behind.
 trap 'bin/ffcvfs umount --lazy "$mnt" 2>/dev/null || true' EXIT
 # sed, not head: head leaves as soon as it has its lines, and ls, still

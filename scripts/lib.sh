@@ -5,26 +5,39 @@
 #
 # It sets no shell options of its own; the sourcing script decides those.
 
-# Debian 12 packages the project needs: FUSE for mounts, libjpeg-turbo and a C
-# toolchain for the cgo JPEG code, torchvision/NumPy/Pillow for the
-# integration tests and the demo, venv/pip/setuptools/wheel to install
-# python/ as a package, and prometheus (with promtool) and tmux for the tests
-# of the metrics and of 'ffcvfs stats'. Add new system dependencies here.
-FFCVFS_APT_PACKAGES=(
+# Debian 12 packages the project needs, in three groups. Add new system
+# dependencies to the group that uses them.
+#
+# FFCVFS_APT_BUILD: the build and mounting: libjpeg-turbo and a C toolchain
+# for the cgo JPEG code, FUSE for mounts.
+FFCVFS_APT_BUILD=(
 	fuse3
 	libjpeg62-turbo-dev
 	pkg-config
 	gcc
+)
+# FFCVFS_APT_PYTHON: what the demo's and the README's Python uses
+# (torchvision, NumPy, Pillow).
+FFCVFS_APT_PYTHON=(
 	python3-torchvision
 	python3-numpy
 	python3-pil
+)
+# FFCVFS_APT_TEST: what only the tests use beside those: venv, pip,
+# setuptools and wheel to install python/ as a package, prometheus (with
+# promtool) and tmux for the tests of the metrics and of 'ffcvfs stats',
+# curl for the README's S3 upload, git to test a fresh clone.
+FFCVFS_APT_TEST=(
 	python3-venv
 	python3-pip
 	python3-setuptools
 	python3-wheel
 	prometheus
 	tmux
+	curl
+	git
 )
+FFCVFS_APT_PACKAGES=("${FFCVFS_APT_BUILD[@]}" "${FFCVFS_APT_PYTHON[@]}" "${FFCVFS_APT_TEST[@]}")
 
 # The oldest Go release the scripts accept.
 FFCVFS_MIN_GO=1.24
@@ -195,7 +208,7 @@ ensure_staticcheck() {
 	printf '%s\n' "$gobin/staticcheck"
 }
 
-# ensure_deps: everything the tests and the demo need: the Debian packages in
+# ensure_deps: everything the tests need: the Debian packages in
 # FFCVFS_APT_PACKAGES, Go, the Go modules of go.mod, versitygw and toxiproxy.
 ensure_deps() {
 	ensure_apt "${FFCVFS_APT_PACKAGES[@]}"
@@ -203,4 +216,12 @@ ensure_deps() {
 	(cd "$(repo_root)" && go mod download) || die "go mod download failed"
 	ensure_versitygw
 	ensure_toxiproxy
+}
+
+# ensure_demo_deps: what scripts/demo.sh uses, and nothing more: the build's
+# and Python's Debian packages, Go and the Go modules of go.mod.
+ensure_demo_deps() {
+	ensure_apt "${FFCVFS_APT_BUILD[@]}" "${FFCVFS_APT_PYTHON[@]}"
+	ensure_go
+	(cd "$(repo_root)" && go mod download) || die "go mod download failed"
 }
