@@ -38,7 +38,7 @@ func TestFreshClone(t *testing.T) {
 	// variable nor the folder that once did (spelt here in two parts, so
 	// that this file does not match itself).
 	oldVar, oldDir := "FFCVFS_"+"SHARED", ".."+"/shared"
-	grep := exec.Command(git, "grep", "-n", "-e", oldVar, "-e", oldDir, "--", "*.go", "*.sh", "*.py", "*.md")
+	grep := exec.Command(git, "grep", "-n", "-F", "-e", oldVar, "-e", oldDir, "--", "*.go", "*.sh", "*.py", "*.md")
 	grep.Dir = clone
 	if out, _ := grep.Output(); len(out) > 0 {
 		t.Errorf("the repository still looks for test data outside it:\n%s", out)
