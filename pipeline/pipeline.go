@@ -159,9 +159,9 @@ func (o *Options) Validate() error {
 		return errors.New("normalizing needs a float dtype (float16 or float32)")
 	}
 	if o.Normalize {
-		for c, s := range o.Std {
-			if s <= 0 {
-				return fmt.Errorf("normalize: standard deviation of channel %d is %v; it must be positive", c, s)
+		for c := range o.Std {
+			if s, m := o.Std[c], o.Mean[c]; !(s > 0 && s <= math.MaxFloat64) || math.IsNaN(m) || math.IsInf(m, 0) {
+				return fmt.Errorf("normalize: channel %d has mean %v and standard deviation %v; want a finite mean and a positive, finite deviation", c, m, s)
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -165,7 +166,7 @@ func poison(c *cli.Context) (*augment.Poison, error) {
 	if len(alpha.Shape) != 2 || alpha.Shape[0] != mask.Shape[0] || alpha.Shape[1] != mask.Shape[1] {
 		return nil, cli.Exit(fmt.Sprintf("--poison-alpha: shape %v; want the mask's [H, W], %v", alpha.Shape, mask.Shape[:2]), 2)
 	}
-	lo, err := pair(c.String("poison-clamp"), "poison-clamp")
+	lo, err := pair(c.String("poison-clamp"), "poison-clamp", -math.MaxFloat64, math.MaxFloat64)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -133,12 +134,13 @@ func splitList(s string) []string {
 	return l
 }
 
-func pair(s, name string) ([2]float64, error) {
+// pair reads LOW,HIGH: two finite numbers, LOW <= HIGH, within [lo, hi].
+func pair(s, name string, lo, hi float64) ([2]float64, error) {
 	a, b, ok := strings.Cut(s, ",")
 	x, err1 := strconv.ParseFloat(strings.TrimSpace(a), 64)
 	y, err2 := strconv.ParseFloat(strings.TrimSpace(b), 64)
-	if !ok || err1 != nil || err2 != nil || x > y {
-		return [2]float64{}, cli.Exit(fmt.Sprintf("--%s %q: want two numbers LOW,HIGH", name, s), 2)
+	if !ok || err1 != nil || err2 != nil || !(lo <= x && x <= y && y <= hi) {
+		return [2]float64{}, cli.Exit(fmt.Sprintf("--%s %q: want two numbers LOW,HIGH with %g <= LOW <= HIGH <= %g", name, s, lo, hi), 2)
 	}
 	return [2]float64{x, y}, nil
 }
@@ -151,8 +153,8 @@ func triple(s string) ([3]float64, error) {
 	}
 	for i, p := range parts {
 		f, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
-		if err != nil {
-			return v, fmt.Errorf("%q is not a number", p)
+		if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+			return v, fmt.Errorf("%q is not a finite number", p)
 		}
 		v[i] = f
 	}
@@ -206,10 +208,11 @@ func pipelineOptions(c *cli.Context) (pipeline.Options, error) {
 	switch c.String("crop") {
 	case "random-resized":
 		o.Op.Kind = decode.RandomResizedCrop
-		if o.Op.Scale, err = pair(c.String("scale"), "scale"); err != nil {
+		// Area fractions down to a millionth; aspect ratios as decode.Op allows.
+		if o.Op.Scale, err = pair(c.String("scale"), "scale", 1e-6, 1); err != nil {
 			return o, err
 		}
-		if o.Op.Ratio, err = pair(c.String("ratio"), "ratio"); err != nil {
+		if o.Op.Ratio, err = pair(c.String("ratio"), "ratio", decode.MinRatio, decode.MaxRatio); err != nil {
 			return o, err
 		}
 	case "center":

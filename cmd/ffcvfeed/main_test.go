@@ -282,3 +282,32 @@ func TestVersion(t *testing.T) {
 		t.Errorf("ffcvfeed version extra: exit %d, %q; want 2", code, out)
 	}
 }
+
+// TestHostileRatioFlags: --ratio and --scale of infinities, huge or tiny
+// numbers, NaN, and areas above 1 are refused up front with exit 2 and the
+// range, not accepted to fail every sample; so are non-finite
+// normalization numbers and NaN probabilities.
+func TestHostileRatioFlags(t *testing.T) {
+	beton := testenv.Fixture(t, "beton", "label-first-two-images.beton")
+	base := []string{"bench", "--data", beton, "--workers", "1", "--batch-size", "8", "--epochs", "1", "--resolution", "32"}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--ratio", "inf,inf"}, `--ratio "inf,inf": want two numbers LOW,HIGH with 0.001 <= LOW <= HIGH <= 1000`},
+		{[]string{"--ratio", "1e300,1e300"}, `--ratio "1e300,1e300": want two numbers`},
+		{[]string{"--ratio", "1e-300,1e-300"}, `--ratio "1e-300,1e-300": want two numbers`},
+		{[]string{"--ratio", "nan,1"}, `--ratio "nan,1": want two numbers`},
+		{[]string{"--scale", "0.5,2"}, `--scale "0.5,2": want two numbers LOW,HIGH with 1e-06 <= LOW <= HIGH <= 1`},
+		{[]string{"--scale", "-inf,1"}, `--scale "-inf,1"`},
+		{[]string{"--flip", "NaN"}, "flip probability NaN"},
+		{[]string{"--center-ratio", "NaN", "--crop", "center"}, "center ratio NaN"},
+		{[]string{"--dtype", "float32", "--normalize", "inf,0,0/1,1,1"}, `--normalize "inf,0,0/1,1,1"`},
+		{[]string{"--dtype", "float32", "--normalize", "0,0,0/1,1,nan"}, `--normalize "0,0,0/1,1,nan"`},
+	} {
+		out, code := runFfcvfeed(t, append(base, c.args...)...)
+		if code != 2 || !strings.Contains(out, c.want) {
+			t.Errorf("%v: exit %d, %q; want 2 and %q", c.args, code, out, c.want)
+		}
+	}
+}

@@ -40,14 +40,27 @@ func RandomResizedCropParams(rng *rand.Rand, w, h int, scale [2]float64, ratio [
 	switch {
 	case inRatio < lo:
 		cw = w
-		ch = int(math.RoundToEven(float64(cw) / lo))
+		ch = roundClamped(float64(cw)/lo, h)
 	case inRatio > hi:
 		ch = h
-		cw = int(math.RoundToEven(float64(ch) * hi))
+		cw = roundClamped(float64(ch)*hi, w)
 	default:
 		cw, ch = w, h
 	}
 	return (w - cw) / 2, (h - ch) / 2, cw, ch
+}
+
+// roundClamped rounds v half to even and clamps it to [1, limit]: a crop
+// keeps at least a pixel, and no more than the image, whatever the ratio
+// (torchvision's fallback can round to 0 for ratios far from the image's).
+func roundClamped(v float64, limit int) int {
+	if !(v >= 1) { // NaN too
+		return 1
+	}
+	if v >= float64(limit) {
+		return limit
+	}
+	return int(math.RoundToEven(v))
 }
 
 // CenterCropParams returns FFCV's validation crop (CenterCropRGBImageDecoder):

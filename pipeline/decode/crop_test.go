@@ -163,3 +163,28 @@ func TestChooseScale(t *testing.T) {
 		}
 	}
 }
+
+// TestRandomResizedCropExtremeRatios: torchvision's fallback crop, for
+// aspect ratios far from the image's, keeps at least a pixel and no more
+// than the image, where it rounded to 0 (or overflowed, for an infinite
+// quotient) before; Validate refuses such ratios from flags.
+func TestRandomResizedCropExtremeRatios(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, ratio := range [][2]float64{{1e300, 1e300}, {1e-300, 1e-300}, {math.Inf(1), math.Inf(1)}, {1e6, 1e7}, {1e-7, 1e-6}} {
+		for _, wh := range [][2]int{{300, 200}, {200, 300}, {1, 1}, {65535, 1}} {
+			x, y, cw, ch := RandomResizedCropParams(rng, wh[0], wh[1], [2]float64{0.08, 1}, ratio)
+			if cw < 1 || ch < 1 || x < 0 || y < 0 || x+cw > wh[0] || y+ch > wh[1] {
+				t.Errorf("ratio %v of a %dx%d image: crop %dx%d+%d+%d", ratio, wh[0], wh[1], cw, ch, x, y)
+			}
+		}
+		op := Op{Kind: RandomResizedCrop, OutW: 8, OutH: 8, Ratio: ratio}
+		if err := op.Validate(); err == nil {
+			t.Errorf("Validate accepts ratio %v", ratio)
+		}
+	}
+	for _, scale := range [][2]float64{{0.5, 2}, {math.NaN(), 1}, {0, 0.5}} {
+		if err := (Op{Kind: RandomResizedCrop, OutW: 8, OutH: 8, Scale: scale}).Validate(); err == nil {
+			t.Errorf("Validate accepts scale %v", scale)
+		}
+	}
+}

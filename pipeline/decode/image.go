@@ -56,20 +56,28 @@ type Op struct {
 // at most 65535 pixels, and the output sizes every batch buffer.
 const MaxOutputSide = 65535
 
-// Validate reports whether op can be applied.
+// MinRatio and MaxRatio bound a random-resized crop's aspect ratios: a
+// crop of a ratio farther from 1 is a line of pixels in any photo.
+const (
+	MinRatio = 1e-3
+	MaxRatio = 1e3
+)
+
+// Validate reports whether op can be applied: every number in range, NaN
+// and infinities refused.
 func (op Op) Validate() error {
 	switch {
 	case op.Kind != RandomResizedCrop && op.Kind != CenterCrop && op.Kind != Whole:
 		return fmt.Errorf("op: unknown kind %d: %w", op.Kind, ErrArgument)
 	case op.OutW <= 0 || op.OutH <= 0 || op.OutW > MaxOutputSide || op.OutH > MaxOutputSide:
 		return fmt.Errorf("op: output size %dx%d: each side must be 1 to %d: %w", op.OutW, op.OutH, MaxOutputSide, ErrArgument)
-	case op.FlipProb < 0 || op.FlipProb > 1:
+	case !(op.FlipProb >= 0 && op.FlipProb <= 1):
 		return fmt.Errorf("op: flip probability %g: %w", op.FlipProb, ErrArgument)
-	case op.Scale != [2]float64{} && !(0 < op.Scale[0] && op.Scale[0] <= op.Scale[1]):
-		return fmt.Errorf("op: scale %v: %w", op.Scale, ErrArgument)
-	case op.Ratio != [2]float64{} && !(0 < op.Ratio[0] && op.Ratio[0] <= op.Ratio[1]):
-		return fmt.Errorf("op: ratio %v: %w", op.Ratio, ErrArgument)
-	case op.CenterRatio < 0 || op.CenterRatio > 1:
+	case op.Scale != [2]float64{} && !(0 < op.Scale[0] && op.Scale[0] <= op.Scale[1] && op.Scale[1] <= 1):
+		return fmt.Errorf("op: scale %v: want area fractions 0 < LOW <= HIGH <= 1: %w", op.Scale, ErrArgument)
+	case op.Ratio != [2]float64{} && !(MinRatio <= op.Ratio[0] && op.Ratio[0] <= op.Ratio[1] && op.Ratio[1] <= MaxRatio):
+		return fmt.Errorf("op: ratio %v: want aspect ratios %g <= LOW <= HIGH <= %g: %w", op.Ratio, MinRatio, MaxRatio, ErrArgument)
+	case !(op.CenterRatio >= 0 && op.CenterRatio <= 1):
 		return fmt.Errorf("op: center ratio %g: %w", op.CenterRatio, ErrArgument)
 	}
 	return nil
