@@ -148,7 +148,7 @@ func TestReplaceLabel(t *testing.T) {
 	opts := cifarLike()
 	opts.Augment = augment.Options{}
 	opts.Order = order.Options{Kind: order.Sequential}
-	opts.ReplaceLabel = augment.NewReplaceLabel([]int64{1, 5}, 77)
+	opts.ReplaceLabel = augment.NewReplaceLabel([]uint32{1, 5}, 77)
 	s := 0
 	c := openCache(t, testenv.Fixture(t, "beton", "label-first-two-images.beton"))
 	for _, b := range runFields(t, opts, 0, 0) {

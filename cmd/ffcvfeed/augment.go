@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"math"
 	"strconv"
 	"strings"
@@ -60,10 +62,7 @@ func augmentOptions(c *cli.Context, o *pipeline.Options) error {
 		if len(ids) == 0 {
 			return cli.Exit("--indices: no sample named", 2)
 		}
-		o.Indices = make([]uint32, len(ids))
-		for i, id := range ids {
-			o.Indices[i] = uint32(id)
-		}
+		o.Indices = ids
 	}
 	return nil
 }
@@ -103,63 +102,130 @@ func jitter(c *cli.Context, flag string) (augment.Jitter, error) {
 	return j, nil
 }
 
+// MaxIndexCount bounds how many ids a list (--indices, --poison-indices,
+// --replace-label-indices) holds: what parsing keeps is at most 4 bytes each.
+const MaxIndexCount = 1 << 26
+
+// maxIDText bounds an id list file in text: MaxIndexCount ids of ten digits
+// and a separator.
+const maxIDText = MaxIndexCount * 11
+
 // indices reads a list of sample ids: 1,5,9 or @FILE, a .npy array of
-// integers or ids separated by commas or white space.
-func indices(c *cli.Context, flag string) ([]int64, error) {
+// integers or ids separated by commas or white space. A file must be a
+// regular one; a .npy's header is read first and an array of more than
+// MaxIndexCount elements refused; text is parsed as it is read.
+func indices(c *cli.Context, flag string) ([]uint32, error) {
 	s := strings.TrimSpace(c.String(flag))
 	fail := func(format string, a ...any) error {
 		return cli.Exit(fmt.Sprintf("--%s: ", flag)+fmt.Sprintf(format, a...), 2)
 	}
-	var ids []int64
-	if path, ok := strings.CutPrefix(s, "@"); ok {
-		if strings.HasSuffix(path, ".npy") {
-			a, err := npy.ReadFile(path)
-			if err != nil {
-				return nil, fail("%v", err)
-			}
-			if ids, err = a.Int64s(); err != nil {
-				return nil, fail("%s: %v", path, err)
-			}
-		} else {
-			b, err := readfile.Bounded(path, npy.MaxBytes)
-			if err != nil {
-				return nil, fail("%v", err)
-			}
-			s = string(b)
+	path, isFile := strings.CutPrefix(s, "@")
+	var ids []uint32
+	switch {
+	case isFile && strings.HasSuffix(path, ".npy"):
+		a, err := npy.ReadFileMax(path, MaxIndexCount)
+		if err != nil {
+			return nil, fail("%v", err)
 		}
-	}
-	if ids == nil {
-		for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' || r == '\r' }) {
-			id, err := strconv.ParseInt(f, 10, 64)
-			if err != nil {
-				return nil, fail("%q is not a sample id", f)
-			}
-			ids = append(ids, id)
-			if len(ids) > MaxIndices {
-				return nil, fail("more than %d ids", int64(MaxIndices))
-			}
+		v, err := a.Int64s()
+		if err != nil {
+			return nil, fail("%s: %v", path, err)
 		}
-	}
-	for _, id := range ids {
-		if id < 0 || id >= MaxIndices {
-			return nil, fail("sample id %d is out of range", id)
+		ids = make([]uint32, len(v))
+		for i, id := range v {
+			if id < 0 || id >= MaxIndices {
+				return nil, fail("%s: sample id %d is out of range", path, id)
+			}
+			ids[i] = uint32(id)
+		}
+	case isFile:
+		f, size, err := readfile.Open(path)
+		if err != nil {
+			return nil, fail("%v", err)
+		}
+		defer f.Close()
+		if size > maxIDText {
+			return nil, fail("%s: %d bytes, more than a list of %d ids takes", path, size, MaxIndexCount)
+		}
+		if ids, err = parseIDs(io.LimitReader(f, maxIDText+1), size); err != nil {
+			return nil, fail("%s: %v", path, err)
+		}
+	default:
+		var err error
+		if ids, err = parseIDs(strings.NewReader(s), int64(len(s))); err != nil {
+			return nil, fail("%v", err)
 		}
 	}
 	return ids, nil
 }
 
+// parseIDs reads sample ids separated by commas or white space from size
+// bytes, keeping at most MaxIndexCount of them; a word longer than any id
+// is refused at once. The list is allocated once, for as many ids as size
+// bytes can hold (an id and a separator take two at least).
+func parseIDs(r io.Reader, size int64) ([]uint32, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	ids := make([]uint32, 0, min(size/2+1, MaxIndexCount))
+	var word []byte
+	flush := func() error {
+		if len(word) == 0 {
+			return nil
+		}
+		id, err := strconv.ParseUint(string(word), 10, 64)
+		if err != nil || id >= MaxIndices {
+			return fmt.Errorf("%q is not a sample id (0 to %d)", word, int64(MaxIndices-1))
+		}
+		if len(ids) == MaxIndexCount {
+			return fmt.Errorf("more than %d ids", MaxIndexCount)
+		}
+		ids = append(ids, uint32(id))
+		word = word[:0]
+		return nil
+	}
+	for {
+		b, err := br.ReadByte()
+		if err == io.EOF {
+			return ids, flush()
+		}
+		if err != nil {
+			return nil, err
+		}
+		switch b {
+		case ',', ' ', '\n', '\t', '\r':
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		default:
+			if len(word) == 20 {
+				return nil, fmt.Errorf("%q... is not a sample id", word)
+			}
+			word = append(word, b)
+		}
+	}
+}
+
+// maxPoisonPixels bounds a poison mask whose size the flags do not give:
+// 4096×4096.
+const maxPoisonPixels = 1 << 24
+
 func poison(c *cli.Context) (*augment.Poison, error) {
 	if c.String("poison-mask") == "" || c.String("poison-alpha") == "" || c.String("poison-indices") == "" {
 		return nil, cli.Exit("--poison-mask, --poison-alpha and --poison-indices go together", 2)
 	}
-	mask, err := npy.ReadFile(c.String("poison-mask"))
+	// The mask and the weights are of the output's size: the flags give it,
+	// but for whole images (--crop none), whose size is the beton's.
+	maxPixels := c.Int("resolution") * c.Int("resolution")
+	if c.String("crop") == "none" && !c.IsSet("resolution") || maxPixels <= 0 || maxPixels > maxPoisonPixels {
+		maxPixels = maxPoisonPixels
+	}
+	mask, err := npy.ReadFileMax(c.String("poison-mask"), 3*maxPixels)
 	if err != nil {
 		return nil, cli.Exit("--poison-mask: "+err.Error(), 2)
 	}
 	if strings.TrimLeft(mask.Descr, "<|=") != "u1" || len(mask.Shape) != 3 || mask.Shape[2] != 3 {
 		return nil, cli.Exit(fmt.Sprintf("--poison-mask: a %s array of shape %v; want uint8 [H, W, 3]", mask.Descr, mask.Shape), 2)
 	}
-	alpha, err := npy.ReadFile(c.String("poison-alpha"))
+	alpha, err := npy.ReadFileMax(c.String("poison-alpha"), maxPixels)
 	if err != nil {
 		return nil, cli.Exit("--poison-alpha: "+err.Error(), 2)
 	}
@@ -174,9 +240,6 @@ func poison(c *cli.Context) (*augment.Poison, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &augment.Poison{Mask: mask.Data, Alpha: alpha.Float64s(), Clamp: lo, Samples: map[int64]bool{}}
-	for _, id := range ids {
-		p.Samples[id] = true
-	}
+	p := &augment.Poison{Mask: mask.Data, Alpha: alpha.Float64s(), Clamp: lo, Samples: augment.NewSampleSet(ids)}
 	return p, nil
 }

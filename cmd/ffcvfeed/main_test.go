@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/ffcvfs/ffcvfs/cudafeed"
@@ -310,4 +314,99 @@ func TestHostileRatioFlags(t *testing.T) {
 			t.Errorf("%v: exit %d, %q; want 2 and %q", c.args, code, out, c.want)
 		}
 	}
+}
+
+// writeNpy writes a .npy file of the type and shape given, holding data.
+func writeNpy(t *testing.T, path, descr, shape string, data []byte) {
+	t.Helper()
+	hdr := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr, shape)
+	hdr += strings.Repeat(" ", 63-(10+len(hdr))%64) + "\n"
+	b := append([]byte("\x93NUMPY\x01\x00"), byte(len(hdr)), byte(len(hdr)>>8))
+	if err := os.WriteFile(path, append(append(b, hdr...), data...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runFfcvfeedRSS runs ffcvfeed ARGS... like runFfcvfeed, failing the test
+// if it does not end within testenv.Patience (a FIFO it would wait on), and
+// returns its peak resident size in bytes too.
+func runFfcvfeedRSS(t *testing.T, args ...string) (string, int, int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], append([]string{"-test.run=^$", "--"}, args...)...)
+	cmd.Env = append(os.Environ(), runMainEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("ffcvfeed %v did not end: it waits on its input", args)
+	}
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), code, cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10
+}
+
+// TestHostileIDFiles: the files behind @FILE (id lists, .npy arrays, peer
+// lists) are read as regular files only, their size checked first and
+// their contents parsed as they are read: a FIFO and /dev/zero are refused
+// at once, a sparse .npy claiming 256 Mi elements before its data is read,
+// and 100 MiB of "0\n" costs the ids it names, not gigabytes.
+func TestHostileIDFiles(t *testing.T) {
+	beton := testenv.Fixture(t, "beton", "label-first-two-images.beton")
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "ids.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sparse := filepath.Join(dir, "ids.npy")
+	writeNpy(t, sparse, "|u1", "(268435456,)", nil)
+	if err := os.Truncate(sparse, 128+256<<20); err != nil { // the data, sparse
+		t.Fatal(err)
+	}
+	big := filepath.Join(dir, "ids.txt")
+	if err := os.WriteFile(big, bytes.Repeat([]byte("0\n"), 50<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mask, alpha := filepath.Join(dir, "mask.npy"), filepath.Join(dir, "alpha.npy")
+	writeNpy(t, mask, "|u1", "(32, 32, 3)", make([]byte, 32*32*3))
+	writeNpy(t, alpha, "<f8", "(32, 32)", make([]byte, 32*32*8))
+	hugeText := filepath.Join(dir, "huge.txt")
+	if err := os.WriteFile(hugeText, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.Truncate(hugeText, 1<<40) // sparse
+
+	base := []string{"bench", "--data", beton, "--workers", "1", "--batch-size", "8", "--epochs", "1", "--resolution", "32"}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--indices", "@" + fifo}, "not a regular file (a FIFO)"},
+		{[]string{"--indices", "@/dev/zero"}, "not a regular file (a character device)"},
+		{[]string{"--poison-indices", "@" + fifo, "--poison-mask", mask, "--poison-alpha", alpha}, "not a regular file (a FIFO)"},
+		{[]string{"--poison-indices", "1", "--poison-mask", sparse, "--poison-alpha", alpha}, "an array of shape [268435456] (268435456 elements); at most 3072 here"},
+		{[]string{"--indices", "@" + sparse}, "an array of shape [268435456] (268435456 elements); at most 67108864 here"},
+		{[]string{"--indices", "@" + hugeText}, "more than a list of 67108864 ids takes"},
+		{[]string{"--indices", "1,x2"}, `"x2" is not a sample id`},
+		{[]string{"--indices", strings.Repeat("9", 30)}, "is not a sample id"},
+		{[]string{"--peer-listen", "127.0.0.1:0", "--peers", "@" + fifo}, "--peers: " + fifo + ": not a regular file (a FIFO)"},
+		{[]string{"--peer-listen", "127.0.0.1:0", "--peers", "http://127.0.0.1:1", "--peer-secret-file", "/dev/zero"}, "not a regular file (a character device)"},
+	} {
+		out, code, _ := runFfcvfeedRSS(t, append(base, c.args...)...)
+		if code != 2 && code != 1 || !strings.Contains(out, c.want) {
+			t.Errorf("%v: exit %d, %q; want an error saying %q", c.args, code, out, c.want)
+		}
+	}
+	// 52 Mi ids, all 0: a label replaced for sample 0, at 4 bytes an id.
+	out, code, rss := runFfcvfeedRSS(t, append(base, "--replace-label", "1", "--replace-label-indices", "@"+big)...)
+	if code != 0 {
+		t.Fatalf("--replace-label-indices of 50 Mi ids: exit %d\n%s", code, out)
+	}
+	if rss > 512<<20 {
+		t.Errorf("--replace-label-indices of 50 Mi ids: peak RSS %d MiB, want under 512 MiB", rss>>20)
+	}
+	t.Logf("50 Mi ids from a 100 MiB file: peak RSS %d MiB", rss>>20)
 }

@@ -151,12 +151,12 @@ func PeerOptions(c *cli.Context) (o peer.Options, ok bool, err error) {
 	o.Self = c.String("peer-self")
 	o.Secret = os.Getenv("FFCVFS_PEER_SECRET")
 	if p := c.String("peer-secret-file"); p != "" {
-		if st, err := os.Stat(p); err == nil && st.Mode().Perm()&0o077 != 0 {
-			return o, false, fmt.Errorf("--peer-secret-file %s: readable by others (mode %v); chmod 600 it", p, st.Mode().Perm())
-		}
 		b, err := readfile.Bounded(p, 4096)
 		if err != nil {
 			return o, false, fmt.Errorf("--peer-secret-file: %w", err)
+		}
+		if st, err := os.Stat(p); err == nil && st.Mode().Perm()&0o077 != 0 {
+			return o, false, fmt.Errorf("--peer-secret-file %s: readable by others (mode %v); chmod 600 it", p, st.Mode().Perm())
 		}
 		o.Secret = strings.TrimSpace(string(b))
 	}

@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"regexp"
 	"strconv"
@@ -36,62 +37,76 @@ var (
 	shapeRE = regexp.MustCompile(`'shape':\s*\(([^)]*)\)`)
 )
 
-// Read parses a .npy file's bytes.
-func Read(b []byte) (*Array, error) {
+// maxHeader bounds a .npy header: NumPy writes tens of bytes (aligned to
+// 64), and version 2's 4-byte length could otherwise claim gigabytes.
+const maxHeader = 1 << 16
+
+// header reads the header at the start of b (which may hold the data too,
+// or only the header): the array without its data, where the data starts,
+// and its length in bytes.
+func header(b []byte) (a *Array, start, dataLen int, err error) {
 	if len(b) < 10 || !bytes.Equal(b[:6], magic) {
-		return nil, errors.New("not a .npy file (no \\x93NUMPY magic)")
+		return nil, 0, 0, errors.New("not a .npy file (no \\x93NUMPY magic)")
 	}
-	var hlen, start int
+	var hlen int
 	switch b[6] {
 	case 1:
 		hlen, start = int(binary.LittleEndian.Uint16(b[8:])), 10
 	case 2, 3:
 		if len(b) < 12 {
-			return nil, errors.New(".npy header cut short")
+			return nil, 0, 0, errors.New(".npy header cut short")
 		}
 		h := binary.LittleEndian.Uint32(b[8:])
-		if h > uint32(len(b)) {
-			return nil, fmt.Errorf(".npy header of %d bytes in a file of %d", h, len(b))
+		if h > maxHeader {
+			return nil, 0, 0, fmt.Errorf(".npy header of %d bytes: at most %d", h, maxHeader)
 		}
 		hlen, start = int(h), 12
 	default:
-		return nil, fmt.Errorf(".npy format version %d.%d is not known", b[6], b[7])
+		return nil, 0, 0, fmt.Errorf(".npy format version %d.%d is not known", b[6], b[7])
 	}
 	if start+hlen > len(b) {
-		return nil, fmt.Errorf(".npy header of %d bytes in a file of %d", hlen, len(b))
+		return nil, 0, 0, fmt.Errorf(".npy header of %d bytes in %d", hlen, len(b))
 	}
-	header := string(b[start : start+hlen])
-	d, f, s := descrRE.FindStringSubmatch(header), fortRE.FindStringSubmatch(header), shapeRE.FindStringSubmatch(header)
-	if d == nil || f == nil || s == nil {
-		return nil, fmt.Errorf(".npy header %q lacks descr, fortran_order or shape", header)
+	h := string(b[start : start+hlen])
+	d, f, sh := descrRE.FindStringSubmatch(h), fortRE.FindStringSubmatch(h), shapeRE.FindStringSubmatch(h)
+	if d == nil || f == nil || sh == nil {
+		return nil, 0, 0, fmt.Errorf(".npy header %q lacks descr, fortran_order or shape", h)
 	}
 	if f[1] == "True" {
-		return nil, errors.New(".npy array is in Fortran order; save it C-ordered (np.ascontiguousarray)")
+		return nil, 0, 0, errors.New(".npy array is in Fortran order; save it C-ordered (np.ascontiguousarray)")
 	}
-	a := &Array{Descr: d[1]}
+	a = &Array{Descr: d[1]}
 	size, err := itemSize(a.Descr)
 	if err != nil {
-		return nil, err
+		return nil, 0, 0, err
 	}
 	n := 1
-	for _, p := range strings.Split(s[1], ",") {
+	for _, p := range strings.Split(sh[1], ",") {
 		if p = strings.TrimSpace(p); p == "" {
 			continue
 		}
 		k, err := strconv.Atoi(p)
 		if err != nil || k < 0 || k > MaxBytes {
-			return nil, fmt.Errorf(".npy shape (%s): %q is not a dimension", s[1], p)
+			return nil, 0, 0, fmt.Errorf(".npy shape (%s): %q is not a dimension", sh[1], p)
 		}
 		a.Shape = append(a.Shape, k)
 		if n = n * k; n > MaxBytes {
-			return nil, fmt.Errorf(".npy shape (%s) is too large", s[1])
+			return nil, 0, 0, fmt.Errorf(".npy shape (%s) is too large", sh[1])
 		}
 	}
-	data := b[start+hlen:]
-	if len(data) != n*size {
-		return nil, fmt.Errorf(".npy array of shape %v and type %s needs %d bytes, the file holds %d", a.Shape, a.Descr, n*size, len(data))
+	return a, start + hlen, n * size, nil
+}
+
+// Read parses a .npy file's bytes.
+func Read(b []byte) (*Array, error) {
+	a, start, n, err := header(b)
+	if err != nil {
+		return nil, err
 	}
-	a.Data = data
+	if data := b[start:]; len(data) != n {
+		return nil, fmt.Errorf(".npy array of shape %v and type %s needs %d bytes, the file holds %d", a.Shape, a.Descr, n, len(data))
+	}
+	a.Data = b[start:]
 	return a, nil
 }
 
@@ -111,15 +126,37 @@ func itemSize(descr string) (int, error) {
 
 // ReadFile reads a .npy file, at most MaxBytes.
 func ReadFile(path string) (*Array, error) {
-	b, err := readfile.Bounded(path, MaxBytes)
+	return ReadFileMax(path, MaxBytes)
+}
+
+// ReadFileMax reads a .npy file of at most maxElems elements. The header is
+// read first, and an array of more elements, or a file whose size is not
+// the header's and the data's, is refused before its data is read.
+func ReadFileMax(path string, maxElems int) (*Array, error) {
+	f, size, err := readfile.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	a, err := Read(b)
+	defer f.Close()
+	head := make([]byte, min(size, maxHeader+12))
+	if _, err := io.ReadFull(f, head); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	a, start, n, err := header(head)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return a, nil
+	if elems := a.Len(); elems > maxElems {
+		return nil, fmt.Errorf("%s: an array of shape %v (%d elements); at most %d here", path, a.Shape, elems, maxElems)
+	}
+	if size != int64(start+n) {
+		return nil, fmt.Errorf("%s: an array of shape %v and type %s needs %d bytes after its header, the file holds %d", path, a.Shape, a.Descr, n, size-int64(start))
+	}
+	b := make([]byte, start+n)
+	if _, err := f.ReadAt(b, 0); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return Read(b)
 }
 
 // Len is the number of elements.

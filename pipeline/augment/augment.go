@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 )
 
 // ErrArgument marks options that cannot be applied.
@@ -211,11 +212,11 @@ type Poison struct {
 	Mask    []byte    // h×w×3
 	Alpha   []float64 // h×w
 	Clamp   [2]float64
-	Samples map[int64]bool // the samples poisoned
+	Samples SampleSet // the samples poisoned
 }
 
 // Has reports whether sample s is poisoned.
-func (p *Poison) Has(s int64) bool { return p != nil && p.Samples[s] }
+func (p *Poison) Has(s int64) bool { return p != nil && p.Samples.Has(s) }
 
 // Apply poisons img, whose size must be the mask's.
 func (p *Poison) Apply(img []byte) {
@@ -325,23 +326,39 @@ func gamma(rng *rand.Rand, shape float64) float64 {
 
 // ReplaceLabel is FFCV's ReplaceLabel: the samples of a set get one label.
 type ReplaceLabel struct {
-	samples map[int64]bool
+	samples SampleSet
 	label   int64
 }
 
 // NewReplaceLabel returns a ReplaceLabel of samples to label.
-func NewReplaceLabel(samples []int64, label int64) *ReplaceLabel {
-	r := &ReplaceLabel{samples: make(map[int64]bool, len(samples)), label: label}
-	for _, s := range samples {
-		r.samples[s] = true
-	}
-	return r
+func NewReplaceLabel(samples []uint32, label int64) *ReplaceLabel {
+	return &ReplaceLabel{samples: NewSampleSet(samples), label: label}
 }
 
 // Label returns the label of sample s, whose stored label is l.
 func (r *ReplaceLabel) Label(s, l int64) int64 {
-	if r != nil && r.samples[s] {
+	if r != nil && r.samples.Has(s) {
 		return r.label
 	}
 	return l
+}
+
+// SampleSet is a set of sample ids, 4 bytes each: sorted, without
+// repeats. A map would take ten times that for the tens of millions of
+// ids a list may hold.
+type SampleSet []uint32
+
+// NewSampleSet returns the set of ids, which it sorts in place.
+func NewSampleSet(ids []uint32) SampleSet {
+	slices.Sort(ids)
+	return SampleSet(slices.Compact(ids))
+}
+
+// Has reports whether s is in the set.
+func (set SampleSet) Has(s int64) bool {
+	if s < 0 || s > math.MaxUint32 {
+		return false
+	}
+	_, ok := slices.BinarySearch(set, uint32(s))
+	return ok
 }

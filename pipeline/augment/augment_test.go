@@ -169,7 +169,7 @@ func TestMatchesFFCV(t *testing.T) {
 			}
 		case "replace_label":
 			var p struct {
-				Indices  []int64
+				Indices  []uint32
 				NewLabel int64 `json:"new_label"`
 			}
 			json.Unmarshal(c.Params, &p)
