@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -300,5 +303,82 @@ func TestDropLast(t *testing.T) {
 	}
 	if _, err := p.BatchesPerEpoch(); err == nil {
 		t.Errorf("an epoch with no whole batch: no error")
+	}
+}
+
+// TestFrameHeaderIsTheTruth: a sample whose metadata says another size
+// than its JPEG's frame header (larger or smaller), or whose frame header
+// says more pixels than decode.MaxPixels, is a corrupt sample, named and
+// skipped with --on-error skip, in every crop and with Exact; it used to
+// end the run (metadata larger), decode a wrong region silently (smaller),
+// or take gigabytes (30000×30000).
+func TestFrameHeaderIsTheTruth(t *testing.T) {
+	orig := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
+	data, err := os.ReadFile(orig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := beton.Open(bytes.NewReader(data), int64(len(data)), orig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The image field's metadata (FFCV's RGB record, packed: mode u1, width
+	// u2 at 1, height u2 at 3, pointer u8 at 5) of sample s, in the
+	// metadata table of 24-byte records.
+	meta := beton.HeaderSize + beton.DescriptorSize*len(f.Fields())
+	rec := func(s int) int { return meta + s*24 }
+	put16 := func(at, v int) { binary.LittleEndian.PutUint16(data[at:], uint16(v)) }
+	img1, _ := f.Image(1, 0)
+	put16(rec(1)+1, img1.Width+64) // larger than the frame
+	img2, _ := f.Image(2, 0)
+	put16(rec(2)+1, img2.Width/2) // smaller
+	put16(rec(2)+3, img2.Height/2)
+	// Sample 3: a frame header of 30000×30000, and metadata that agrees.
+	img3, _ := f.Image(3, 0)
+	sof := bytes.Index(data[img3.Ptr:img3.Ptr+img3.Size], []byte{0xFF, 0xC0})
+	if sof < 0 {
+		t.Fatal("sample 3 has no baseline frame header")
+	}
+	at := int(img3.Ptr) + sof + 5 // FF C0, length, precision: height, width
+	binary.BigEndian.PutUint16(data[at:], 30000)
+	binary.BigEndian.PutUint16(data[at+2:], 30000)
+	put16(rec(3)+1, 30000)
+	put16(rec(3)+3, 30000)
+	path := filepath.Join(t.TempDir(), "lying.beton")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := openCache(t, path)
+	for _, op := range []decode.Op{
+		{Kind: decode.CenterCrop, OutW: 16, OutH: 16},
+		{Kind: decode.CenterCrop, OutW: 16, OutH: 16, Exact: true},
+		{Kind: decode.RandomResizedCrop, OutW: 24, OutH: 24},
+		{Kind: decode.RandomResizedCrop, OutW: 24, OutH: 24, Exact: true},
+	} {
+		var logs bytes.Buffer
+		opts := Options{BatchSize: 8, Workers: 2, Op: op, Order: order.Options{Kind: order.Sequential},
+			Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+		p, err := New(c, opts, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := p.RunEpoch(context.Background(), 0, newCollectSink(p, 2))
+		if err != nil || n != f.NumSamples() || p.Errors.Load() != 3 {
+			t.Errorf("%+v, skip: %d samples, %v, %d errors; want all, nil, 3\n%s", op, n, err, p.Errors.Load(), logs.String())
+		}
+		for _, want := range []string{
+			fmt.Sprintf(`sample=1 err=".*the JPEG's frame header says %dx%d, the sample's metadata %dx%d`, img1.Width, img1.Height, img1.Width+64, img1.Height),
+			fmt.Sprintf(`sample=2 err=".*the JPEG's frame header says %dx%d, the sample's metadata %dx%d`, img2.Width, img2.Height, img2.Width/2, img2.Height/2),
+			fmt.Sprintf(`sample=3 err=".*the image is 30000x30000, more than %d pixels`, decode.MaxPixels),
+		} {
+			if !regexp.MustCompile(want).MatchString(logs.String()) {
+				t.Errorf("%+v: the log lacks %s:\n%s", op, want, logs.String())
+			}
+		}
+		opts.OnError = Fail
+		p, _ = New(c, opts, nil)
+		if _, err := p.RunEpoch(context.Background(), 0, newCollectSink(p, 2)); err == nil || !strings.Contains(err.Error(), "sample 1: ") {
+			t.Errorf("%+v, fail: %v; want the error of sample 1", op, err)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"io"
 
 	"github.com/ffcvfs/ffcvfs/beton"
+	jpegdecode "github.com/ffcvfs/ffcvfs/pipeline/decode"
 	"github.com/pixiv/go-libjpeg/jpeg"
 	"golang.org/x/image/bmp"
 	"golang.org/x/image/tiff"
@@ -53,16 +54,12 @@ func sniff(b []byte) format {
 	return formatUnknown
 }
 
-// maxPixels is the largest image PIL opens: above 2×Image.MAX_IMAGE_PIXELS it
-// raises DecompressionBombError.
-const maxPixels = 2 * (1024 * 1024 * 1024 / 4 / 3)
-
 func checkPixels(w, h int) error {
 	if w <= 0 || h <= 0 {
 		return fmt.Errorf("image has an empty size %dx%d", w, h)
 	}
-	if int64(w)*int64(h) > maxPixels {
-		return fmt.Errorf("%w: %dx%d is more than %d pixels", ErrTooLarge, w, h, maxPixels)
+	if int64(w)*int64(h) > jpegdecode.MaxPixels {
+		return fmt.Errorf("%w: %dx%d is more than %d pixels", ErrTooLarge, w, h, jpegdecode.MaxPixels)
 	}
 	return nil
 }

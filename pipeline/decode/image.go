@@ -172,7 +172,7 @@ func (d *Decoder) Apply(src []byte, mode Mode, w, h int, op Op, rng *rand.Rand, 
 		if n := (w*m + 7) / 8 * 3 * win.H; cap(d.region) < n {
 			d.region = make([]byte, n)
 		}
-		r, err := d.decodeInPlace(src, x, y, cw, ch, m, d.region[:cap(d.region)])
+		r, err := d.decodeInPlace(src, x, y, cw, ch, m, d.region[:cap(d.region)], frame{w, h})
 		if err != nil {
 			return fmt.Errorf("apply: %w", err)
 		}
@@ -195,12 +195,12 @@ func (d *Decoder) whole(src []byte, mode Mode, w, h int, flip bool, dst []byte) 
 		}
 		copy(dst[:w*h*3], src)
 	case JPEG:
-		ow, oh, err := d.DecodeRegion(src, 0, 0, w, h, 8, dst[:w*h*3], row)
+		r, err := d.decodeRegion(src, 0, 0, w, h, 8, dst[:w*h*3], row, frame{w, h})
 		if err != nil {
 			return fmt.Errorf("apply: %w", err)
 		}
-		if ow != w || oh != h {
-			return fmt.Errorf("apply: the JPEG is %dx%d, its metadata says %dx%d: %w", ow, oh, w, h, ErrCorrupt)
+		if r.w != w || r.h != h {
+			return fmt.Errorf("apply: the JPEG is %dx%d, its metadata says %dx%d: %w", r.w, r.h, w, h, ErrCorrupt)
 		}
 	default:
 		return fmt.Errorf("apply: unknown mode %d: %w", mode, ErrArgument)

@@ -164,6 +164,7 @@ static int ffj_read_rows(ffj_decoder *d, int y0, int y1, unsigned char *dst, siz
 int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
                       int x, int y, int w, int h, int m,
                       unsigned char *dst, size_t dst_len, int dst_stride,
+                      int frame_w, int frame_h, long long max_pixels,
                       ffj_region *out) {
 	/* volatile: read after a longjmp. */
 	volatile int x0 = 0, y0 = 0, x1 = 0, y1 = 0;
@@ -191,6 +192,18 @@ int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
 	}
 	jpeg_mem_src(&d->d, src, (unsigned long)n);
 	jpeg_read_header(&d->d, TRUE);
+	/* The frame header is the truth about the image: checked before
+	 * libjpeg allocates anything for it. */
+	if (max_pixels > 0 && (long long)d->d.image_width * d->d.image_height > max_pixels) {
+		snprintf(d->msg, sizeof(d->msg), "the image is %ux%u, more than %lld pixels",
+		         d->d.image_width, d->d.image_height, max_pixels);
+		return ffj_end(d, FFJ_ERR_CORRUPT);
+	}
+	if (frame_w > 0 && ((long)d->d.image_width != frame_w || (long)d->d.image_height != frame_h)) {
+		snprintf(d->msg, sizeof(d->msg), "the JPEG's frame header says %ux%u, the sample's metadata %dx%d",
+		         d->d.image_width, d->d.image_height, frame_w, frame_h);
+		return ffj_end(d, FFJ_ERR_CORRUPT);
+	}
 	if ((long)x + w > (long)d->d.image_width || (long)y + h > (long)d->d.image_height) {
 		snprintf(d->msg, sizeof(d->msg), "region %dx%d+%d+%d outside %ux%u image",
 		         w, h, x, y, d->d.image_width, d->d.image_height);

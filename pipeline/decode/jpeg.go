@@ -180,9 +180,19 @@ func (d *Decoder) DecodeRegion(src []byte, x, y, w, h int, m int, dst []byte, ds
 	if dstStride <= 0 {
 		return 0, 0, fmt.Errorf("decode region: stride %d: %w", dstStride, ErrArgument)
 	}
-	r, err := d.decodeRegion(src, x, y, w, h, m, dst, dstStride)
+	r, err := d.decodeRegion(src, x, y, w, h, m, dst, dstStride, frame{})
 	return r.w, r.h, err
 }
+
+// MaxPixels bounds the images decoded or written: PIL's limit, above which
+// it raises DecompressionBombError (2 × Image.MAX_IMAGE_PIXELS). A JPEG
+// whose frame header says more is a corrupt sample, refused before any
+// memory is given to it.
+const MaxPixels = 2 * (1024 * 1024 * 1024 / 4 / 3)
+
+// frame is the size a JPEG's frame header must say: a sample's size in
+// its beton's metadata. The zero frame takes any size.
+type frame struct{ w, h int }
 
 // placed says where decodeRegion put a w×h region: its first pixel at
 // dst[off:], its rows stride bytes apart.
@@ -195,11 +205,13 @@ type placed struct {
 // dst and its rows lie stride bytes apart, where stride is at most the
 // scaled image's row, (imageW·m+7)/8·3 bytes. dst must hold that many
 // bytes for each of the region's rows.
-func (d *Decoder) decodeInPlace(src []byte, x, y, w, h int, m int, dst []byte) (placed, error) {
-	return d.decodeRegion(src, x, y, w, h, m, dst, 0)
+func (d *Decoder) decodeInPlace(src []byte, x, y, w, h int, m int, dst []byte, f frame) (placed, error) {
+	return d.decodeRegion(src, x, y, w, h, m, dst, 0, f)
 }
 
-func (d *Decoder) decodeRegion(src []byte, x, y, w, h int, m int, dst []byte, dstStride int) (placed, error) {
+// decodeRegion decodes as DecodeRegion does; the image's frame header
+// must say f (unless f is zero) and at most MaxPixels.
+func (d *Decoder) decodeRegion(src []byte, x, y, w, h int, m int, dst []byte, dstStride int, f frame) (placed, error) {
 	if d.c == nil {
 		return placed{}, fmt.Errorf("decode region: decoder closed: %w", ErrArgument)
 	}
@@ -207,14 +219,14 @@ func (d *Decoder) decodeRegion(src []byte, x, y, w, h int, m int, dst []byte, ds
 		return placed{}, fmt.Errorf("decode region: bad region or stride: %w", ErrArgument)
 	}
 	if !d.noRestarts {
-		if sub, ox, oy, ok := d.restartCrop(src, x, y, w, h, m); ok {
+		if sub, ox, oy, ok := d.restartCrop(src, x, y, w, h, m, f); ok {
 			src, x, y = sub, x-ox, y-oy
 		}
 	}
 	var out C.ffj_region
 	rc := C.ffj_decode_region(d.c, bytesPtr(src), C.size_t(len(src)),
 		C.int(x), C.int(y), C.int(w), C.int(h), C.int(m),
-		bytesPtr(dst), C.size_t(len(dst)), C.int(dstStride), &out)
+		bytesPtr(dst), C.size_t(len(dst)), C.int(dstStride), C.int(f.w), C.int(f.h), C.longlong(MaxPixels), &out)
 	runtime.KeepAlive(src)
 	runtime.KeepAlive(dst)
 	if rc != C.FFJ_OK {

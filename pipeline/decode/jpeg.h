@@ -9,6 +9,7 @@
 #define FFJ_ERR_LIBJPEG 1   /* libjpeg reported an error; message in ffj_message */
 #define FFJ_ERR_ARG 2       /* invalid argument (region, scale, buffer size) */
 #define FFJ_ERR_NOMEM 3
+#define FFJ_ERR_CORRUPT 4   /* the image is not what it should be; message in ffj_message */
 
 typedef struct ffj_decoder ffj_decoder;
 
@@ -40,7 +41,10 @@ typedef struct ffj_region {
 } ffj_region;
 
 /* Decodes the region [x, x+w) x [y, y+h) of full-resolution pixels at scale
- * m/8 (1 <= m <= 8) as RGB into dst (dst_len bytes). The scaled region is
+ * m/8 (1 <= m <= 8) as RGB into dst (dst_len bytes). An image whose frame
+ * header says other than frame_w x frame_h (when frame_w > 0), or more than
+ * max_pixels pixels (when max_pixels > 0), is FFJ_ERR_CORRUPT, before any
+ * memory is given to it. The scaled region is
  * rounded outward. With dst_stride > 0 its rows go dst_stride bytes apart
  * from dst itself; with dst_stride 0 libjpeg writes its rows into dst as
  * they are (no copy), which may start left of the region and are as wide
@@ -49,6 +53,7 @@ typedef struct ffj_region {
 int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
                       int x, int y, int w, int h, int m,
                       unsigned char *dst, size_t dst_len, int dst_stride,
+                      int frame_w, int frame_h, long long max_pixels,
                       ffj_region *out);
 
 /* Transcodes the JPEG src losslessly (the same DCT coefficients) to one with

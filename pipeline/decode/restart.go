@@ -256,9 +256,14 @@ func (x *intervals) margins(m int) (mx, my int) {
 // needs, and its origin; ok is false when src has no usable restart
 // intervals or the region needs most of what a region decode of src would
 // decode anyway.
-func (d *Decoder) restartCrop(src []byte, x, y, w, h, m int) (sub []byte, ox, oy int, ok bool) {
+func (d *Decoder) restartCrop(src []byte, x, y, w, h, m int, f frame) (sub []byte, ox, oy int, ok bool) {
 	ix := &d.rst
 	if !restartHeader(src, ix) {
+		return nil, 0, 0, false
+	}
+	// A frame of another size, or too large, is refused on the whole
+	// JPEG's way, where libjpeg reads the same header.
+	if f != (frame{}) && (ix.width != f.w || ix.height != f.h) || int64(ix.width)*int64(ix.height) > MaxPixels {
 		return nil, 0, 0, false
 	}
 	mx, my := ix.margins(m)

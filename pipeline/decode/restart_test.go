@@ -80,7 +80,7 @@ func TestRestartCropExact(t *testing.T) {
 						t.Fatal(err)
 					}
 					d.noRestarts = false
-					if _, _, _, ok := d.restartCrop(rst, r.x, r.y, r.w, r.h, m); ok {
+					if _, _, _, ok := d.restartCrop(rst, r.x, r.y, r.w, r.h, m, frame{}); ok {
 						used++
 					}
 					got := make([]byte, win.W*win.H*3)
@@ -247,7 +247,7 @@ func TestDecodeInPlace(t *testing.T) {
 						t.Fatal(err)
 					}
 					buf := make([]byte, (w*m+7)/8*3*win.H)
-					p, err := d.decodeInPlace(src, r.x, r.y, r.w, r.h, m, buf)
+					p, err := d.decodeInPlace(src, r.x, r.y, r.w, r.h, m, buf, frame{})
 					if err != nil {
 						t.Fatalf("%s %+v at %d/8: %v", f.name, r, m, err)
 					}
