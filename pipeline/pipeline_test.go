@@ -382,3 +382,74 @@ func TestFrameHeaderIsTheTruth(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryLayoutDeterministic: two runs of the same stream over JPEGs in
+// every sampling layout libjpeg accepts (decode/testdata/layouts: 4:1:0,
+// 4:1:1, 1x4, 2x4, 3x2, 2x2 against 1x2) give identical batches, at every
+// DCT scale a random-resized crop picks, the second run's buffers filled
+// with garbage first. libjpeg-turbo's cropped scanlines read memory they
+// never wrote for 4:1:0 and Y 2x4, so batches differed between runs.
+func TestEveryLayoutDeterministic(t *testing.T) {
+	paths, _ := filepath.Glob(filepath.Join("decode", "testdata", "layouts", "*.jpg"))
+	if len(paths) < 6 {
+		t.Fatalf("found %d layout JPEGs", len(paths))
+	}
+	fields := []beton.Field{{Type: beton.TypeRGBImage, Name: "image"}, {Type: beton.TypeInt, Name: "label"}}
+	const copies = 4 // each JPEG several times: many crops of each
+	path := filepath.Join(t.TempDir(), "layouts.beton")
+	w, err := beton.Create(path, fields, copies*len(paths), beton.WriterOptions{PageSize: beton.MinPageSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range copies * len(paths) {
+		b, err := os.ReadFile(paths[i%len(paths)])
+		if err != nil {
+			t.Fatal(err)
+		}
+		iw, ih, err := decode.Header(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.WriteSample([]beton.Value{{Mode: beton.ModeJPEG, Width: iw, Height: ih, Data: b}, {Int: int64(i % len(paths))}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c := openCache(t, path)
+	opts := Options{BatchSize: 8, Workers: 2, Op: decode.Op{Kind: decode.RandomResizedCrop, OutW: 40, OutH: 40, FlipProb: 0.5},
+		Order: order.Options{Kind: order.Random, Seed: 7}}
+	runs := make([][]published, 2)
+	for r := range runs {
+		p, err := New(c, opts, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sink := newCollectSink(p, 2)
+		if r == 1 {
+			for _, bufs := range sink.slots {
+				for _, b := range bufs {
+					for i := range b {
+						b[i] = byte(0xA5 ^ i)
+					}
+				}
+			}
+		}
+		for e := range 3 {
+			if n, err := p.RunEpoch(context.Background(), e, sink); err != nil || n != copies*len(paths) || p.Errors.Load() != 0 {
+				t.Fatalf("run %d epoch %d: %d samples, %v, %d errors", r, e, n, err, p.Errors.Load())
+			}
+		}
+		runs[r] = sink.got
+	}
+	if len(runs[0]) != len(runs[1]) {
+		t.Fatalf("%d and %d batches", len(runs[0]), len(runs[1]))
+	}
+	for i := range runs[0] {
+		a, b := runs[0][i], runs[1][i]
+		if a.epoch != b.epoch || a.batch != b.batch || !bytes.Equal(a.images, b.images) {
+			t.Errorf("epoch %d batch %d: the two runs' images differ", a.epoch, a.batch)
+		}
+	}
+}

@@ -161,6 +161,27 @@ static int ffj_read_rows(ffj_decoder *d, int y0, int y1, unsigned char *dst, siz
 	return FFJ_OK;
 }
 
+/* ffj_crop_safe reports whether libjpeg-turbo 2.1 crops scanlines of this
+ * JPEG correctly. A component upsampled by more than 4 in all (its
+ * horizontal times its vertical ratio to the largest sampling factors, as
+ * in 4:1:0, Y 4x2 against chroma 1x1, or Y 2x4) decodes cropped columns
+ * from memory it never wrote, at DCT scales below 8/8: two decodes of the
+ * same region differ (valgrind: uninitialised reads). Such JPEGs are
+ * decoded full width, the region's columns copied out; every other layout
+ * (ratios 1x1, 2x1, 1x2, 2x2, 4x1, 1x4) crops, as tested. */
+static int ffj_crop_safe(const struct jpeg_decompress_struct *c) {
+	int ci;
+	for (ci = 0; ci < c->num_components; ci++) {
+		const jpeg_component_info *comp = &c->comp_info[ci];
+		int hr = c->max_h_samp_factor / comp->h_samp_factor;
+		int vr = c->max_v_samp_factor / comp->v_samp_factor;
+		if (hr * vr > 4) {
+			return 0;
+		}
+	}
+	return 1;
+}
+
 int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
                       int x, int y, int w, int h, int m,
                       unsigned char *dst, size_t dst_len, int dst_stride,
@@ -254,6 +275,10 @@ int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
 	cw = (JDIMENSION)(x1 - (int)xoff + pad);
 	if (xoff + cw > d->d.output_width) {
 		cw = d->d.output_width - xoff;
+	}
+	if (!ffj_crop_safe(&d->d)) {
+		xoff = 0;
+		cw = d->d.output_width;
 	}
 	if (xoff != 0 || cw != d->d.output_width) {
 		jpeg_crop_scanline(&d->d, &xoff, &cw);
