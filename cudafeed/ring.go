@@ -117,6 +117,24 @@ func (l Layout) Plan() (fields []FieldInfo, slotBytes int, err error) {
 
 func alignUp(n int) int { return (n + Alignment - 1) &^ (Alignment - 1) }
 
+// ShmFullError says that the shared-memory folder cannot hold a ring.
+type ShmFullError struct {
+	Dir        string
+	Need, Free int64 // bytes; Free is -1 when unknown
+	Slots      int
+}
+
+func (e *ShmFullError) Error() string {
+	return fmt.Sprintf("cudafeed: %s has %s free, a ring of %d slots needs %s", e.Dir, mib(e.Free), e.Slots, mib(e.Need))
+}
+
+func mib(n int64) string {
+	if n < 0 {
+		return "an unknown amount"
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
+
 // Ring is a shared-memory ring of batch slots.
 //
 // Slot states (who may write a slot) are the Server's business; Ring only
@@ -165,8 +183,18 @@ func CreateRing(name string, layout Layout) (*Ring, error) {
 		return fail(fmt.Errorf("cudafeed: chmod %s: %w", path, err))
 	}
 	size := slotBytes * layout.Slots
-	if err := unix.Ftruncate(fd, int64(size)); err != nil {
-		return fail(fmt.Errorf("cudafeed: sizing %s to %d bytes: %w", path, size, err))
+	// Reserved, not only sized: a sparse file whose pages /dev/shm cannot
+	// give later kills the process that writes them (SIGBUS), mid-batch.
+	if err := unix.Fallocate(fd, 0, 0, int64(size)); err != nil {
+		if errors.Is(err, unix.ENOSPC) {
+			var st unix.Statfs_t
+			free := int64(-1)
+			if unix.Fstatfs(fd, &st) == nil {
+				free = int64(st.Bavail) * st.Bsize
+			}
+			return fail(&ShmFullError{Dir: ShmDir, Need: int64(size), Free: free, Slots: layout.Slots})
+		}
+		return fail(fmt.Errorf("cudafeed: reserving %d bytes for %s: %w", size, path, err))
 	}
 	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {

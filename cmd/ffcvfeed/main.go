@@ -424,6 +424,11 @@ func serveCommand() *cli.Command {
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			ring, err := cudafeed.CreateServerRing(cudafeed.Layout{Fields: p.Fields(), Slots: c.Int("slots")})
+			var full *cudafeed.ShmFullError
+			if errors.As(err, &full) {
+				return cli.Exit(fmt.Sprintf("%v: free space in %s, make it larger (in a container: docker run --shm-size, or Kubernetes' emptyDir of medium Memory), or lower --slots (%d) or --batch-size (%d)",
+					err, full.Dir, c.Int("slots"), c.Int("batch-size")), 2)
+			}
 			if err != nil {
 				return err
 			}
@@ -469,6 +474,13 @@ func serveCommand() *cli.Command {
 					n, err = p.RunEpochFrom(ctx, e, from, sink)
 				}
 				if err != nil {
+					if ctx.Err() != nil {
+						// A signal, or the end of the parent: the
+						// stream ends early, as asked; the ring and
+						// the socket go on the way out.
+						slog.Info("stopped", "epoch", e)
+						return nil
+					}
 					return err
 				}
 				slog.Info("epoch done", "epoch", e, "images", n, "images_per_s", fmt.Sprintf("%.0f", float64(n)/time.Since(start).Seconds()), "errors", p.Errors.Load())
