@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/control"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
 
@@ -249,6 +250,12 @@ func TestWriteHostileTrees(t *testing.T) {
 		{"class name with a newline", func(cls string) error {
 			return os.Mkdir(filepath.Join(filepath.Dir(cls), "b\nevil"), 0o755)
 		}, []string{"--classes-out", "classes.txt"}, "has a line break in its name"},
+		// Round two, 17: a class folder named as the mount's control
+		// folder was written, and the mount then refused the beton.
+		{"class folder .ffcvfs with --keep-names", controlClass(photo), []string{"--keep-names"},
+			"is named as the mount's control folder, which the mount serves in its place: rename it"},
+		{"class folder .ffcvfs with --classes-out", controlClass(photo), []string{"--classes-out", "classes.txt"},
+			"is named as the mount's control folder"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -280,6 +287,18 @@ func TestWriteHostileTrees(t *testing.T) {
 				t.Errorf("left behind: %v", names(ents))
 			}
 		})
+	}
+}
+
+// controlClass makes a class folder named as the mount's control folder,
+// beside cls, holding the photo.
+func controlClass(photo string) func(cls string) error {
+	return func(cls string) error {
+		d := filepath.Join(filepath.Dir(cls), control.Dir)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return err
+		}
+		return os.Symlink(photo, filepath.Join(d, "a.jpg"))
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/ffcvfs/ffcvfs/beton/imagefolder"
+	"github.com/ffcvfs/ffcvfs/control"
 	"github.com/ffcvfs/ffcvfs/internal/bytesize"
 	"github.com/ffcvfs/ffcvfs/internal/progress"
 	"github.com/urfave/cli/v2"
@@ -95,17 +96,22 @@ func runWrite(c *cli.Context) error {
 		return usageError("%v", err)
 	}
 	root, out := c.Args().Get(0), c.Args().Get(1)
-	if c.String("classes-out") != "" {
-		// A class list holds a name per line: a folder whose name has a
-		// line break cannot be in it, and mount --classes would misname
-		// every folder after it. Said before anything is written.
+	if c.String("classes-out") != "" || c.Bool("keep-names") {
+		// Class names the mount would serve (a class list, kept paths)
+		// must be ones it can serve. Said before anything is written.
 		ents, err := os.ReadDir(root)
 		if err != nil {
 			return cli.Exit(fmt.Sprintf("reading %s: %v", root, err), 1)
 		}
 		for _, e := range ents {
-			if strings.ContainsAny(e.Name(), "\n\r") {
+			// A class list holds a name per line: a folder whose name
+			// has a line break cannot be in it, and mount --classes
+			// would misname every folder after it.
+			if c.String("classes-out") != "" && strings.ContainsAny(e.Name(), "\n\r") {
 				return cli.Exit(fmt.Sprintf("class folder %q has a line break in its name, which a class list (--classes-out) cannot hold: rename it, or write without --classes-out", filepath.Join(root, e.Name())), 1)
+			}
+			if st, err := os.Stat(filepath.Join(root, e.Name())); err == nil && st.IsDir() && e.Name() == control.Dir {
+				return cli.Exit(fmt.Sprintf("class folder %s is named as the mount's control folder, which the mount serves in its place: rename it, or write without --keep-names and --classes-out (the mount then names the class by its label)", filepath.Join(root, e.Name())), 1)
 			}
 		}
 	}
