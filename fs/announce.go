@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -47,8 +48,11 @@ import (
 // Every number is bounded before it is used: a line may hold at most
 // maxAnnounceLine bytes, an order at most maxAnnounceFactor × the samples
 // of the beton, the connections served at once are at most
-// maxAnnounceConns, and a client that sends nothing for announceIdle is
-// dropped. The work per byte received is constant.
+// maxAnnounceConns, and a client that sends nothing for announceIdle, or
+// has not sent its whole order within announceTotal, is dropped. The work
+// per byte received is constant. An accept that fails (no file descriptor
+// left) is tried again, after up to maxAcceptDelay: the socket outlives a
+// moment of exhaustion.
 
 const (
 	// maxAnnounceLine bounds a line of an announcement: a number of up to
@@ -62,6 +66,13 @@ const (
 	maxAnnounceConns = 16
 	// announceIdle drops a connection that sends nothing for this long.
 	announceIdle = time.Minute
+	// announceTotal drops a connection whose announcement is not in by
+	// then, however it trickles in: an order of 4 × a hundred million
+	// samples crosses a Unix socket in seconds.
+	announceTotal = 2 * time.Minute
+	// maxAcceptDelay bounds the wait between tries of an accept that
+	// failed for want of file descriptors or memory.
+	maxAcceptDelay = time.Second
 	// announceSocketName is the socket's name in its folder.
 	announceSocketName = "announce.sock"
 	// announceDirPrefix starts the name of the socket's folder.
@@ -93,6 +104,11 @@ type announcer struct {
 	dir  string // the socket's folder, 0700; removed at close
 	path string // the socket, 0600
 	ln   *net.UnixListener
+
+	// idle and total are announceIdle and announceTotal, which tests
+	// shorten.
+	idle, total atomic.Int64  // nanoseconds
+	done        chan struct{} // closed by close
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{} // open connections; guarded by mu
@@ -129,7 +145,9 @@ func startAnnouncer(v *View, parent string) (*announcer, error) {
 		return nil, fmt.Errorf("announce socket %s: %w", path, err)
 	}
 	ln.SetUnlinkOnClose(true)
-	a := &announcer{v: v, dir: dir, path: path, ln: ln, conns: map[net.Conn]struct{}{}}
+	a := &announcer{v: v, dir: dir, path: path, ln: ln, conns: map[net.Conn]struct{}{}, done: make(chan struct{})}
+	a.idle.Store(int64(announceIdle))
+	a.total.Store(int64(announceTotal))
 	a.wg.Add(1)
 	go a.serve()
 	return a, nil
@@ -193,15 +211,34 @@ func removeStale(parent string, now time.Time) int {
 func (a *announcer) serve() {
 	defer a.wg.Done()
 	sem := make(chan struct{}, maxAnnounceConns)
+	var delay time.Duration
 	for {
 		sem <- struct{}{}
 		c, err := a.ln.AcceptUnix()
 		if err != nil {
-			if !errors.Is(err, net.ErrClosed) {
-				a.v.opts.Logger.Error("announce socket: accept failed; orders can still be read from "+control.Dir+"/"+control.OrdersDir, "err", err)
+			<-sem
+			if errors.Is(err, net.ErrClosed) {
+				return
 			}
-			return
+			// Out of file descriptors or memory, or a connection that
+			// went before it was taken: try again, as net/http does,
+			// and say so once per run of failures.
+			if delay == 0 {
+				a.v.opts.Logger.Warn("announce socket: accept failed; trying again", "err", err)
+				delay = 5 * time.Millisecond
+			} else {
+				delay = min(2*delay, maxAcceptDelay)
+			}
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+			case <-a.done:
+				t.Stop()
+				return
+			}
+			continue
 		}
+		delay = 0
 		a.mu.Lock()
 		a.conns[c] = struct{}{}
 		a.mu.Unlock()
@@ -220,6 +257,7 @@ func (a *announcer) serve() {
 
 // close stops the socket, drops the connections and removes the folder.
 func (a *announcer) close() {
+	close(a.done)
 	a.ln.Close()
 	a.mu.Lock()
 	for c := range a.conns {
@@ -233,6 +271,10 @@ func (a *announcer) close() {
 // handle reads one announcement from c and answers it.
 func (a *announcer) handle(c *net.UnixConn) {
 	v := a.v
+	idle, total := time.Duration(a.idle.Load()), time.Duration(a.total.Load())
+	// The answer, too, must go in time: a client that reads nothing
+	// holds no slot for long.
+	c.SetWriteDeadline(time.Now().Add(total + idle))
 	cred, err := peerCred(c)
 	if err != nil {
 		fmt.Fprintf(c, "error: %v\n", err)
@@ -242,7 +284,7 @@ func (a *announcer) handle(c *net.UnixConn) {
 		fmt.Fprintf(c, "error: only the mount's owner (uid %d) may announce orders; uid %d may read orders from %s/%s\n", v.opts.Owner, cred.Uid, control.Dir, control.OrdersDir)
 		return
 	}
-	order, err := v.readAnnouncement(&idleReader{c: c})
+	order, err := v.readAnnouncement(&idleReader{c: c, idle: idle, total: total, end: time.Now().Add(total)})
 	if err != nil {
 		v.reads.errors.Add(1)
 		fmt.Fprintf(c, "error: %v\n", err)
@@ -259,15 +301,28 @@ func (a *announcer) handle(c *net.UnixConn) {
 	fmt.Fprintf(c, "ok %d\n", len(order))
 }
 
-// idleReader reads from c, dropping it when nothing arrives for
-// announceIdle.
-type idleReader struct{ c net.Conn }
+// idleReader reads from c, dropping it when nothing arrives for idle, or
+// at end, whichever comes first.
+type idleReader struct {
+	c           net.Conn
+	idle, total time.Duration
+	end         time.Time // the start and total
+}
 
 func (r *idleReader) Read(p []byte) (int, error) {
-	r.c.SetReadDeadline(time.Now().Add(announceIdle))
+	deadline := time.Now().Add(r.idle)
+	whole := r.end.Before(deadline)
+	if whole {
+		deadline = r.end
+	}
+	r.c.SetReadDeadline(deadline)
 	n, err := r.c.Read(p)
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		err = fmt.Errorf("nothing received for %v", announceIdle)
+		if whole {
+			err = fmt.Errorf("the order was not all in after %v", r.total)
+		} else {
+			err = fmt.Errorf("nothing received for %v", r.idle)
+		}
 	}
 	return n, err
 }

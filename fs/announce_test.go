@@ -1,11 +1,19 @@
 package fs
 
 import (
+	"io"
+	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ffcvfs/ffcvfs/control"
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
 
 // TestRemoveStale: the announce folders of mounts that were killed (a
@@ -61,5 +69,157 @@ func TestRemoveStale(t *testing.T) {
 		if (err == nil) != want {
 			t.Errorf("%s: socket there %v, want %v", name, err == nil, want)
 		}
+	}
+}
+
+// TestAnnounceTrickle: round two, 14. Connections that send a byte now and
+// then, fast enough never to be idle, used to hold every slot for good, so
+// that a real announcement timed out. A whole announcement has a deadline:
+// they are dropped with a sentence, and the real one is answered.
+func TestAnnounceTrickle(t *testing.T) {
+	mnt, v := testMount(t, fixture(t, "imagefolder-mixed.beton"), Options{})
+	a := v.announcer
+	a.idle.Store(int64(time.Second))
+	a.total.Store(int64(1500 * time.Millisecond))
+	stop := make(chan struct{})
+	defer close(stop)
+	replies := make(chan string, maxAnnounceConns)
+	var conns []net.Conn
+	for range maxAnnounceConns {
+		c, err := net.Dial("unix", control.Path(mnt, control.AnnounceFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		go func() {
+			// A blank line every 100 ms: never idle, never done.
+			tick := time.NewTicker(100 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+					if _, err := c.Write([]byte("\n")); err != nil {
+						return
+					}
+				}
+			}
+		}()
+		go func() {
+			b, _ := io.ReadAll(c)
+			replies <- string(b)
+		}()
+	}
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	// The real announcement waits for a slot, which the deadline frees.
+	done := make(chan string, 1)
+	go func() {
+		done <- announceRaw(t, mnt, func(w io.Writer) { io.WriteString(w, "imagefolder\n0\n1\n") })
+	}()
+	select {
+	case got := <-done:
+		if got != "ok 2\n" {
+			t.Errorf("the real announcement got %q, want ok 2", got)
+		}
+	case <-time.After(testenv.Patience):
+		t.Fatal("the real announcement got no answer: the trickling connections hold every slot")
+	}
+	for range maxAnnounceConns {
+		if got := <-replies; !strings.HasPrefix(got, "error: ") || !strings.Contains(got, "the order was not all in after 1.5s") {
+			t.Errorf("a trickling connection got %q", got)
+		}
+	}
+}
+
+// TestAnnounceSurvivesFDExhaustion: round two, 5. When the mount's process
+// ran out of file descriptors, the announce socket's accept failed once and
+// the socket never accepted again. Now it tries again, and answers the
+// connection that waited once descriptors are free. The client is another
+// process, whose descriptors do not count.
+func TestAnnounceSurvivesFDExhaustion(t *testing.T) {
+	py := testenv.LookPath(t, "python3")
+	logs := &testenv.OutputBuffer{}
+	mnt, _ := testMount(t, fixture(t, "imagefolder-mixed.beton"), Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	// Take every descriptor this process may open, under a lowered limit.
+	low := lim
+	low.Cur = 4096
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	var held []int
+	release := func() {
+		for _, fd := range held {
+			syscall.Close(fd)
+		}
+		held = nil
+		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+	}
+	defer release()
+	for {
+		fd, err := syscall.Open("/dev/null", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			break
+		}
+		held = append(held, fd)
+	}
+	client := exec.Command(py, "-c", `
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(b"imagefolder\n0\n")
+s.shutdown(socket.SHUT_WR)
+sys.stdout.write(s.recv(4096).decode())
+`, control.Path(mnt, control.AnnounceFile))
+	var out strings.Builder
+	client.Stdout, client.Stderr = &out, &out
+	// Starting it takes descriptors of this process for a moment: free a
+	// few, then take them again once it runs.
+	for range 8 {
+		syscall.Close(held[len(held)-1])
+		held = held[:len(held)-1]
+	}
+	if err := client.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		fd, err := syscall.Open("/dev/null", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			break
+		}
+		held = append(held, fd)
+	}
+	// Wait until the mount has failed to accept the client's connection.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(testenv.Patience)
+	for !strings.Contains(logs.String(), "announce socket: accept failed") {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			release()
+			client.Wait()
+			t.Fatalf("accept never failed with every descriptor taken; the client got %q", out.String())
+		}
+	}
+	release()
+	errc := make(chan error, 1)
+	go func() { errc <- client.Wait() }()
+	select {
+	case err := <-errc:
+		if err != nil || out.String() != "ok 1\n" {
+			t.Errorf("the waiting client: %v, %q; want ok 1", err, out.String())
+		}
+	case <-time.After(testenv.Patience):
+		client.Process.Kill()
+		t.Fatal("the announce socket never accepted again after running out of descriptors")
 	}
 }
