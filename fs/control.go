@@ -315,7 +315,7 @@ func (v *View) served(id uint32) bool { return int(id) < len(v.ifOf) && v.ifOf[i
 // With from > 0 (a resumed epoch), the first from lines are left out, and
 // only the rest is announced.
 func (v *View) orderText(ctx context.Context, o order.Options, from int) ([]byte, error) {
-	all, err := order.Generate(v.f, o)
+	all, err := order.GenerateContext(ctx, v.f, o)
 	if err != nil {
 		return nil, fmt.Errorf("order: %v: %w", err, errBadInput)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/control"
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
 
 // samplerScript exercises a sampler class of ffcvfs.sampler (argv[3]) on
@@ -170,5 +171,62 @@ func checkSampler(t *testing.T, py, mnt, out, class, kind string) {
 	}
 	if f.NumPages() < 2 {
 		t.Errorf("the beton has %d pages; the rank check needs 2 or more", f.NumPages())
+	}
+}
+
+// samplerHostileScript loads states with infinities, fractions, huge lists
+// and absurd numbers into both samplers of the mount argv[1], and prints,
+// for each, the exception's type and its message's length.
+const samplerHostileScript = `
+import json, sys
+from ffcvfs import QuasiRandomSampler, RandomSampler
+
+mnt = sys.argv[1]
+good = {"kind": "", "seed": 0, "epoch": 0, "position": 0, "rank": 0, "world_size": 1, "segments": [], "nodes": 1, "move": 0.0}
+hostile = [
+    {"epoch": float("inf")}, {"nodes": float("inf")}, {"position": 0.9}, {"segments": [[1, 0]] * 10**6},
+    {"segments": [[1 << 40, 0]]}, {"segments": [[1 << 20, 0]] * 4}, {"world_size": 1 << 40}, {"rank": 5, "world_size": 2},
+    {"seed": -1}, {"position": 1 << 40}, {"kind": "x" * 10**6}, {"segments": "x" * 10**6}, {"nodes": 3, "world_size": 2},
+]
+out = []
+for cls in (QuasiRandomSampler, RandomSampler):
+    s = cls(mnt, seed=0)
+    for h in hostile:
+        st = dict(good, kind=cls.kind)
+        st.update(h)
+        try:
+            s.load_state_dict(st)
+            out.append(["accepted", 0])
+        except Exception as e:
+            out.append([type(e).__name__, len(str(e))])
+    s.load_state_dict(dict(good, kind=cls.kind))
+    out.append(["good", len(list(s))])
+print(json.dumps(out))
+`
+
+// TestSamplerHostileStates: round two, 15. A sampler's load_state_dict
+// given infinities (epoch, nodes), fractions (position 0.9), a million
+// segments, world sizes past the mount's bound, or megabytes of text is a
+// ValueError with a short sentence, and the sampler still loads a good
+// state; it used to raise OverflowError, take 0.9 as a position, accept
+// segments of world size 2^40, and quote megabytes.
+func TestSamplerHostileStates(t *testing.T) {
+	py := installedPython(t, "torch")
+	mnt := mountBeton(t, testenv.Fixture(t, "beton", "imagefolder-jpg.beton"))
+	stdout, _ := run(t, 0, py, "-c", samplerHostileScript, mnt)
+	var got [][2]any
+	if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+		t.Fatalf("%v: %s", err, stdout)
+	}
+	for i, g := range got {
+		if g[0] == "good" {
+			if g[1].(float64) != 200 {
+				t.Errorf("case %d: a good state after the hostile ones: %v samples, want 200", i, g[1])
+			}
+			continue
+		}
+		if g[0] != "ValueError" || g[1].(float64) > 300 {
+			t.Errorf("hostile state %d: %v (message of %v characters), want a ValueError of a short sentence", i%14, g[0], g[1])
+		}
 	}
 }

@@ -2,6 +2,7 @@ package order
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -134,8 +135,18 @@ type Segment struct {
 }
 
 // MaxSegments bounds Options.Resumed: each segment costs an epoch's worth
-// of order generation for each of its ranks.
+// of order generation, dealt over its ranks.
 const MaxSegments = 64
+
+// MaxResumedRanks bounds the sum of the world sizes of Options.Resumed: a
+// segment of W ranks costs a deal of its part of the epoch over W ranks
+// (about a second for a million samples over 2^20 ranks), so four
+// segments of the largest world size at most.
+const MaxResumedRanks = 1 << 22
+
+// MaxPosition bounds a segment's Position: no rank takes more samples than
+// a beton holds.
+const MaxPosition = math.MaxUint32
 
 // String gives the segment as WORLDxPOSITION, the form ParseSegments reads.
 func (s Segment) String() string { return fmt.Sprintf("%dx%d", s.WorldSize, s.Position) }
@@ -216,12 +227,16 @@ func (o *Options) Validate() error {
 	if len(o.Resumed) > MaxSegments {
 		return fmt.Errorf("%d resumed segments; at most %d", len(o.Resumed), MaxSegments)
 	}
+	ranks := 0
 	for i, s := range o.Resumed {
 		if s.WorldSize < 1 || s.WorldSize > MaxWorldSize {
 			return fmt.Errorf("resumed segment %d: world size %d is out of range; want 1 to %d", i, s.WorldSize, MaxWorldSize)
 		}
-		if s.Position < 0 {
-			return fmt.Errorf("resumed segment %d: position %d is negative", i, s.Position)
+		if s.Position < 0 || s.Position > MaxPosition {
+			return fmt.Errorf("resumed segment %d: position %d is out of range; want 0 to %d", i, s.Position, MaxPosition)
+		}
+		if ranks += s.WorldSize; ranks > MaxResumedRanks {
+			return fmt.Errorf("the resumed segments' world sizes add up to more than %d: each earlier part is dealt anew over its ranks to find the rest, and that many are more than any job had", MaxResumedRanks)
 		}
 	}
 	return nil

@@ -1,6 +1,7 @@
 package order
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -143,6 +144,41 @@ func assign(units []unit, worldSize, rank int) (mine []int, lo, hi int) {
 	return mine, lo, hi
 }
 
+// dealAll deals units to worldSize ranks as assign does, for every rank at
+// once: it returns each rank's unit indices, in order, and the smallest
+// and largest rank counts. Its work is O(units · log worldSize +
+// worldSize), where a call of assign per rank took worldSize times that.
+func dealAll(units []unit, worldSize int) (byRank [][]int, lo, hi int) {
+	owner := make([]int32, len(units))
+	h := make([]load, worldSize)
+	for r := range h {
+		h[r] = load{0, r}
+	}
+	count := make([]int32, worldSize)
+	for i := range units {
+		owner[i] = int32(h[0].rank)
+		count[h[0].rank]++
+		h[0].n += len(units[i].samples)
+		siftDown(h)
+	}
+	lo, hi = h[0].n, h[0].n
+	for _, x := range h {
+		lo, hi = min(lo, x.n), max(hi, x.n)
+	}
+	// One backing array for all ranks' lists.
+	all := make([]int, len(units))
+	byRank = make([][]int, worldSize)
+	at := 0
+	for r := range byRank {
+		byRank[r] = all[at : at : at+int(count[r])]
+		at += int(count[r])
+	}
+	for i, r := range owner {
+		byRank[r] = append(byRank[r], i)
+	}
+	return byRank, lo, hi
+}
+
 type load struct{ n, rank int }
 
 func (a load) less(b load) bool { return a.n < b.n || a.n == b.n && a.rank < b.rank }
@@ -169,6 +205,12 @@ func siftDown(h []load) {
 // Generate returns the order of sample ids for one epoch of one rank, as the
 // package documentation describes. The result is a new slice the caller owns.
 func Generate(l Layout, o Options) ([]uint32, error) {
+	return GenerateContext(context.Background(), l, o)
+}
+
+// GenerateContext is Generate, giving up with ctx's error when ctx is done
+// while it replays the parts of a resumed epoch.
+func GenerateContext(ctx context.Context, l Layout, o Options) ([]uint32, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
@@ -205,7 +247,7 @@ func Generate(l Layout, o Options) ([]uint32, error) {
 	}
 	units := sh.units
 	if len(o.Resumed) > 0 {
-		if units, err = restOf(units, n, o, window); err != nil {
+		if units, err = restOf(ctx, units, n, o, window); err != nil {
 			return nil, err
 		}
 	}
@@ -364,13 +406,24 @@ func checkUnits(units []unit, n int) error {
 
 // restOf replays the segments of o.Resumed, each over the rest of the one
 // before, and returns the units of what is left: the samples no segment
-// took, unit by unit in the epoch's order.
-func restOf(units []unit, n int, o Options, window int) ([]unit, error) {
+// took, unit by unit in the epoch's order. Each segment's units are split
+// and dealt once for all its ranks; the work is O(units · log W + W ·
+// log W + samples) per segment of W ranks, and ctx is checked between
+// ranks.
+func restOf(ctx context.Context, units []unit, n int, o Options, window int) ([]unit, error) {
 	taken := make([]uint64, ceilDiv(n, 64))
 	for k, seg := range o.Resumed {
 		before := o.Resumed[:k]
+		dealt := units
+		if k > 0 && len(dealt) < seg.WorldSize {
+			dealt = splitUnits(dealt, seg.WorldSize)
+		}
+		byRank, lo, hi := dealAll(dealt, seg.WorldSize)
 		for r := range seg.WorldSize {
-			ord, err := rankOrder(units, n, o.Kind, seg.WorldSize, r, o.DropLast, window, k > 0, streamOf(o, r, seg.WorldSize, before))
+			if r%1024 == 0 && ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			ord, err := orderOf(dealt, byRank[r], lo, hi, n, o.Kind, seg.WorldSize, r, o.DropLast, window, k > 0, streamOf(o, r, seg.WorldSize, before))
 			if err != nil {
 				return nil, fmt.Errorf("resumed segment %d (%s), rank %d: %w", k, seg, r, err)
 			}
@@ -449,6 +502,13 @@ func rankOrder(units []unit, n int, kind Kind, worldSize, rank int, dropLast boo
 		units = splitUnits(units, worldSize)
 	}
 	mine, lo, hi := assign(units, worldSize, rank)
+	return orderOf(units, mine, lo, hi, n, kind, worldSize, rank, dropLast, window, rest, rs)
+}
+
+// orderOf makes rank's order from its units (mine, indices into units), as
+// rankOrder does once they are dealt; lo and hi are the smallest and
+// largest rank counts of the deal.
+func orderOf(units []unit, mine []int, lo, hi, n int, kind Kind, worldSize, rank int, dropLast bool, window int, rest bool, rs stream) ([]uint32, error) {
 	own := 0
 	for _, u := range mine {
 		own += len(units[u].samples)
@@ -475,11 +535,19 @@ func rankOrder(units []unit, n int, kind Kind, worldSize, rank int, dropLast boo
 	var out []uint32
 	switch kind {
 	case Sequential:
-		seen := make([]uint64, ceilDiv(n, 64))
-		for _, s := range buf {
-			seen[s/64] |= 1 << (s % 64)
+		// Ascending ids: by a bitmap of every sample when the rank holds
+		// a good share of them, else by sorting its own (a rank of many
+		// must not cost O(NumSamples)).
+		if len(buf) >= n/64 {
+			seen := make([]uint64, ceilDiv(n, 64))
+			for _, s := range buf {
+				seen[s/64] |= 1 << (s % 64)
+			}
+			out = idsOf(buf[:0], seen)
+		} else {
+			slices.Sort(buf)
+			out = buf
 		}
-		out = idsOf(buf[:0], seen)
 	case Random:
 		shuffle(rs, buf)
 		out = buf
@@ -511,25 +579,92 @@ func rankOrder(units []unit, n int, kind Kind, worldSize, rank int, dropLast boo
 // splitUnits halves the largest unit (the first of the largest, its first
 // half staying in place) until there are at least worldSize units or every
 // unit holds one sample: the rest of an epoch with fewer pages than ranks,
-// whose pages are then shared by ranks, but each sample by one.
+// whose pages are then shared by ranks, but each sample by one. The
+// largest piece is found by a heap, ordered by size, then by where the
+// piece lies (its unit, its offset in it): O(worldSize · log worldSize)
+// for what a scan per split made O(worldSize²).
 func splitUnits(units []unit, worldSize int) []unit {
-	units = slices.Clone(units)
-	for len(units) > 0 && len(units) < worldSize {
-		big := 0
-		for i, u := range units {
-			if len(u.samples) > len(units[big].samples) {
-				big = i
-			}
-		}
-		u := units[big]
-		if len(u.samples) < 2 {
-			break
-		}
-		h := len(u.samples) / 2
-		units[big] = unit{page: u.page, samples: u.samples[:h:h]}
-		units = slices.Insert(units, big+1, unit{page: u.page, samples: u.samples[h:]})
+	if len(units) == 0 || len(units) >= worldSize {
+		return slices.Clone(units)
 	}
-	return units
+	h := make(pieceHeap, len(units))
+	for i, u := range units {
+		h[i] = piece{unit: i, size: len(u.samples)}
+	}
+	h.init()
+	for len(h) < worldSize && h[0].size >= 2 {
+		p := h[0]
+		half := p.size / 2
+		h[0].size = half
+		h.down(0)
+		h.push(piece{unit: p.unit, off: p.off + half, size: p.size - half})
+	}
+	slices.SortFunc(h, func(a, b piece) int {
+		if a.unit != b.unit {
+			return a.unit - b.unit
+		}
+		return a.off - b.off
+	})
+	out := make([]unit, len(h))
+	for i, p := range h {
+		u := units[p.unit]
+		out[i] = unit{page: u.page, samples: u.samples[p.off : p.off+p.size : p.off+p.size]}
+	}
+	return out
+}
+
+// piece is part of a unit being split: size samples from off.
+type piece struct{ unit, off, size int }
+
+// pieceHeap is a max-heap of pieces: the largest first, the first-lying of
+// equal ones first.
+type pieceHeap []piece
+
+func (h pieceHeap) before(i, j int) bool {
+	a, b := h[i], h[j]
+	if a.size != b.size {
+		return a.size > b.size
+	}
+	if a.unit != b.unit {
+		return a.unit < b.unit
+	}
+	return a.off < b.off
+}
+
+func (h pieceHeap) init() {
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+func (h pieceHeap) down(i int) {
+	for {
+		c := 2*i + 1
+		if c >= len(h) {
+			return
+		}
+		if c+1 < len(h) && h.before(c+1, c) {
+			c++
+		}
+		if !h.before(c, i) {
+			return
+		}
+		h[i], h[c] = h[c], h[i]
+		i = c
+	}
+}
+
+func (h *pieceHeap) push(p piece) {
+	*h = append(*h, p)
+	i := len(*h) - 1
+	for i > 0 {
+		parent := (i - 1) / 2
+		if !h.before(i, parent) {
+			return
+		}
+		(*h)[i], (*h)[parent] = (*h)[parent], (*h)[i]
+		i = parent
+	}
 }
 
 // idsOf appends to out the ids whose bits are set, in increasing order: a

@@ -1,11 +1,17 @@
 package order
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"math"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
 
 // resumeCase is an epoch read by the world sizes of chain, each part
@@ -173,5 +179,48 @@ func TestResumeErrors(t *testing.T) {
 	segs, err := ParseSegments("8x1200-6x500", "-")
 	if err != nil || !slices.Equal(segs, []Segment{{8, 1200}, {6, 500}}) || FormatSegments(segs, "-") != "8x1200-6x500" {
 		t.Errorf("ParseSegments(8x1200-6x500) = %v, %v", segs, err)
+	}
+}
+
+// TestResumeCostBounded: round two, 6. The rest of an epoch after a part
+// read at world size 2^20 (the mount's order name
+// EPOCH.resume-1x0-1048576x0) took past 14 CPU-minutes, since each of the
+// part's ranks split and dealt the epoch again; it takes about a second
+// for a million samples, is cancellable, and segments whose world sizes
+// add up past MaxResumedRanks are refused with a sentence before any work.
+func TestResumeCostBounded(t *testing.T) {
+	l := newSynth(synthSpec{n: 1 << 20, mean: 60})
+	o := Options{Kind: Random, WorldSize: 1, Resumed: []Segment{{1, 0}, {MaxWorldSize, 0}}}
+	done := make(chan error, 1)
+	go func() {
+		_, err := Generate(l, o)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the rest after a part at world size 2^20: %v", err)
+		}
+	case <-time.After(testenv.Patience):
+		t.Fatal("the rest after a part at world size 2^20 is still being worked out")
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := GenerateContext(ctx, l, o); !errors.Is(err, context.Canceled) {
+		t.Errorf("a canceled context: %v, want context.Canceled", err)
+	}
+
+	var segs []Segment
+	for range MaxResumedRanks/MaxWorldSize + 1 {
+		segs = append(segs, Segment{MaxWorldSize, 0})
+	}
+	o.Resumed = segs
+	if _, err := Generate(l, o); err == nil || !strings.Contains(err.Error(), "world sizes add up to more than 4194304") {
+		t.Errorf("segments of %d ranks in all: %v", len(segs)*MaxWorldSize, err)
+	}
+	o.Resumed = []Segment{{8, math.MaxUint32 + 1}}
+	if _, err := Generate(l, o); err == nil || !strings.Contains(err.Error(), "position 4294967296 is out of range") {
+		t.Errorf("a position past 2^32: %v", err)
 	}
 }

@@ -88,6 +88,34 @@ class LoaderTest(unittest.TestCase):
             with self.assertRaisesRegex(FeedError, "its socket is there, but no server listens on it"):
                 Loader(path, connect_timeout=0)
 
+    def test_load_state_dict_hostile(self):
+        # Round two, 15: states with infinities, fractions, huge lists and
+        # absurd numbers are a ValueError with a short sentence, never an
+        # OverflowError or a fraction taken for a batch.
+        good = {"epoch": 0, "batch": 0, "batches_per_epoch": 2, "epochs": 1, "world_size": 1, "batch_size": 4,
+                "position": 0, "segments": []}
+        hostile = [
+            dict(good, epoch=float("inf")), dict(good, batch=0.9), dict(good, batch=float("nan")),
+            dict(good, epoch="1"), dict(good, batch=True), dict(good, world_size=float("inf")),
+            dict(good, world_size=1 << 40), dict(good, position=-1), dict(good, position=1 << 64),
+            dict(good, segments=[[1, 0]] * 10**6), dict(good, segments=[[1 << 40, 0]]),
+            dict(good, segments=[[1 << 20, 0]] * 5), dict(good, segments=[["x" * 10**6, 0]]),
+            dict(good, segments="x" * 10**6), dict(good, batches_per_epoch=float("inf")),
+            {"epoch": 0}, "not a dict", None,
+        ]
+        srv = FakeServer([self.hello, {"end": True}])
+        try:
+            with Loader(srv.path) as loader:
+                for st in hostile:
+                    with self.assertRaises(ValueError) as cm:
+                        loader.load_state_dict(st)
+                    self.assertLess(len(str(cm.exception)), 300, str(cm.exception)[:300])
+                with self.assertRaises(ValueError):
+                    loader.resume_args(world_size=float("inf"))
+                loader.load_state_dict(good)  # and a good one still loads
+        finally:
+            srv.close()
+
     def test_torch_to_a_cuda_device(self):
         import torch
         srv = FakeServer([self.hello, {"slot": 0, "epoch": 0, "batch": 1, "size": 2}, {"end": True}])

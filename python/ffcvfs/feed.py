@@ -84,6 +84,8 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from ._args import MAX_POSITION, MAX_RESUMED_RANKS, MAX_WORLD_SIZE, int_arg, segments_arg, short
+
 __all__ = ["Loader", "FeedError", "Ragged"]
 
 _DTYPES = {name: np.dtype(name) for name in (
@@ -545,6 +547,8 @@ class Loader:
         the new job gets its share of the rest of the epoch; give each its
         own ``--rank`` and the new ``--world-size``)."""
         st = self.state_dict()
+        if world_size is not None:
+            world_size = int_arg("world_size", world_size, 1, MAX_WORLD_SIZE)
         expected = _expected_segments(st, world_size)
         if not expected:
             return ["--start-epoch", str(st["epoch"]), "--start-batch", str(st["batch"])]
@@ -557,11 +561,12 @@ class Loader:
         this server's world size. Raises FeedError otherwise: a stream
         started elsewhere would repeat or skip samples."""
         try:
-            epoch, batch = int(state_dict["epoch"]), int(state_dict["batch"])
-            bpe = int(state_dict.get("batches_per_epoch", self.batches_per_epoch))
-            expected = _expected_segments(state_dict, self.world_size)
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"not a Loader state (want epoch and batch): {state_dict!r}") from e
+            epoch, batch = state_dict["epoch"], state_dict["batch"]
+        except (KeyError, TypeError, IndexError) as e:
+            raise ValueError(f"not a Loader state (want epoch and batch): {short(state_dict)}") from e
+        epoch, batch = int_arg("epoch", epoch, 0), int_arg("batch", batch, 0, MAX_POSITION)
+        bpe = int_arg("batches_per_epoch", state_dict.get("batches_per_epoch", self.batches_per_epoch), 0, MAX_POSITION)
+        expected = _expected_segments(state_dict, self.world_size)
         if self.current is not None:
             raise FeedError("load_state_dict() must come before the first batch")
         if expected:
@@ -643,10 +648,13 @@ def _map(fn, v):
 def _expected_segments(state, world_size):
     """The parts of the state's epoch a server of world_size ranks resumes
     after (--resume), or [] when it resumes with --start-batch: the same
-    world size and no earlier parts, or nothing of the epoch read yet."""
-    segments = [[int(w), int(p)] for w, p in state.get("segments", [])]
-    world = int(state.get("world_size", 1))
-    position = int(state.get("position", 0))
+    world size and no earlier parts, or nothing of the epoch read yet.
+    Every number is checked as the server checks it (ValueError)."""
+    segments = [[w, p] for w, p in segments_arg(state.get("segments", []))]
+    world = int_arg("world_size", state.get("world_size", 1), 1, MAX_WORLD_SIZE)
+    position = int_arg("position", state.get("position", 0), 0, MAX_POSITION)
+    if sum(w for w, _ in segments) + world > MAX_RESUMED_RANKS:
+        raise ValueError(f"the state's parts have more than {MAX_RESUMED_RANKS} ranks in all")
     if not segments and (world_size is None or world_size == world):
         return []
     if not segments and position == 0:

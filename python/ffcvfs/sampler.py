@@ -18,11 +18,12 @@ Only the standard library and torch are needed.
 """
 
 import errno
-import operator
 import os
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch.utils.data
+
+from ._args import MAX_POSITION, MAX_RESUMED_RANKS, MAX_WORLD_SIZE, int_arg, segments_arg, short
 
 __all__ = ["QuasiRandomSampler", "RandomSampler", "NotAnFfcvfsMountError"]
 
@@ -55,21 +56,7 @@ def _nodes_arg(nodes: Union[int, str, None], rank: int, world_size: int) -> int:
     return n
 
 
-def _int_arg(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be an integer, not a bool ({value!r})")
-    try:
-        v = operator.index(value)
-    except TypeError:
-        raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})") from None
-    if v < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {v}")
-    return v
-
-
-# _MAX_SEGMENTS is the Go package order's MaxSegments: the most earlier
-# parts an epoch's rest may follow.
-_MAX_SEGMENTS = 64
+_int_arg = int_arg
 
 
 class QuasiRandomSampler(torch.utils.data.Sampler):
@@ -168,7 +155,7 @@ class QuasiRandomSampler(torch.utils.data.Sampler):
         if root == "":
             raise ValueError("root must not be empty")
         self.seed = _int_arg("seed", seed, 0)
-        self.world_size = _int_arg("world_size", world_size, 1)
+        self.world_size = _int_arg("world_size", world_size, 1, MAX_WORLD_SIZE)
         self.rank = _int_arg("rank", rank, 0)
         if self.rank >= self.world_size:
             raise ValueError(f"rank must be in [0, world_size): rank {self.rank}, world_size {self.world_size}")
@@ -250,20 +237,20 @@ class QuasiRandomSampler(torch.utils.data.Sampler):
             rank, world = state_dict["rank"], state_dict["world_size"]
             segs = state_dict.get("segments", [])
         except (KeyError, TypeError, AttributeError) as e:
-            raise ValueError(f"not a sampler state (want kind, seed, epoch, position, rank, world_size): {state_dict!r}") from e
+            raise ValueError(f"not a sampler state (want kind, seed, epoch, position, rank, world_size): {short(state_dict)}") from e
         if kind != self.kind:
-            raise ValueError(f"the state is of a {kind} sampler, this one is {self.kind}")
-        try:
-            segs = [(_int_arg("segment world size", w, 1), _int_arg("segment position", p, 0)) for w, p in segs]
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"the state's segments are not [world_size, position] pairs: {segs!r}") from e
-        if len(segs) >= _MAX_SEGMENTS:
-            raise ValueError(f"the state has {len(segs)} earlier segments; an epoch resumes at most {_MAX_SEGMENTS} times")
-        rank, world = _int_arg("rank", rank, 0), _int_arg("world_size", world, 1)
-        pos = _int_arg("position", pos, 0)
-        self.seed = _int_arg("seed", seed, 0)
-        self.epoch = _int_arg("epoch", epoch, 0)
-        nodes = int(state_dict.get("nodes", 1) or 1)
+            raise ValueError(f"the state is of a {short(kind)} sampler, this one is {self.kind}")
+        segs = segments_arg(segs)
+        rank, world = _int_arg("rank", rank, 0), _int_arg("world_size", world, 1, MAX_WORLD_SIZE)
+        if rank >= world:
+            raise ValueError(f"the state's rank {rank} is not below its world size {world}")
+        if sum(w for w, _ in segs) + world > MAX_RESUMED_RANKS:
+            raise ValueError(f"the state's parts have more than {MAX_RESUMED_RANKS} ranks in all")
+        pos = _int_arg("position", pos, 0, MAX_POSITION)
+        seed, epoch = _int_arg("seed", seed, 0), _int_arg("epoch", epoch, 0)
+        nodes = _int_arg("nodes", state_dict.get("nodes", 1) or 1, 1, world)
+        # Nothing changes until every number has been checked.
+        self.seed, self.epoch = seed, epoch
         if not segs and (rank, world) == (self.rank, self.world_size):
             # The same rank goes on with its own order.
             self._resume, self._resume_segs = pos, []
