@@ -291,6 +291,10 @@ func (a *announcer) handle(c *net.UnixConn) {
 		return
 	}
 	id := fmt.Sprintf("announce:uid-%d:pid-%d", cred.Uid, cred.Pid)
+	if err := v.leases.admit(cred.Uid, uint32(cred.Pid), id, len(order)); err != nil {
+		fmt.Fprintf(c, "error: %v\n", err)
+		return
+	}
 	v.kcopies.dropAll() // the plan must see every read (kernelCopies)
 	if err := v.cache.Announce(id, order); err != nil {
 		fmt.Fprintf(c, "error: %v\n", err)

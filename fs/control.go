@@ -338,6 +338,9 @@ func (v *View) orderText(ctx context.Context, o order.Options, from int) ([]byte
 		return nil, fmt.Errorf("order %s/%d epoch %d: no caller: %w", o.Kind, o.Seed, o.Epoch, errBadInput)
 	}
 	id := fmt.Sprintf("order:uid-%d:%s/%d/%d-of-%d", caller.Uid, o.Kind, o.Seed, o.Rank, o.WorldSize)
+	if err := v.leases.admit(caller.Uid, caller.Pid, id, len(ids)); err != nil {
+		return nil, err
+	}
 	if err := v.cache.Announce(id, ids); err != nil {
 		return nil, err
 	}

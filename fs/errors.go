@@ -39,6 +39,9 @@ func (l *errorLog) toErrno(what string, err error) syscall.Errno {
 	case errors.Is(err, errBadInput):
 		l.logOnce(what, err.Error(), err)
 		return syscall.EINVAL
+	case errors.Is(err, errPlanLimit):
+		l.logOnce(what, errPlanLimit.Error(), err)
+		return syscall.EBUSY
 	case errors.Is(err, pagecache.ErrClosed):
 		return syscall.EIO
 	case errors.Is(err, beton.ErrCorrupt), errors.Is(err, storage.ErrUnavailable), errors.Is(err, storage.ErrChanged):

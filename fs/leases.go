@@ -2,6 +2,7 @@ package fs
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -113,6 +114,70 @@ func (l *planLeases) expire() {
 func (l *planLeases) close() {
 	close(l.stop)
 	<-l.done
+}
+
+// Bounds of the plans users announce, which the cache keeps in memory
+// (about 30 bytes a sample of an order): per user, and over all users, in
+// samples (a multiple of the beton's) and in number. A job of many ranks
+// announces an order of its share per rank, the beton's samples once in
+// all; a process's new order file replaces its last.
+const (
+	maxUserPlanFactor = 8
+	maxPlanFactor     = 32
+	maxUserPlans      = 64
+	maxPlans          = 256
+)
+
+// errPlanLimit marks an order refused by the bounds above.
+var errPlanLimit = errors.New("too many announced orders")
+
+// admit reports whether uid may announce plan id of n samples from thread
+// tid, counting the live plans but id itself and those the announcement
+// replaces (the same process's of the same kind), as an error with a
+// sentence when not.
+func (l *planLeases) admit(uid, tid uint32, id string, n int) error {
+	replaced := map[string]bool{id: true}
+	if pid, ok := processOf(tid); ok {
+		kind, _, _ := strings.Cut(id, ":")
+		l.mu.Lock()
+		for other, o := range l.owners {
+			if o.pid == pid && strings.HasPrefix(other, kind+":") {
+				replaced[other] = true
+			}
+		}
+		l.mu.Unlock()
+	}
+	samples := max(l.v.f.NumSamples(), 1)
+	userN, userPlans, allN, allPlans := n, 1, n, 1
+	for _, pl := range l.v.cache.Plans() {
+		if replaced[pl.ID] {
+			continue
+		}
+		allN += pl.Len
+		allPlans++
+		if u, ok := planUser(pl.ID); ok && u == uid {
+			userN += pl.Len
+			userPlans++
+		}
+	}
+	switch {
+	case userPlans > maxUserPlans || userN > maxUserPlanFactor*samples:
+		return fmt.Errorf("uid %d would have %d announced orders of %d samples in all; at most %d orders and %d× the beton's %d samples per user: end the readers of orders no longer used, or wait for their lease (--plan-lease): %w",
+			uid, userPlans, userN, maxUserPlans, maxUserPlanFactor, samples, errPlanLimit)
+	case allPlans > maxPlans || allN > maxPlanFactor*samples:
+		return fmt.Errorf("the mount would hold %d announced orders of %d samples in all; at most %d orders and %d× the beton's %d samples: %w",
+			allPlans, allN, maxPlans, maxPlanFactor, samples, errPlanLimit)
+	}
+	return nil
+}
+
+// planUser returns the uid a plan id names: order:uid-U:... or
+// announce:uid-U:....
+func planUser(id string) (uint32, bool) {
+	_, rest, _ := strings.Cut(id, ":uid-")
+	num, _, _ := strings.Cut(rest, ":")
+	u, err := strconv.ParseUint(num, 10, 32)
+	return uint32(u), err == nil
 }
 
 // processOf returns the process (thread group) of thread tid.

@@ -1,9 +1,14 @@
 package fs
 
 import (
+	"bufio"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,4 +78,82 @@ func TestPlanWithdrawnWhenIdle(t *testing.T) {
 		}
 		time.Sleep(leaseCheck / 10)
 	}
+}
+
+// TestPlansBounded: round two, 10. Every process that reads an order file
+// holds a plan, which the cache keeps in memory; 40 processes reading
+// orders of a million samples took the mount to 1.4 GB. Plans are bounded
+// per user (8× the beton's samples, 64 orders) and in all: an order past
+// the bound fails with EBUSY and a sentence in the log, and once a holder
+// exits its plan goes and the order is served.
+func TestPlansBounded(t *testing.T) {
+	sh := testenv.LookPath(t, "sh")
+	logs := &testenv.OutputBuffer{}
+	mnt, v := testMount(t, fixture(t, "imagefolder-mixed.beton"), Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	// holder reads an order file, whole, then waits on its stdin.
+	holder := func(seed int) (*exec.Cmd, io.WriteCloser, error) {
+		path := control.Path(mnt, control.OrdersDir, "random", strconv.Itoa(seed), "0")
+		cmd := exec.Command(sh, "-c", `cat "$1" >/dev/null && echo ok && read x`, "sh", path)
+		in, _ := cmd.StdinPipe()
+		out, _ := cmd.StdoutPipe()
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			return nil, nil, err
+		}
+		line, _ := bufio.NewReader(out).ReadString('\n')
+		if line != "ok\n" {
+			in.Close()
+			cmd.Wait()
+			return nil, nil, fmt.Errorf("%s", stderr.String())
+		}
+		return cmd, in, nil
+	}
+	var holders []*exec.Cmd
+	var stdins []io.WriteCloser
+	defer func() {
+		for i, c := range holders {
+			stdins[i].Close()
+			c.Wait()
+		}
+	}()
+	for seed := range maxUserPlanFactor {
+		c, in, err := holder(seed)
+		if err != nil {
+			t.Fatalf("order %d of %d: %v", seed+1, maxUserPlanFactor, err)
+		}
+		holders, stdins = append(holders, c), append(stdins, in)
+	}
+	if got := len(v.cache.Plans()); got != maxUserPlanFactor {
+		t.Fatalf("%d plans, want %d", got, maxUserPlanFactor)
+	}
+	_, _, err := holder(100)
+	if err == nil || !strings.Contains(err.Error(), "Device or resource busy") {
+		t.Fatalf("a %dth whole-beton order of one user: %v, want EBUSY", maxUserPlanFactor+1, err)
+	}
+	want := fmt.Sprintf("would have %d announced orders of %d samples in all; at most %d orders and %d× the beton's",
+		maxUserPlanFactor+1, (maxUserPlanFactor+1)*v.f.NumSamples(), maxUserPlans, maxUserPlanFactor)
+	if !strings.Contains(logs.String(), want) {
+		t.Errorf("the log lacks %q:\n%s", want, logs.String())
+	}
+	// A holder ends: its plan goes at the next lease check, and then the
+	// order is served.
+	stdins[0].Close()
+	holders[0].Wait()
+	holders, stdins = holders[1:], stdins[1:]
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(testenv.Patience)
+	for len(v.cache.Plans()) >= maxUserPlanFactor {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatal("the plan of a holder that exited was never withdrawn")
+		}
+	}
+	c, in, err := holder(100)
+	if err != nil {
+		t.Fatalf("after a holder exited: %v", err)
+	}
+	holders, stdins = append(holders, c), append(stdins, in)
 }

@@ -831,6 +831,13 @@ func (c *Cache) Announce(id string, order []uint32) error {
 	return nil
 }
 
+// Plans returns the live plans' progress, in order of announcement.
+func (c *Cache) Plans() []policy.PlanStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pol.Plans()
+}
+
 // Withdraw removes consumer id's plan.
 func (c *Cache) Withdraw(id string) {
 	c.mu.Lock()
