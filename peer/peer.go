@@ -14,22 +14,39 @@
 // page asks the page's owner, which serves it from its groupcache memory
 // or reads it from storage once. A read of part of a page (a range, as a
 // random order makes) asks the owner for those bytes: its own key, hashed
-// to the page's owner, whose getter takes them from the page. Every value
-// carries a CRC-32C that is checked before use; a peer that is down, slow
-// (Options.Timeout) or sends bytes that fail the check makes this node read
-// from storage instead, without an error for the reader, and a peer that
-// did not answer is not asked again for downHold.
+// to the page's owner, whose getter takes them from the page. A peer that
+// is down, slow (Options.Timeout, for the whole answer) or sends a value
+// that fails its check makes this node read from storage instead, without
+// an error for the reader, and is not asked again for downHold.
 //
-// Peers prove they belong with a shared secret (a bearer token on every
-// request, compared in constant time); the listener binds to the address
-// it is given only.
+// # Trust
+//
+// Peers share a secret, which never crosses the network. From it two keys
+// are derived (HMAC-SHA256 of fixed labels): one signs requests, one tags
+// values.
+//
+//   - A request carries X-Ffcvfs-Peer: UNIXTIME.MAC, the MAC over the
+//     method, the path and the time; a server refuses a wrong MAC or a time
+//     more than maxSkew from its own (a captured request can be replayed
+//     only for that page, whose bytes the listener saw anyway).
+//   - A value is its bytes and a 16-byte tag, HMAC-SHA256 over its key and
+//     its bytes: a value sent for another page, or by a node without the
+//     secret, fails. The answer of a peer is read whole, at most a page and
+//     its framing, within Options.Timeout, and its tag checked, before
+//     groupcache keeps it or anything reads it; values fill no tier of the
+//     node (RAM, disk) unchecked.
+//
+// The listener binds to the address it is given only, serves at most
+// maxConns connections at once (others wait in the kernel's backlog), and
+// drops a connection that sends no request, or sends it too slowly, within
+// the server's timeouts.
 package peer
 
 import (
+	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -46,6 +63,9 @@ import (
 	"time"
 
 	"github.com/golang/groupcache"
+	pb "github.com/golang/groupcache/groupcachepb"
+	"github.com/golang/protobuf/proto"
+	"golang.org/x/net/netutil"
 
 	"github.com/ffcvfs/ffcvfs/storage"
 )
@@ -81,6 +101,29 @@ const downHold = 10 * time.Second
 
 // maxPeers bounds the peer list.
 const maxPeers = 4096
+
+// basePath is where the tier's requests go: basePath + group + "/" + key.
+const basePath = "/ffcvfs-peer/"
+
+// Bounds of the listener: connections served at once, and how long a
+// connection may take to send a request, stay idle between requests, and
+// take to have its answer written (a page the owner may first read from
+// storage, within its read deadline).
+const (
+	maxConns          = 1024
+	readHeaderTimeout = 10 * time.Second
+	idleTimeout       = time.Minute
+	writeTimeout      = 5 * time.Minute
+)
+
+// maxSkew is how far a request's time may be from the server's clock.
+const maxSkew = 5 * time.Minute
+
+// authHeader carries a request's time and MAC.
+const authHeader = "X-Ffcvfs-Peer"
+
+// tagLen is the length of a value's tag.
+const tagLen = 16
 
 // Validate checks the options and fills in defaults.
 func (o *Options) Validate() error {
@@ -136,6 +179,10 @@ var node struct {
 	ln   net.Listener
 
 	pages, ranges *groupcache.Group
+
+	// reqKey signs requests, valueKey tags values; both derive from the
+	// secret.
+	reqKey, valueKey []byte
 
 	mu      sync.Mutex
 	sources map[string]*Source // by key prefix
@@ -201,8 +248,10 @@ func start(opts Options) error {
 		return fmt.Errorf("peer tier: %w", err)
 	}
 	node.sources = map[string]*Source{}
+	node.reqKey = derive(opts.Secret, "ffcvfs peer request")
+	node.valueKey = derive(opts.Secret, "ffcvfs peer value")
 	node.pool = groupcache.NewHTTPPoolOpts(opts.Self, &groupcache.HTTPPoolOptions{
-		BasePath: "/ffcvfs-peer/",
+		BasePath: basePath,
 		// Points per node on the hash ring: with groupcache's 50 the
 		// nodes' shares of the pages differ by a fifth and more, and a
 		// node's budget must cover its share.
@@ -221,7 +270,6 @@ func start(opts Options) error {
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	bearer := "Bearer " + opts.Secret
 	var down sync.Map // host → time.Time until which it is not asked
 	node.pool.Transport = func(context.Context) http.RoundTripper {
 		return roundTripper(func(r *http.Request) (*http.Response, error) {
@@ -229,20 +277,19 @@ func start(opts Options) error {
 				return nil, fmt.Errorf("peer %s failed lately; not asked until %s", r.URL.Host, until.(time.Time).Format(time.TimeOnly))
 			}
 			ctx, cancel := context.WithTimeout(r.Context(), opts.Timeout)
-			r = r.Clone(ctx)
-			r.Header.Set("Authorization", bearer)
-			resp, err := tr.RoundTrip(r)
+			defer cancel()
+			resp, err := fetch(ctx, tr, r)
 			if err != nil {
-				cancel()
-				if r.Context().Err() == nil || errors.Is(r.Context().Err(), context.DeadlineExceeded) {
-					// Down or silent: its pages come from storage for a
-					// while, without a wait per read.
+				if r.Context().Err() == nil {
+					// Down, silent, slow, or sending what fails its
+					// check: its pages come from storage for a while,
+					// without a wait per read.
 					down.Store(r.URL.Host, time.Now().Add(downHold))
+					opts.Logger.Debug("peer tier: a peer failed", "peer", r.URL.Host, "err", err)
 				}
 				return nil, err
 			}
 			down.Delete(r.URL.Host)
-			resp.Body = cancelOnClose{resp.Body, cancel}
 			return resp, nil
 		})
 	}
@@ -250,12 +297,76 @@ func start(opts Options) error {
 	node.pages = groupcache.NewGroup("pages", opts.CacheBytes, groupcache.GetterFunc(getPage))
 	node.ranges = groupcache.NewGroup("ranges", 0, groupcache.GetterFunc(getRange))
 	mux := http.NewServeMux()
-	mux.Handle("/ffcvfs-peer/", authorize(opts.Secret, node.pool))
+	mux.Handle(basePath, authorize(node.pool))
 	node.ln = ln
-	node.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug)}
-	go node.srv.Serve(ln)
+	node.srv = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readHeaderTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
+	}
+	go node.srv.Serve(netutil.LimitListener(ln, maxConns))
 	opts.Logger.Info("peer tier: serving", "listen", ln.Addr().String(), "self", opts.Self, "peers", len(opts.Peers))
 	return nil
+}
+
+// derive returns a key of the secret for one use.
+func derive(secret, label string) []byte {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte(label))
+	return m.Sum(nil)
+}
+
+// signRequest returns the authHeader value of a request for path at t.
+func signRequest(method, path string, t time.Time) string {
+	ts := strconv.FormatInt(t.Unix(), 10)
+	m := hmac.New(sha256.New, node.reqKey)
+	m.Write([]byte(method + "\n" + path + "\n" + ts))
+	return ts + "." + hex.EncodeToString(m.Sum(nil))
+}
+
+// fetch sends r, signed, and reads its answer whole within ctx: at most
+// the largest value of its key's object and the framing, its tag checked.
+// The response handed back holds the checked body.
+func fetch(ctx context.Context, tr http.RoundTripper, r *http.Request) (*http.Response, error) {
+	group, key, ok := strings.Cut(strings.TrimPrefix(r.URL.Path, basePath), "/")
+	s, _, _, _, err := parseKey(key)
+	if !ok || err != nil {
+		return nil, fmt.Errorf("peer tier: asking for %q: %v", r.URL.Path, err)
+	}
+	r = r.Clone(ctx)
+	r.Header.Set(authHeader, signRequest(r.Method, r.URL.Path, time.Now()))
+	resp, err := tr.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		// groupcache looks at the status only.
+		return &http.Response{StatusCode: resp.StatusCode, Status: resp.Status, Body: http.NoBody, Header: http.Header{}}, nil
+	}
+	limit := s.block + tagLen + 32 // the value, its tag, GetResponse's framing
+	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("peer tier: reading the answer for %s/%s: %w", group, key, err)
+	}
+	if int64(len(body)) > limit {
+		return nil, fmt.Errorf("peer tier: the answer for %s/%s is longer than a page and its framing (%d bytes)", group, key, limit)
+	}
+	var gr pb.GetResponse
+	if err := proto.Unmarshal(body, &gr); err != nil {
+		return nil, fmt.Errorf("peer tier: the answer for %s/%s: %w", group, key, err)
+	}
+	if _, ok := open(key, gr.Value); !ok {
+		s.corrupt.Add(1)
+		return nil, fmt.Errorf("peer tier: the value for %s/%s fails its check", group, key)
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	return resp, nil
 }
 
 // Addr returns the address the tier listens on, or "" before it started.
@@ -277,11 +388,20 @@ type cancelOnClose struct {
 
 func (c cancelOnClose) Close() error { err := c.ReadCloser.Close(); c.cancel(); return err }
 
-// authorize refuses requests without the secret.
-func authorize(secret string, next http.Handler) http.Handler {
-	want := []byte("Bearer " + secret)
+// authorize refuses requests whose MAC is wrong or whose time is more than
+// maxSkew from the server's.
+func authorize(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+		ts, mac, _ := strings.Cut(r.Header.Get(authHeader), ".")
+		sec, err := strconv.ParseInt(ts, 10, 64)
+		if err != nil || time.Since(time.Unix(sec, 0)).Abs() > maxSkew {
+			http.Error(w, "not a peer", http.StatusUnauthorized)
+			return
+		}
+		got, err := hex.DecodeString(mac)
+		want := signRequest(r.Method, r.URL.Path, time.Unix(sec, 0))
+		wantMAC, _ := hex.DecodeString(want[strings.IndexByte(want, '.')+1:])
+		if err != nil || !hmac.Equal(got, wantMAC) {
 			http.Error(w, "not a peer", http.StatusUnauthorized)
 			return
 		}
@@ -309,15 +429,19 @@ func parseKey(key string) (s *Source, p, off, n int64, err error) {
 	if s == nil {
 		return nil, 0, 0, 0, fmt.Errorf("key %q: no such object here", key)
 	}
+	// One key per value: numbers as FormatInt writes them (no sign, no
+	// leading zeros), and no range that is the whole page, so that no
+	// page can be filled from storage under several keys.
 	page, rng, hasRange := strings.Cut(rest, "@")
-	if p, err = strconv.ParseInt(page, 10, 64); err != nil || p < 0 || p >= (s.Size()+s.block-1)/s.block {
+	if p, err = strconv.ParseInt(page, 10, 64); err != nil || p < 0 || p >= (s.Size()+s.block-1)/s.block || strconv.FormatInt(p, 10) != page {
 		return nil, 0, 0, 0, fmt.Errorf("key %q: no such page", key)
 	}
 	if hasRange {
 		a, b, _ := strings.Cut(rng, "+")
 		off, err1 := strconv.ParseInt(a, 10, 64)
 		n, err2 := strconv.ParseInt(b, 10, 64)
-		if err1 != nil || err2 != nil || off < 0 || n <= 0 || off >= s.pageLen(p) || n > s.pageLen(p)-off {
+		if err1 != nil || err2 != nil || off < 0 || n <= 0 || off >= s.pageLen(p) || n > s.pageLen(p)-off ||
+			off == 0 && n == s.pageLen(p) || rangeKey(prefix, p, off, n) != key {
 			return nil, 0, 0, 0, fmt.Errorf("key %q: no such range", key)
 		}
 		return s, p, off, n, nil
@@ -339,20 +463,37 @@ func (s *Source) RequestStats() storage.RequestStats {
 // pageLen returns the bytes of page p (the last may be short).
 func (s *Source) pageLen(p int64) int64 { return min(s.block, s.Size()-p*s.block) }
 
-// sealed returns b with its CRC-32C appended.
-func sealed(b []byte) []byte {
-	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+// sealed returns b, the value of key, with its tag appended.
+func sealed(key string, b []byte) []byte {
+	return append(b, tag(key, b)...)
 }
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+// tag is a value's tag: HMAC-SHA256 over its key and its bytes, cut to
+// tagLen bytes.
+func tag(key string, b []byte) []byte {
+	m := hmac.New(sha256.New, node.valueKey)
+	m.Write([]byte(key))
+	m.Write([]byte{0})
+	m.Write(b)
+	return m.Sum(nil)[:tagLen]
+}
 
-// unseal checks a value's CRC and returns its bytes.
-func unseal(v []byte) ([]byte, bool) {
-	if len(v) < 4 {
+// open checks the tag of v, the value of key, and returns its bytes.
+func open(key string, v []byte) ([]byte, bool) {
+	if len(v) < tagLen {
 		return nil, false
 	}
-	b := v[:len(v)-4]
-	return b, crc32.Checksum(b, castagnoli) == binary.LittleEndian.Uint32(v[len(v)-4:])
+	b := v[:len(v)-tagLen]
+	return b, hmac.Equal(v[len(v)-tagLen:], tag(key, b))
+}
+
+// strip returns the bytes of a value groupcache holds: one this node made,
+// or one whose tag was checked as it arrived (fetch).
+func strip(v []byte) ([]byte, bool) {
+	if len(v) < tagLen {
+		return nil, false
+	}
+	return v[:len(v)-tagLen], true
 }
 
 // fromStorage reads [off, off+n) of the object from storage.
@@ -373,11 +514,11 @@ func getPage(ctx context.Context, key string, dest groupcache.Sink) error {
 	if err != nil {
 		return err
 	}
-	buf := make([]byte, s.pageLen(p), s.pageLen(p)+4)
+	buf := make([]byte, s.pageLen(p), s.pageLen(p)+tagLen)
 	if err := s.fromStorage(ctx, buf, p*s.block); err != nil {
 		return err
 	}
-	return dest.SetBytes(sealed(buf))
+	return dest.SetBytes(sealed(key, buf))
 }
 
 // getRange fills a range's value: from the page where this node owns it,
@@ -387,13 +528,13 @@ func getRange(ctx context.Context, key string, dest groupcache.Sink) error {
 	if err != nil {
 		return err
 	}
-	buf := make([]byte, n, n+4)
+	buf := make([]byte, n, n+tagLen)
 	if _, remote := node.pool.PickPeer(pageKey(s.prefix, p)); !remote {
 		var v []byte
 		if err := node.pages.Get(ctx, pageKey(s.prefix, p), groupcache.AllocatingByteSliceSink(&v)); err == nil {
-			if b, ok := unseal(v); ok && int64(len(b)) == s.pageLen(p) {
+			if b, ok := strip(v); ok && int64(len(b)) == s.pageLen(p) {
 				copy(buf, b[off:off+n])
-				return dest.SetBytes(sealed(buf))
+				return dest.SetBytes(sealed(key, buf))
 			}
 			s.corrupt.Add(1)
 		}
@@ -401,12 +542,13 @@ func getRange(ctx context.Context, key string, dest groupcache.Sink) error {
 	if err := s.fromStorage(ctx, buf, p*s.block+off); err != nil {
 		return err
 	}
-	return dest.SetBytes(sealed(buf))
+	return dest.SetBytes(sealed(key, buf))
 }
 
 // ReadAt reads len(b) bytes at off through the tier: page by page, whole
-// pages by their keys, parts by range keys. A value that fails its check
-// is read from storage.
+// pages by their keys, parts by range keys. A value a peer sent is checked
+// as it arrives (fetch); one that failed, or a peer that could not be
+// asked, is read from storage.
 func (s *Source) ReadAt(ctx context.Context, b []byte, off int64) (int, error) {
 	s.reads.Add(1)
 	size := s.Size()
@@ -432,7 +574,7 @@ func (s *Source) ReadAt(ctx context.Context, b []byte, off int64) (int, error) {
 		}
 		var v []byte
 		err := group.Get(ctx, key, groupcache.AllocatingByteSliceSink(&v))
-		got, ok := unseal(v)
+		got, ok := strip(v)
 		if err == nil && ok && len(got) == len(dst) {
 			copy(dst, got)
 		} else {

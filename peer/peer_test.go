@@ -29,7 +29,7 @@ func TestParseKey(t *testing.T) {
 	}{
 		{key: "t/0"},
 		{key: "t/2", p: 2},
-		{key: "t/2@0+904", p: 2, n: 904},
+		{key: "t/2@0+903", p: 2, n: 903},
 		{key: "t/1@2047+1", p: 1, off: 2047, n: 1},
 		{key: "t/3", wantErrSub: "no such page"},
 		{key: "t/-1", wantErrSub: "no such page"},
@@ -71,16 +71,43 @@ func FuzzParseKey(f *testing.F) {
 	})
 }
 
-func TestSealed(t *testing.T) {
-	v := sealed([]byte("page bytes"))
-	if b, ok := unseal(v); !ok || string(b) != "page bytes" {
-		t.Fatalf("unseal(sealed) = %q, %v", b, ok)
+// TestParseKeyCanonical: round two, 16. Keys that name a page or a range
+// in another spelling (+0, 000, a range that is the whole page) each made
+// a cache entry of their own and a storage read; only the spelling
+// FormatInt writes is a key.
+func TestParseKeyCanonical(t *testing.T) {
+	testSource(t, 5000, 2048)
+	for _, key := range []string{"t/+0", "t/000", "t/00", "t/01", "t/0@0+2048", "t/2@0+904", "t/1@05+1", "t/1@5+01",
+		"t/1@+5+1", "t/1@5++1", "t/1@5+1@", "t/ 1", "t/1@5+1 "} {
+		if _, _, _, _, err := parseKey(key); err == nil {
+			t.Errorf("%q parses: one page or range under two keys", key)
+		}
 	}
-	v[3] ^= 1
-	if _, ok := unseal(v); ok {
+}
+
+// TestValueTags: round two, 1. A value's tag is a MAC of the secret over
+// its key and bytes: a flipped bit, the value of another key, a value
+// tagged with another secret, and one too short to hold a tag all fail,
+// where an unkeyed CRC let any peer forge values.
+func TestValueTags(t *testing.T) {
+	node.valueKey = derive("s3cr3t-0123456789abcdef", "ffcvfs peer value")
+	v := sealed("t/0", []byte("page bytes"))
+	if b, ok := open("t/0", v); !ok || string(b) != "page bytes" {
+		t.Fatalf("open(sealed) = %q, %v", b, ok)
+	}
+	if _, ok := open("t/1", v); ok {
+		t.Error("a value passed as another key's")
+	}
+	w := append([]byte(nil), v...)
+	w[3] ^= 1
+	if _, ok := open("t/0", w); ok {
 		t.Error("a flipped bit passed the check")
 	}
-	if _, ok := unseal([]byte{1, 2}); ok {
-		t.Error("a value shorter than its CRC passed the check")
+	if _, ok := open("t/0", []byte{1, 2}); ok {
+		t.Error("a value shorter than its tag passed the check")
+	}
+	node.valueKey = derive("another-secret-0123456789", "ffcvfs peer value")
+	if _, ok := open("t/0", v); ok {
+		t.Error("a value tagged with another secret passed the check")
 	}
 }
