@@ -63,9 +63,8 @@ import (
 	"time"
 
 	"github.com/golang/groupcache"
-	pb "github.com/golang/groupcache/groupcachepb"
-	"github.com/golang/protobuf/proto"
 	"golang.org/x/net/netutil"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/ffcvfs/ffcvfs/storage"
 )
@@ -356,11 +355,11 @@ func fetch(ctx context.Context, tr http.RoundTripper, r *http.Request) (*http.Re
 	if int64(len(body)) > limit {
 		return nil, fmt.Errorf("peer tier: the answer for %s/%s is longer than a page and its framing (%d bytes)", group, key, limit)
 	}
-	var gr pb.GetResponse
-	if err := proto.Unmarshal(body, &gr); err != nil {
+	value, err := responseValue(body)
+	if err != nil {
 		return nil, fmt.Errorf("peer tier: the answer for %s/%s: %w", group, key, err)
 	}
-	if _, ok := open(key, gr.Value); !ok {
+	if _, ok := open(key, value); !ok {
 		s.corrupt.Add(1)
 		return nil, fmt.Errorf("peer tier: the value for %s/%s fails its check", group, key)
 	}
@@ -381,12 +380,32 @@ type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-type cancelOnClose struct {
-	io.ReadCloser
-	cancel context.CancelFunc
+// responseValue returns the value of groupcache's GetResponse message:
+// field 1, bytes (field 2, a float64, and unknown fields are skipped).
+func responseValue(b []byte) ([]byte, error) {
+	var value []byte
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil, protowire.ParseError(n)
+		}
+		b = b[n:]
+		if num == 1 && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return nil, protowire.ParseError(n)
+			}
+			value, b = v, b[n:]
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return nil, protowire.ParseError(n)
+		}
+		b = b[n:]
+	}
+	return value, nil
 }
-
-func (c cancelOnClose) Close() error { err := c.ReadCloser.Close(); c.cancel(); return err }
 
 // authorize refuses requests whose MAC is wrong or whose time is more than
 // maxSkew from the server's.

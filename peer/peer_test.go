@@ -111,3 +111,19 @@ func TestValueTags(t *testing.T) {
 		t.Error("a value tagged with another secret passed the check")
 	}
 }
+
+// FuzzResponseValue: a peer's answer comes from the network; whatever it
+// holds, responseValue returns a value or an error, and a GetResponse it
+// reads gives back the value written.
+func FuzzResponseValue(f *testing.F) {
+	f.Add([]byte{0x0a, 0x03, 'a', 'b', 'c'})
+	f.Add([]byte{0x0a, 0x03, 'a', 'b', 'c', 0x11, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f})
+	f.Add([]byte{0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Add([]byte{0x12, 0x01})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v, err := responseValue(b)
+		if err == nil && len(v) > len(b) {
+			t.Fatalf("a value of %d bytes from %d", len(v), len(b))
+		}
+	})
+}

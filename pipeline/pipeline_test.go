@@ -306,13 +306,11 @@ func TestDropLast(t *testing.T) {
 	}
 }
 
-// TestFrameHeaderIsTheTruth: a sample whose metadata says another size
-// than its JPEG's frame header (larger or smaller), or whose frame header
-// says more pixels than decode.MaxPixels, is a corrupt sample, named and
-// skipped with --on-error skip, in every crop and with Exact; it used to
-// end the run (metadata larger), decode a wrong region silently (smaller),
-// or take gigabytes (30000×30000).
-func TestFrameHeaderIsTheTruth(t *testing.T) {
+// lyingBeton writes a copy of the imagefolder-jpg fixture whose samples
+// 1 to 3 lie: sample 1's metadata says a larger size than its JPEG's frame
+// header, sample 2's a smaller one, and sample 3's frame header and
+// metadata both say 30000×30000. It returns its path and the fixture.
+func lyingBeton(t *testing.T) (string, *beton.File) {
 	orig := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
 	data, err := os.ReadFile(orig)
 	if err != nil {
@@ -333,7 +331,6 @@ func TestFrameHeaderIsTheTruth(t *testing.T) {
 	img2, _ := f.Image(2, 0)
 	put16(rec(2)+1, img2.Width/2) // smaller
 	put16(rec(2)+3, img2.Height/2)
-	// Sample 3: a frame header of 30000×30000, and metadata that agrees.
 	img3, _ := f.Image(3, 0)
 	sof := bytes.Index(data[img3.Ptr:img3.Ptr+img3.Size], []byte{0xFF, 0xC0})
 	if sof < 0 {
@@ -348,37 +345,76 @@ func TestFrameHeaderIsTheTruth(t *testing.T) {
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return path, f
+}
+
+// lyingOps are the crops the lying beton is decoded with.
+var lyingOps = []decode.Op{
+	{Kind: decode.CenterCrop, OutW: 16, OutH: 16},
+	{Kind: decode.CenterCrop, OutW: 16, OutH: 16, Exact: true},
+	{Kind: decode.RandomResizedCrop, OutW: 24, OutH: 24},
+	{Kind: decode.RandomResizedCrop, OutW: 24, OutH: 24, Exact: true},
+}
+
+// runLying runs an epoch of the lying beton with op, skipping errors, and
+// returns the samples delivered, its errors, its log and the run's error.
+func runLying(t *testing.T, c *pagecache.Cache, op decode.Op) (int, uint64, string, error) {
+	var logs bytes.Buffer
+	opts := Options{BatchSize: 8, Workers: 2, Op: op, Order: order.Options{Kind: order.Sequential},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	p, err := New(c, opts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := p.RunEpoch(context.Background(), 0, newCollectSink(p, 2))
+	return n, p.Errors.Load(), logs.String(), err
+}
+
+// TestFrameHeaderIsTheTruth: round two, 8. A sample whose metadata says
+// another size than its JPEG's frame header, larger or smaller, is a
+// corrupt sample, named and skipped with --on-error skip, in every crop and
+// with Exact; it used to end the run (metadata larger) or decode a wrong
+// region silently (smaller).
+func TestFrameHeaderIsTheTruth(t *testing.T) {
+	path, f := lyingBeton(t)
 	c := openCache(t, path)
-	for _, op := range []decode.Op{
-		{Kind: decode.CenterCrop, OutW: 16, OutH: 16},
-		{Kind: decode.CenterCrop, OutW: 16, OutH: 16, Exact: true},
-		{Kind: decode.RandomResizedCrop, OutW: 24, OutH: 24},
-		{Kind: decode.RandomResizedCrop, OutW: 24, OutH: 24, Exact: true},
-	} {
-		var logs bytes.Buffer
-		opts := Options{BatchSize: 8, Workers: 2, Op: op, Order: order.Options{Kind: order.Sequential},
-			Logger: slog.New(slog.NewTextHandler(&logs, nil))}
-		p, err := New(c, opts, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n, err := p.RunEpoch(context.Background(), 0, newCollectSink(p, 2))
-		if err != nil || n != f.NumSamples() || p.Errors.Load() != 3 {
-			t.Errorf("%+v, skip: %d samples, %v, %d errors; want all, nil, 3\n%s", op, n, err, p.Errors.Load(), logs.String())
+	img1, _ := f.Image(1, 0)
+	img2, _ := f.Image(2, 0)
+	for _, op := range lyingOps {
+		n, errs, logs, err := runLying(t, c, op)
+		if err != nil || n != f.NumSamples() || errs < 2 {
+			t.Errorf("%+v, skip: %d samples, %v, %d errors; want all, nil, and samples 1 and 2 failed\n%s", op, n, err, errs, logs)
 		}
 		for _, want := range []string{
 			fmt.Sprintf(`sample=1 err=".*the JPEG's frame header says %dx%d, the sample's metadata %dx%d`, img1.Width, img1.Height, img1.Width+64, img1.Height),
 			fmt.Sprintf(`sample=2 err=".*the JPEG's frame header says %dx%d, the sample's metadata %dx%d`, img2.Width, img2.Height, img2.Width/2, img2.Height/2),
-			fmt.Sprintf(`sample=3 err=".*the image is 30000x30000, more than %d pixels`, decode.MaxPixels),
 		} {
-			if !regexp.MustCompile(want).MatchString(logs.String()) {
-				t.Errorf("%+v: the log lacks %s:\n%s", op, want, logs.String())
+			if !regexp.MustCompile(want).MatchString(logs) {
+				t.Errorf("%+v: the log lacks %s:\n%s", op, want, logs)
 			}
 		}
-		opts.OnError = Fail
-		p, _ = New(c, opts, nil)
-		if _, err := p.RunEpoch(context.Background(), 0, newCollectSink(p, 2)); err == nil || !strings.Contains(err.Error(), "sample 1: ") {
-			t.Errorf("%+v, fail: %v; want the error of sample 1", op, err)
+	}
+	opts := Options{BatchSize: 8, Workers: 2, Op: lyingOps[0], Order: order.Options{Kind: order.Sequential}, OnError: Fail}
+	p, _ := New(c, opts, nil)
+	if _, err := p.RunEpoch(context.Background(), 0, newCollectSink(p, 2)); err == nil || !strings.Contains(err.Error(), "sample 1: ") {
+		t.Errorf("fail: %v; want the error of sample 1", err)
+	}
+}
+
+// TestHugeFrameIsCorrupt: round two, 11. A JPEG whose frame header says
+// 30000×30000 took gigabytes per worker with Exact or a center crop; an
+// image of more than decode.MaxPixels (PIL's bound, which ffcvfs write
+// applies too) is a corrupt sample, refused before libjpeg allocates.
+func TestHugeFrameIsCorrupt(t *testing.T) {
+	path, f := lyingBeton(t)
+	c := openCache(t, path)
+	for _, op := range lyingOps {
+		n, _, logs, err := runLying(t, c, op)
+		if err != nil || n != f.NumSamples() {
+			t.Errorf("%+v: %d samples, %v", op, n, err)
+		}
+		if want := `sample=3 err=".*the image is 30000x30000, more than 178956970 pixels`; !regexp.MustCompile(want).MatchString(logs) {
+			t.Errorf("%+v: the log lacks %s:\n%s", op, want, logs)
 		}
 	}
 }
