@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"image/jpeg"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -228,42 +227,8 @@ func checkOpen(t *testing.T, sf *sparseFile) {
 	}
 }
 
-// FuzzParseJPEGHeader parses arbitrary bytes as a JPEG's header, and scans
-// them whole (ScanJPEG). Where the standard library's decoder also reads a
-// frame header, both must agree.
-func FuzzParseJPEGHeader(f *testing.F) {
-	for i, wh := range [][2]int{{1, 1}, {16, 12}, {33, 7}, {640, 2}} {
-		f.Add(testJPEG(wh[0], wh[1], byte(i)))
-	}
-	// Progressive frame, fill bytes, a restart marker and an APP segment
-	// before the frame header.
-	f.Add([]byte{0xFF, 0xD8, 0xFF, 0xFF, 0xE0, 0x00, 0x04, 'J', 'F', 0xFF, 0xD0, 0xFF, 0xC2, 0x00, 0x0B, 0x08, 0x00, 0x20, 0x00, 0x30, 0x01, 0x01, 0x11, 0x00})
-	f.Add([]byte{0xFF, 0xD8, 0xFF, 0xDA, 0x00, 0x02})
-	f.Add([]byte{0xFF, 0xD8, 0xFF, 0xC0, 0x00, 0x11, 0x08, 0x00, 0x00, 0x00, 0x10, 0x03})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		var h beton.JPEGHeader
-		var err error
-		noPanic(t, "ParseJPEGHeader", func() { h, err = beton.ParseJPEGHeader(b) })
-		var whole beton.JPEGInfo
-		var werr error
-		noPanic(t, "ScanJPEG", func() { whole, werr = beton.ScanJPEG(b) })
-		if werr == nil && (whole.Width <= 0 || whole.Height <= 0 || whole.Components <= 0) {
-			t.Fatalf("ScanJPEG accepted a frame header of %dx%d, %d components", whole.Width, whole.Height, whole.Components)
-		}
-		if err != nil {
-			return
-		}
-		if h.Width <= 0 || h.Height <= 0 || h.Components <= 0 {
-			t.Fatalf("accepted a frame header of %dx%d, %d components", h.Width, h.Height, h.Components)
-		}
-		if c, err := jpeg.DecodeConfig(bytes.NewReader(b)); err == nil && (c.Width != h.Width || c.Height != h.Height) {
-			t.Fatalf("read %dx%d, image/jpeg reads %dx%d", h.Width, h.Height, c.Width, c.Height)
-		}
-	})
-}
-
-// TestFuzzOpenLong runs the fuzz targets for a while (60 s and 30 s, or
-// $FFCVFS_FUZZTIME each). New crashers land in testdata/fuzz, to be fixed
+// TestFuzzOpenLong runs the fuzz target for a while (60 s, or
+// $FFCVFS_FUZZTIME). New crashers land in testdata/fuzz, to be fixed
 // and committed.
 func TestFuzzOpenLong(t *testing.T) {
 	if os.Getenv("FFCVFS_FUZZ") != "1" {
@@ -273,7 +238,7 @@ func TestFuzzOpenLong(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the go command is not on PATH: %v", err)
 	}
-	for _, run := range []struct{ target, time string }{{"FuzzOpen", "60s"}, {"FuzzParseJPEGHeader", "30s"}} {
+	for _, run := range []struct{ target, time string }{{"FuzzOpen", "60s"}} {
 		if d := os.Getenv("FFCVFS_FUZZTIME"); d != "" {
 			run.time = d
 		}
@@ -328,50 +293,5 @@ func TestFuzzEncoding(t *testing.T) {
 			}
 		}
 		t.Logf("%s: fuzz input %d bytes", filepath.Base(p), len(in))
-	}
-}
-
-func TestParseJPEGHeader(t *testing.T) {
-	sof := func(marker byte) []byte {
-		return []byte{0xFF, marker, 0x00, 0x0B, 0x08, 0x00, 0x20, 0x00, 0x30, 0x01, 0x01, 0x11, 0x00}
-	}
-	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
-	soi := []byte{0xFF, 0xD8}
-	app0 := []byte{0xFF, 0xE0, 0x00, 0x04, 'J', 'F'}
-	for _, c := range []struct {
-		name string
-		in   []byte
-		want beton.JPEGHeader
-		err  string
-	}{
-		{"encoded", testJPEG(33, 7, 1), beton.JPEGHeader{Width: 33, Height: 7, Components: 3}, ""},
-		{"baseline", cat(soi, app0, sof(0xC0)), beton.JPEGHeader{Width: 48, Height: 32, Components: 1}, ""},
-		{"progressive", cat(soi, sof(0xC2)), beton.JPEGHeader{Width: 48, Height: 32, Components: 1, Progressive: true}, ""},
-		{"fill-bytes", cat(soi, []byte{0xFF, 0xFF}, app0, []byte{0xFF}, sof(0xC1)), beton.JPEGHeader{Width: 48, Height: 32, Components: 1}, ""},
-		{"restart-marker", cat(soi, []byte{0xFF, 0xD0}, sof(0xC0)), beton.JPEGHeader{Width: 48, Height: 32, Components: 1}, ""},
-		{"empty", nil, beton.JPEGHeader{}, "no start-of-image"},
-		{"png", []byte("\x89PNG\r\n\x1a\n"), beton.JPEGHeader{}, "no start-of-image"},
-		{"scan-first", cat(soi, []byte{0xFF, 0xDA, 0x00, 0x02}), beton.JPEGHeader{}, "no frame header before its scan data"},
-		{"no-frame", cat(soi, app0), beton.JPEGHeader{}, "ends before its frame header"},
-		{"segment-past-end", cat(soi, []byte{0xFF, 0xE0, 0x10, 0x00, 0x00}), beton.JPEGHeader{}, "runs past the end"},
-		{"short-frame", cat(soi, []byte{0xFF, 0xC0, 0x00, 0x06, 0x08, 0x00, 0x20, 0x00}), beton.JPEGHeader{}, "frame header too short"},
-		{"zero-size", cat(soi, []byte{0xFF, 0xC0, 0x00, 0x0B, 0x08, 0x00, 0x00, 0x00, 0x30, 0x01, 0x01, 0x11, 0x00}), beton.JPEGHeader{}, "says 48x0"},
-		{"garbage-between", cat(soi, app0, []byte{0x12}, sof(0xC0)), beton.JPEGHeader{}, "expected a marker at byte 8"},
-		// A segment that ends with 0xFF is not followed by a marker unless
-		// another 0xFF comes.
-		{"segment-ends-ff", cat(soi, []byte{0xFF, 0xE0, 0x00, 0x04, 'J', 0xFF}, sof(0xC0)[1:]), beton.JPEGHeader{}, "expected a marker at byte 8"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			h, err := beton.ParseJPEGHeader(c.in)
-			if c.err != "" {
-				if err == nil || !strings.Contains(err.Error(), c.err) {
-					t.Fatalf("got %+v, %v; want error %q", h, err, c.err)
-				}
-				return
-			}
-			if err != nil || h != c.want {
-				t.Fatalf("got %+v, %v; want %+v", h, err, c.want)
-			}
-		})
 	}
 }

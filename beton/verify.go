@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+
+	"github.com/ffcvfs/ffcvfs/jpeg"
 )
 
 // VerifyOptions configures Verify.
@@ -93,7 +95,7 @@ func (v *verifier) sample(s int, page []byte, base int64) {
 			if img.Mode != ModeJPEG {
 				continue
 			}
-			h, err := ParseJPEGHeader(data)
+			h, err := jpeg.ParseFrame(data)
 			if err != nil {
 				v.add(fmt.Errorf("%s: sample %d, field %q: %v: %w", f.name, s, fd.Name, err, ErrCorrupt))
 			} else if h.Width != img.Width || h.Height != img.Height {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
+	"github.com/ffcvfs/ffcvfs/jpeg"
 	"github.com/ffcvfs/ffcvfs/order"
 	"github.com/ffcvfs/ffcvfs/pagecache"
 	"github.com/ffcvfs/ffcvfs/pipeline/decode"
@@ -420,13 +421,13 @@ func TestHugeFrameIsCorrupt(t *testing.T) {
 }
 
 // TestEveryLayoutDeterministic: two runs of the same stream over JPEGs in
-// every sampling layout libjpeg accepts (decode/testdata/layouts: 4:1:0,
+// every sampling layout libjpeg accepts (jpeg/testdata/layouts: 4:1:0,
 // 4:1:1, 1x4, 2x4, 3x2, 2x2 against 1x2) give identical batches, at every
 // DCT scale a random-resized crop picks, the second run's buffers filled
 // with garbage first. libjpeg-turbo's cropped scanlines read memory they
 // never wrote for 4:1:0 and Y 2x4, so batches differed between runs.
 func TestEveryLayoutDeterministic(t *testing.T) {
-	paths, _ := filepath.Glob(filepath.Join("decode", "testdata", "layouts", "*.jpg"))
+	paths, _ := filepath.Glob(filepath.Join("..", "jpeg", "testdata", "layouts", "*.jpg"))
 	if len(paths) < 6 {
 		t.Fatalf("found %d layout JPEGs", len(paths))
 	}
@@ -442,7 +443,7 @@ func TestEveryLayoutDeterministic(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		iw, ih, err := decode.Header(b)
+		iw, ih, err := jpeg.Header(b)
 		if err != nil {
 			t.Fatal(err)
 		}

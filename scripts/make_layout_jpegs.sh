@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Writes pipeline/decode/testdata/layouts/: fixture photos re-encoded with
+# Writes jpeg/testdata/layouts/: fixture photos re-encoded with
 # the sampling factors that Go's and go-libjpeg's encoders cannot write
 # (the tests make 4:4:4, 4:2:2, 4:4:0 and 4:2:0 themselves), so that the
 # decoder's tests cover the layouts libjpeg accepts beyond them: Y sampled
@@ -15,7 +15,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$(repo_root)"
 command -v cjpeg >/dev/null && command -v djpeg >/dev/null ||
 	die "cjpeg and djpeg not found: apt-get install libjpeg-turbo-progs"
-out=pipeline/decode/testdata/layouts
+out=jpeg/testdata/layouts
 mkdir -p "$out"
 rm -f "$out"/*.jpg
 photos=(testdata/imagefolder-small/class003/img00004.jpg testdata/imagefolder-small/class007/img00011.jpg)

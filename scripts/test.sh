@@ -86,7 +86,7 @@ if (($# == 0)); then
 	# untrusted bytes: its tests of damaged JPEGs and restart intervals, the
 	# fuzz seeds among them, once more under AddressSanitizer (leak checks
 	# off: the Go heap is outside their view).
-	step "go test -asan (pipeline/decode)"
-	ASAN_OPTIONS=detect_leaks=0 go test -asan -count=1 -timeout "$timeout" -run 'Entropy|Corrupt|Restart|InPlace' ./pipeline/decode
+	step "go test -asan (jpeg)"
+	ASAN_OPTIONS=detect_leaks=0 go test -asan -count=1 -timeout "$timeout" -run 'Entropy|Corrupt|Restart|InPlace|Frame' ./jpeg
 fi
 echo "tests took $((SECONDS - start)) s"

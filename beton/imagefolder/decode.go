@@ -2,17 +2,13 @@ package imagefolder
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"image"
 	"image/color"
-	stdjpeg "image/jpeg"
 	"image/png"
 	"io"
 
-	"github.com/ffcvfs/ffcvfs/beton"
-	jpegdecode "github.com/ffcvfs/ffcvfs/pipeline/decode"
-	"github.com/pixiv/go-libjpeg/jpeg"
+	"github.com/ffcvfs/ffcvfs/jpeg"
 	"golang.org/x/image/bmp"
 	"golang.org/x/image/tiff"
 	"golang.org/x/image/webp"
@@ -38,7 +34,7 @@ func (f format) String() string {
 // sniff recognises a format by its signature, as PIL's Image.open does.
 func sniff(b []byte) format {
 	switch {
-	case len(b) >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF:
+	case jpeg.HasSignature(b):
 		return formatJPEG
 	case bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")):
 		return formatPNG
@@ -58,8 +54,8 @@ func checkPixels(w, h int) error {
 	if w <= 0 || h <= 0 {
 		return fmt.Errorf("image has an empty size %dx%d", w, h)
 	}
-	if int64(w)*int64(h) > jpegdecode.MaxPixels {
-		return fmt.Errorf("%w: %dx%d is more than %d pixels", ErrTooLarge, w, h, jpegdecode.MaxPixels)
+	if int64(w)*int64(h) > jpeg.MaxPixels {
+		return fmt.Errorf("%w: %dx%d is more than %d pixels", ErrTooLarge, w, h, jpeg.MaxPixels)
 	}
 	return nil
 }
@@ -67,22 +63,21 @@ func checkPixels(w, h int) error {
 // decode returns src's pixels as packed RGB (stride w*3). owned is true when
 // pix was allocated for this call alone and may be handed to the caller;
 // otherwise it lives in s.
-func decode(src []byte, f format, ji *beton.JPEGInfo, s *Scratch) (pix []byte, w, h int, owned bool, err error) {
+func decode(src []byte, f format, ji *jpeg.Info, s *Scratch) (pix []byte, w, h int, owned bool, err error) {
 	switch f {
 	case formatJPEG:
 		switch ji.Color {
-		case beton.JPEGGray, beton.JPEGYCbCr, beton.JPEGRGB:
-			img, err := jpeg.DecodeIntoRGB(bytes.NewReader(src), &jpeg.DecoderOptions{})
+		case jpeg.Gray, jpeg.YCbCr, jpeg.RGB:
+			pix, w, h, err := jpeg.DecodeRGB(src, ji)
+			return pix, w, h, true, err
+		case jpeg.CMYK, jpeg.YCCK:
+			img, err := jpeg.DecodeCMYK(src, ji)
 			if err != nil {
-				return nil, 0, 0, false, fmt.Errorf("decoding JPEG: %w", err)
+				return nil, 0, 0, false, err
 			}
-			w, h := img.Rect.Dx(), img.Rect.Dy()
-			if w != ji.Width || h != ji.Height || img.Stride != w*3 || len(img.Pix) < w*h*3 {
-				return nil, 0, 0, false, fmt.Errorf("JPEG decoded to %dx%d, its header says %dx%d", w, h, ji.Width, ji.Height)
-			}
-			return img.Pix, w, h, true, nil
-		case beton.JPEGCMYK, beton.JPEGYCCK:
-			return decodeCMYKJPEG(src, ji, s)
+			s.pix = grow(s.pix, ji.Width*ji.Height*3)
+			toRGB(s.pix, img, false)
+			return s.pix, ji.Width, ji.Height, false, nil
 		}
 		return nil, 0, 0, false, fmt.Errorf("%w: JPEG with %d components", ErrFormat, ji.Components)
 	case formatPNG:
@@ -130,34 +125,6 @@ func decodeStd(src []byte, name string,
 	}
 	s.pix = grow(s.pix, w*h*3)
 	toRGB(s.pix, img, clip16)
-	return s.pix, w, h, false, nil
-}
-
-// decodeCMYKJPEG decodes a 4-component JPEG with the standard library, which
-// handles Adobe's inverted CMYK and YCCK, then converts as PIL does. PIL
-// assumes Adobe's conventions even without an Adobe segment; the standard
-// library refuses such files, so one is inserted.
-func decodeCMYKJPEG(src []byte, ji *beton.JPEGInfo, s *Scratch) ([]byte, int, int, bool, error) {
-	data := src
-	if !ji.Adobe {
-		adobe := []byte{0xFF, 0xEE, 0x00, 0x0E, 'A', 'd', 'o', 'b', 'e', 0x00, 0x64, 0x00, 0x00, 0x00, 0x00, 0x00}
-		data = make([]byte, 0, len(src)+len(adobe))
-		data = append(append(append(data, src[:2]...), adobe...), src[2:]...)
-	}
-	img, err := stdjpeg.Decode(bytes.NewReader(data))
-	if err != nil {
-		return nil, 0, 0, false, fmt.Errorf("decoding CMYK JPEG: %w", err)
-	}
-	b := img.Bounds()
-	w, h := b.Dx(), b.Dy()
-	if w != ji.Width || h != ji.Height {
-		return nil, 0, 0, false, fmt.Errorf("JPEG decoded to %dx%d, its header says %dx%d", w, h, ji.Width, ji.Height)
-	}
-	if _, ok := img.(*image.CMYK); !ok {
-		return nil, 0, 0, false, errors.New("4-component JPEG did not decode to CMYK")
-	}
-	s.pix = grow(s.pix, w*h*3)
-	toRGB(s.pix, img, false)
 	return s.pix, w, h, false, nil
 }
 

@@ -4,15 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"image"
 	"math"
 	"math/rand/v2"
 
 	"github.com/ffcvfs/ffcvfs/beton"
-	jpegdecode "github.com/ffcvfs/ffcvfs/pipeline/decode"
+	"github.com/ffcvfs/ffcvfs/jpeg"
 	"github.com/ffcvfs/ffcvfs/resize"
-	"github.com/pixiv/go-libjpeg/jpeg"
-	"github.com/pixiv/go-libjpeg/rgb"
 )
 
 // Write modes accepted in Options.Mode; they are the reference writer's.
@@ -61,7 +58,7 @@ type Options struct {
 	AlwaysEncode bool
 	// RestartInterval, when positive, stores every JPEG losslessly
 	// transcoded with restart markers about every RestartInterval MCUs
-	// (decode.AddRestarts: the divisor of the MCUs per row nearest it), so
+	// (jpeg.AddRestarts: the divisor of the MCUs per row nearest it), so
 	// that a crop is entropy-decoded only where it lies. The pixels are
 	// the source's; the bytes are not. 0 stores JPEGs as they are.
 	RestartInterval int
@@ -180,7 +177,7 @@ func Prepare(path string, src []byte, opts Options, rnd *rand.Rand, scratch *Scr
 	p, err = prepare(src, &opts, rnd, scratch)
 	if err == nil && p.JPEG && opts.RestartInterval > 0 {
 		var data []byte
-		if data, _, err = jpegdecode.AddRestarts(p.Data, opts.RestartInterval); err == nil {
+		if data, _, err = jpeg.AddRestarts(p.Data, opts.RestartInterval); err == nil {
 			p.Data, p.Verbatim = data, false
 		}
 	}
@@ -218,26 +215,21 @@ func prepare(src []byte, o *Options, rnd *rand.Rand, s *Scratch) (Prepared, erro
 	if f == formatUnknown {
 		return Prepared{}, fmt.Errorf("%w (content starts with % x)", ErrFormat, src[:min(len(src), 8)])
 	}
-	var ji beton.JPEGInfo
+	var ji jpeg.Info
 	if f == formatJPEG {
 		var err error
-		if ji, err = beton.ScanJPEG(src); err != nil {
+		if ji, err = jpeg.Scan(src); err != nil {
 			return Prepared{}, err
 		}
 		if err := checkPixels(ji.Width, ji.Height); err != nil {
 			return Prepared{}, err
 		}
 		// Keep the file when it can be stored as it is.
-		if (mode == WriteJPG || mode == WriteSmart) && !o.AlwaysEncode && verbatimOK(&ji) {
+		if (mode == WriteJPG || mode == WriteSmart) && !o.AlwaysEncode && ji.Portable() {
 			_, _, resized := ResizedSize(ji.Width, ji.Height, o.MaxResolution)
 			if !resized && (mode == WriteJPG || ji.Width*ji.Height*3 > o.SmartThreshold) {
-				cfg, err := jpeg.DecodeConfig(bytes.NewReader(src))
-				if err != nil {
-					return Prepared{}, fmt.Errorf("reading JPEG header: %w", err)
-				}
-				if cfg.Width != ji.Width || cfg.Height != ji.Height {
-					return Prepared{}, fmt.Errorf("JPEG header size %dx%d disagrees with libjpeg's %dx%d",
-						ji.Width, ji.Height, cfg.Width, cfg.Height)
+				if err := jpeg.CheckConfig(src, &ji); err != nil {
+					return Prepared{}, err
 				}
 				return Prepared{JPEG: true, Width: ji.Width, Height: ji.Height, Data: src, Verbatim: true}, nil
 			}
@@ -284,16 +276,8 @@ func prepare(src []byte, o *Options, rnd *rand.Rand, s *Scratch) (Prepared, erro
 		pix = s.rsz
 	}
 	s.enc.Reset()
-	img := &rgb.Image{Pix: pix[:nw*nh*3], Stride: nw * 3, Rect: image.Rect(0, 0, nw, nh)}
-	if err := jpeg.Encode(&s.enc, img, &jpeg.EncoderOptions{Quality: o.JPEGQuality}); err != nil {
-		return Prepared{}, fmt.Errorf("encoding JPEG: %w", err)
+	if err := jpeg.EncodeRGB(&s.enc, pix[:nw*nh*3], nw, nh, nw*3, o.JPEGQuality); err != nil {
+		return Prepared{}, err
 	}
 	return Prepared{JPEG: true, Width: nw, Height: nh, Data: bytes.Clone(s.enc.Bytes())}, nil
-}
-
-// verbatimOK reports whether the JPEG j can be stored as it is: 8-bit,
-// Huffman-coded DCT, grayscale or YCbCr, which every JPEG reader decodes to
-// the same RGB pixels libjpeg gives.
-func verbatimOK(j *beton.JPEGInfo) bool {
-	return j.Precision == 8 && j.HuffmanDCT() && (j.Color == beton.JPEGGray || j.Color == beton.JPEGYCbCr)
 }

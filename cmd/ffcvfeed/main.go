@@ -28,6 +28,7 @@ import (
 	"github.com/ffcvfs/ffcvfs/internal/cacheflags"
 	"github.com/ffcvfs/ffcvfs/internal/metrics"
 	"github.com/ffcvfs/ffcvfs/internal/version"
+	"github.com/ffcvfs/ffcvfs/jpeg"
 	"github.com/ffcvfs/ffcvfs/order"
 	"github.com/ffcvfs/ffcvfs/pagecache"
 	"github.com/ffcvfs/ffcvfs/peer"
@@ -640,7 +641,7 @@ func decodeBenchCommand() *cli.Command {
 			start := time.Now()
 			for w := 0; w < workers; w++ {
 				go func() {
-					d, err := decode.NewDecoder()
+					d, err := jpeg.NewDecoder()
 					if err != nil {
 						done <- err
 						return

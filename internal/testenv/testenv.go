@@ -10,9 +10,11 @@ package testenv
 import (
 	"compress/gzip"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -170,4 +172,54 @@ func gunzipTo(t testing.TB, path, out string) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Photo is one of the fixture photos: its path under imagefolder-small
+// (CLASS/NAME.jpg) and its bytes.
+type Photo struct {
+	Name string
+	Data []byte
+}
+
+// Photos returns n of the fixture photos of testdata/imagefolder-small,
+// spread over its classes (all of them for n ≤ 0), in name order.
+func Photos(t testing.TB, n int) []Photo {
+	t.Helper()
+	dir := Fixture(t, "imagefolder-small")
+	paths, err := filepath.Glob(filepath.Join(dir, "*", "*.jpg"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no JPEGs under %s (%v)", dir, err)
+	}
+	slices.Sort(paths)
+	if n > 0 && len(paths) > n {
+		step := len(paths) / n
+		pick := make([]string, n)
+		for i := range pick {
+			pick[i] = paths[i*step]
+		}
+		paths = pick
+	}
+	out := make([]Photo, len(paths))
+	for i, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = Photo{Name: filepath.Base(filepath.Dir(p)) + "/" + filepath.Base(p), Data: b}
+	}
+	return out
+}
+
+// PSNR is the peak signal-to-noise ratio of the bytes b against the
+// reference a, in dB (+Inf when they are equal).
+func PSNR(a, b []byte) float64 {
+	var se float64
+	for i := range a {
+		d := float64(a[i]) - float64(b[i])
+		se += d * d
+	}
+	if se == 0 {
+		return math.Inf(1)
+	}
+	return 10 * math.Log10(255*255*float64(len(a))/se)
 }

@@ -1,6 +1,10 @@
 package decode
 
 import (
+	"github.com/ffcvfs/ffcvfs/jpeg"
+
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
+
 	"bytes"
 	"image"
 	"image/color"
@@ -75,7 +79,7 @@ func TestFidelity(t *testing.T) {
 				t.Fatalf("%s: %v", f.name, err)
 			}
 			m := ChooseScale(cw, ch, 160, 160)
-			p := psnr(got, want)
+			p := testenv.PSNR(got, want)
 			if m == 8 && !bytes.Equal(got, want) {
 				t.Errorf("%s crop %d,%d %dx%d: at 8/8 the pixels differ from the reference", f.name, x, y, cw, ch)
 			}
@@ -88,7 +92,7 @@ func TestFidelity(t *testing.T) {
 			if err := p2.Apply(f.data, JPEG, w, h, op, rand.New(rand.NewPCG(seed, 3)), got); err != nil {
 				t.Fatalf("%s: %v", f.name, err)
 			}
-			add(&pow2, psnr(got, want))
+			add(&pow2, testenv.PSNR(got, want))
 		}
 	}
 	// Crops equal to the reference count as 99 dB in the means; the mean
@@ -129,7 +133,7 @@ func TestScaledWindowGeometry(t *testing.T) {
 		w, h := 1+rng.IntN(1000), 1+rng.IntN(1000)
 		x, y, cw, ch := RandomResizedCropParams(rng, w, h, DefaultScale, DefaultRatio)
 		for m := 1; m <= 8; m++ {
-			win := scaledWindow(x, y, cw, ch, w, h, m)
+			win := jpeg.ScaledWindow(x, y, cw, ch, w, h, m)
 			back := func(v float64) float64 { return v * 8 / float64(m) }
 			switch {
 			case math.Abs(back(float64(win.X0)+win.FX)-float64(x)) > eps,

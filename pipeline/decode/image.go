@@ -3,7 +3,48 @@ package decode
 import (
 	"fmt"
 	"math/rand/v2"
+
+	"github.com/ffcvfs/ffcvfs/jpeg"
+	"github.com/ffcvfs/ffcvfs/resize"
 )
+
+// Sentinel errors, package jpeg's: errors returned by this package wrap
+// one of them.
+var (
+	// ErrCorrupt marks an image that cannot be decoded.
+	ErrCorrupt = jpeg.ErrCorrupt
+	// ErrArgument marks a bad op, size or destination buffer.
+	ErrArgument = jpeg.ErrArgument
+)
+
+// Decoder applies Ops to stored images: a JPEG decoder (package jpeg) and
+// the resizer, with their scratch buffers, reused across calls. It is not
+// safe for concurrent use: give each goroutine its own.
+type Decoder struct {
+	j       *jpeg.Decoder
+	region  []byte // the decoded region, grown as needed
+	resizer resize.Resizer
+
+	// scale picks Apply's DCT scale; nil means ChooseScale. Tests set it
+	// to compare scale rules.
+	scale func(cw, ch, outW, outH int) int
+}
+
+// NewDecoder allocates a Decoder.
+func NewDecoder() (*Decoder, error) {
+	j, err := jpeg.NewDecoder()
+	if err != nil {
+		return nil, err
+	}
+	return &Decoder{j: j}, nil
+}
+
+// Close frees the JPEG decoder's C state. The Decoder must not be used
+// after.
+func (d *Decoder) Close() { d.j.Close() }
+
+// JPEG returns the decoder's JPEG decoder.
+func (d *Decoder) JPEG() *jpeg.Decoder { return d.j }
 
 // Kind selects the crop an Op takes.
 type Kind int
@@ -118,7 +159,7 @@ func (op Op) Crop(rng *rand.Rand, w, h int) (x, y, cw, ch int, flip bool) {
 // Apply transforms one image into dst, OutH×OutW×3 bytes (HWC RGB): it picks
 // the crop (Op.Crop), decodes only that region of a JPEG at the DCT scale
 // ChooseScale picks (at full size with Op.Exact), or takes it straight from
-// Raw pixels, and resizes the crop's exact window (scaledWindow) into dst,
+// Raw pixels, and resizes the crop's exact window (jpeg.ScaledWindow) into dst,
 // flipped when drawn. For JPEG, w and h may be 0, in which case
 // they are read from the header; for Raw they are required. rng may be nil
 // for a CenterCrop without random flips.
@@ -131,7 +172,7 @@ func (d *Decoder) Apply(src []byte, mode Mode, w, h int, op Op, rng *rand.Rand, 
 	}
 	if mode == JPEG && (w <= 0 || h <= 0) {
 		var err error
-		if w, h, err = d.Header(src); err != nil {
+		if w, h, err = d.j.Header(src); err != nil {
 			return fmt.Errorf("apply: %w", err)
 		}
 	}
@@ -141,8 +182,8 @@ func (d *Decoder) Apply(src []byte, mode Mode, w, h int, op Op, rng *rand.Rand, 
 	if op.Kind == Whole && (w != op.OutW || h != op.OutH) {
 		return fmt.Errorf("apply: a %dx%d image, decoded whole, cannot make %dx%d: %w", w, h, op.OutW, op.OutH, ErrArgument)
 	}
-	if mode == JPEG && op.LibjpegEntropy != d.libjpegEntropy {
-		d.UseLibjpegEntropy(op.LibjpegEntropy)
+	if mode == JPEG && op.LibjpegEntropy != d.j.LibjpegEntropy() {
+		d.j.UseLibjpegEntropy(op.LibjpegEntropy)
 	}
 	x, y, cw, ch, flip := op.Crop(rng, w, h)
 	if op.Kind == Whole {
@@ -166,17 +207,17 @@ func (d *Decoder) Apply(src []byte, mode Mode, w, h int, op Op, rng *rand.Rand, 
 		default:
 			m = ChooseScale(cw, ch, op.OutW, op.OutH)
 		}
-		win := scaledWindow(x, y, cw, ch, w, h, m)
+		win := jpeg.ScaledWindow(x, y, cw, ch, w, h, m)
 		// libjpeg's rows, decoded in place, are as wide as the scaled
 		// image at most.
 		if n := (w*m + 7) / 8 * 3 * win.H; cap(d.region) < n {
 			d.region = make([]byte, n)
 		}
-		r, err := d.decodeInPlace(src, x, y, cw, ch, m, d.region[:cap(d.region)], frame{w, h})
+		r, err := d.j.DecodeSample(src, x, y, cw, ch, m, d.region[:cap(d.region)], 0, jpeg.Size{W: w, H: h})
 		if err != nil {
 			return fmt.Errorf("apply: %w", err)
 		}
-		d.resizer.ResizeWindow(dst, op.OutW*3, op.OutW, op.OutH, d.region[r.off:], r.stride, r.w, r.h,
+		d.resizer.ResizeWindow(dst, op.OutW*3, op.OutW, op.OutH, d.region[r.Off:], r.Stride, r.W, r.H,
 			win.FX, win.FY, win.FW, win.FH, flip)
 		return nil
 	default:
@@ -195,12 +236,12 @@ func (d *Decoder) whole(src []byte, mode Mode, w, h int, flip bool, dst []byte) 
 		}
 		copy(dst[:w*h*3], src)
 	case JPEG:
-		r, err := d.decodeRegion(src, 0, 0, w, h, 8, dst[:w*h*3], row, frame{w, h})
+		r, err := d.j.DecodeSample(src, 0, 0, w, h, 8, dst[:w*h*3], row, jpeg.Size{W: w, H: h})
 		if err != nil {
 			return fmt.Errorf("apply: %w", err)
 		}
-		if r.w != w || r.h != h {
-			return fmt.Errorf("apply: the JPEG is %dx%d, its metadata says %dx%d: %w", r.w, r.h, w, h, ErrCorrupt)
+		if r.W != w || r.H != h {
+			return fmt.Errorf("apply: the JPEG is %dx%d, its metadata says %dx%d: %w", r.W, r.H, w, h, ErrCorrupt)
 		}
 	default:
 		return fmt.Errorf("apply: unknown mode %d: %w", mode, ErrArgument)

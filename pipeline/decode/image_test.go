@@ -1,6 +1,8 @@
 package decode
 
 import (
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
+
 	"bytes"
 	"math"
 	"math/rand/v2"
@@ -114,7 +116,7 @@ func TestApplyJPEG(t *testing.T) {
 			want := make([]byte, len(dst))
 			var r resize.Resizer
 			r.Resize(want, op.OutW*3, op.OutW, op.OutH, pix[y*stride+x*3:], stride, cw, ch, flip)
-			p := psnr(dst, want)
+			p := testenv.PSNR(dst, want)
 			worst = min(worst, p)
 			sum += p
 			n++

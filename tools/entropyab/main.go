@@ -20,6 +20,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/ffcvfs/ffcvfs/jpeg"
 	"github.com/ffcvfs/ffcvfs/pipeline/decode"
 )
 
@@ -55,7 +56,7 @@ func run(folder string, n, rounds int) error {
 		if err != nil {
 			return err
 		}
-		r, _, err := decode.AddRestarts(b, 4)
+		r, _, err := jpeg.AddRestarts(b, 4)
 		if err != nil {
 			return fmt.Errorf("%s: %w", p, err)
 		}
@@ -67,6 +68,7 @@ func run(folder string, n, rounds int) error {
 		return err
 	}
 	defer d.Close()
+	j := d.JPEG()
 	op := decode.Op{Kind: decode.RandomResizedCrop, OutW: 160, OutH: 160, FlipProb: 0.5}
 	dst := make([]byte, op.OutW*op.OutH*3)
 	var full []byte
@@ -74,7 +76,7 @@ func run(folder string, n, rounds int) error {
 	for round := range rounds {
 		var t [3][2]time.Duration // full, crop, crop from intervals × libjpeg's, ffcvfeed's
 		for i := range plain {
-			w, h, err := d.Header(plain[i])
+			w, h, err := j.Header(plain[i])
 			if err != nil {
 				return fmt.Errorf("%s: %w", paths[i], err)
 			}
@@ -84,28 +86,28 @@ func run(folder string, n, rounds int) error {
 			seed := uint64(round)<<32 | uint64(i)
 			for k := range 2 {
 				lib := (k+i+round)%2 == 0 // who goes first alternates
-				j := 1
+				which := 1
 				if lib {
-					j = 0
+					which = 0
 				}
-				d.UseLibjpegEntropy(lib)
+				j.UseLibjpegEntropy(lib)
 				o := op
 				o.LibjpegEntropy = lib
 				s := time.Now()
-				if _, _, err := d.DecodeRegion(plain[i], 0, 0, w, h, 8, full, w*3); err != nil {
+				if _, _, err := j.DecodeRegion(plain[i], 0, 0, w, h, 8, full, w*3); err != nil {
 					return fmt.Errorf("%s: %w", paths[i], err)
 				}
-				t[0][j] += time.Since(s)
+				t[0][which] += time.Since(s)
 				s = time.Now()
 				if err := d.Apply(plain[i], decode.JPEG, w, h, o, rand.New(rand.NewPCG(seed, 1)), dst); err != nil {
 					return fmt.Errorf("%s: %w", paths[i], err)
 				}
-				t[1][j] += time.Since(s)
+				t[1][which] += time.Since(s)
 				s = time.Now()
 				if err := d.Apply(rst[i], decode.JPEG, w, h, o, rand.New(rand.NewPCG(seed, 1)), dst); err != nil {
 					return fmt.Errorf("%s with restart intervals: %w", paths[i], err)
 				}
-				t[2][j] += time.Since(s)
+				t[2][which] += time.Since(s)
 			}
 		}
 		us := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(len(plain)) }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/beton/imagefolder"
+	"github.com/ffcvfs/ffcvfs/jpeg"
 )
 
 func main() {
@@ -35,8 +36,8 @@ func write(out string, n, classes int) error {
 	if err != nil {
 		return err
 	}
-	// A JPEG's start and end markers: enough for a name and a size.
-	img := []byte{0xff, 0xd8, 0xff, 0xd9}
+	// Enough for a name and a size.
+	img := jpeg.Stub()
 	for i := range n {
 		err := w.WriteSample([]beton.Value{
 			{Mode: beton.ModeJPEG, Width: 1, Height: 1, Data: img},

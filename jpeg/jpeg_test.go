@@ -1,12 +1,10 @@
-package decode
+package jpeg
 
 import (
 	"bytes"
 	"errors"
 	"math"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"sort"
 	"testing"
 
@@ -31,33 +29,12 @@ func newDecoder(t testing.TB) *Decoder {
 	return d
 }
 
+// loadFixtures returns n of the fixture photos (all for n ≤ 0).
 func loadFixtures(t testing.TB, n int) []fixture {
 	t.Helper()
-	dir := testenv.Fixture(t, "imagefolder-small")
-	paths, err := filepath.Glob(filepath.Join(dir, "*", "*.jpg"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sort.Strings(paths)
-	if len(paths) == 0 {
-		testenv.Missing(t, "no JPEGs under %s", dir)
-	}
-	if n > 0 && len(paths) > n {
-		// Spread the pick over all classes.
-		step := len(paths) / n
-		var pick []string
-		for i := 0; i < n; i++ {
-			pick = append(pick, paths[i*step])
-		}
-		paths = pick
-	}
 	var fs []fixture
-	for _, p := range paths {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fs = append(fs, fixture{name: filepath.Base(filepath.Dir(p)) + "/" + filepath.Base(p), data: b})
+	for _, p := range testenv.Photos(t, n) {
+		fs = append(fs, fixture{p.Name, p.Data})
 	}
 	return fs
 }
@@ -171,18 +148,6 @@ func areaDown(pix []byte, stride, w, h int, r region, denom int) (out []byte, ow
 	return out, ow, oh
 }
 
-func psnr(a, b []byte) float64 {
-	var se float64
-	for i := range a {
-		d := float64(a[i]) - float64(b[i])
-		se += d * d
-	}
-	if se == 0 {
-		return math.Inf(1)
-	}
-	return 10 * math.Log10(255*255*float64(len(a))/se)
-}
-
 // TestDecodeRegionScaled compares DCT-scaled regions with a full decode
 // averaged over denom×denom blocks. The two are different filters (libjpeg
 // scales each 8×8 block with a reduced-size IDCT, and chroma is upsampled
@@ -214,7 +179,7 @@ func TestDecodeRegionScaled(t *testing.T) {
 				if gw != ow || gh != oh {
 					t.Fatalf("%s %+v /%d: output %dx%d, want %dx%d", f.name, r, denom, gw, gh, ow, oh)
 				}
-				p := min(psnr(got, want), 99)
+				p := min(testenv.PSNR(got, want), 99)
 				if p < minPSNR[denom] {
 					t.Errorf("%s %+v /%d: PSNR %.1f dB < %.0f", f.name, r, denom, p, minPSNR[denom])
 				}
@@ -347,7 +312,7 @@ func TestDecodeRegionCropExact(t *testing.T) {
 				t.Fatalf("%s at %d/8: %dx%d, %v; want %dx%d", f.name, m, gw, gh, err, sw, sh)
 			}
 			for _, r := range testRegions(rng, w, h, 8) {
-				win := scaledWindow(r.x, r.y, r.w, r.h, w, h, m)
+				win := ScaledWindow(r.x, r.y, r.w, r.h, w, h, m)
 				got := make([]byte, win.W*win.H*3)
 				gw, gh, err := d.DecodeRegion(f.data, r.x, r.y, r.w, r.h, m, got, win.W*3)
 				if err != nil {

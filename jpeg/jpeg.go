@@ -1,4 +1,4 @@
-package decode
+package jpeg
 
 /*
 #cgo CFLAGS: -O3 -Wno-psabi
@@ -16,17 +16,15 @@ import (
 	"runtime"
 	"sync"
 	"unsafe"
-
-	"github.com/ffcvfs/ffcvfs/resize"
 )
 
 // Sentinel errors. Errors returned by this package wrap one of them.
 var (
 	// ErrCorrupt marks input that libjpeg could not decode: bad markers,
 	// truncated or damaged entropy-coded data, unsupported color spaces.
-	ErrCorrupt = errors.New("decode: corrupt or unsupported JPEG")
+	ErrCorrupt = errors.New("jpeg: corrupt or unsupported JPEG")
 	// ErrArgument marks a bad region, scale or destination buffer.
-	ErrArgument = errors.New("decode: invalid argument")
+	ErrArgument = errors.New("jpeg: invalid argument")
 )
 
 // Decoder decodes JPEG regions with a libjpeg decompressor allocated in C
@@ -39,9 +37,6 @@ type Decoder struct {
 	c       *C.ffj_decoder
 	cleanup runtime.Cleanup
 
-	// Scratch for Apply, grown as needed and reused.
-	region  []byte
-	resizer resize.Resizer
 	// The restart intervals of the last JPEG and the JPEG made of those a
 	// region needs (restart.go).
 	rst intervals
@@ -51,17 +46,13 @@ type Decoder struct {
 	noRestarts bool
 	// libjpegEntropy is what UseLibjpegEntropy last set.
 	libjpegEntropy bool
-
-	// scale picks Apply's DCT scale; nil means ChooseScale. Tests set it
-	// to compare scale rules.
-	scale func(cw, ch, outW, outH int) int
 }
 
 // NewDecoder allocates a Decoder.
 func NewDecoder() (*Decoder, error) {
 	c := C.ffj_new()
 	if c == nil {
-		return nil, errors.New("decode: cannot allocate libjpeg decompressor")
+		return nil, errors.New("jpeg: cannot allocate libjpeg decompressor")
 	}
 	d := &Decoder{c: c}
 	d.cleanup = runtime.AddCleanup(d, func(c *C.ffj_decoder) { C.ffj_free(c) }, c)
@@ -114,6 +105,9 @@ func (d *Decoder) UseLibjpegEntropy(on bool) {
 	d.libjpegEntropy = on
 	C.ffj_use_libjpeg_entropy(d.c, cBool(on))
 }
+
+// LibjpegEntropy reports what UseLibjpegEntropy last set.
+func (d *Decoder) LibjpegEntropy() bool { return d.libjpegEntropy }
 
 // entropyHooked reports whether the last decode was entropy-decoded by
 // huff.c's decoder.
@@ -180,43 +174,46 @@ func (d *Decoder) DecodeRegion(src []byte, x, y, w, h int, m int, dst []byte, ds
 	if dstStride <= 0 {
 		return 0, 0, fmt.Errorf("decode region: stride %d: %w", dstStride, ErrArgument)
 	}
-	r, err := d.decodeRegion(src, x, y, w, h, m, dst, dstStride, frame{})
-	return r.w, r.h, err
+	r, err := d.decodeRegion(src, x, y, w, h, m, dst, dstStride, Size{})
+	return r.W, r.H, err
 }
 
 // MaxPixels bounds the images decoded or written: PIL's limit, above which
 // it raises DecompressionBombError (2 × Image.MAX_IMAGE_PIXELS). A JPEG
-// whose frame header says more is a corrupt sample, refused before any
+// whose frame header says more is a corrupt image, refused before any
 // memory is given to it.
 const MaxPixels = 2 * (1024 * 1024 * 1024 / 4 / 3)
 
-// frame is the size a JPEG's frame header must say: a sample's size in
-// its beton's metadata. The zero frame takes any size.
-type frame struct{ w, h int }
+// Size is the size a JPEG's frame header must say (a stored sample's
+// size in its beton's metadata); the zero Size takes any.
+type Size struct{ W, H int }
 
-// placed says where decodeRegion put a w×h region: its first pixel at
-// dst[off:], its rows stride bytes apart.
-type placed struct {
-	w, h, off, stride int
+// Region says where a decoded W×H region lies: its first pixel at
+// dst[Off:], its rows Stride bytes apart.
+type Region struct {
+	W, H, Off, Stride int
 }
 
-// decodeInPlace is DecodeRegion letting libjpeg write its rows into dst
-// as they come, without copying them: the region starts off bytes into
-// dst and its rows lie stride bytes apart, where stride is at most the
-// scaled image's row, (imageW·m+7)/8·3 bytes. dst must hold that many
-// bytes for each of the region's rows.
-func (d *Decoder) decodeInPlace(src []byte, x, y, w, h int, m int, dst []byte, f frame) (placed, error) {
-	return d.decodeRegion(src, x, y, w, h, m, dst, 0, f)
+// DecodeSample decodes a region as DecodeRegion does, of a stored image
+// whose frame header must say want (a mismatch, like an image of more than
+// MaxPixels, is an error wrapping ErrCorrupt, found before libjpeg
+// allocates anything). With dstStride 0, libjpeg writes its rows into dst
+// as they come, without copying them: the region then starts Off bytes
+// into dst and its rows lie Stride bytes apart, at most the scaled
+// image's row, (imageW·m+7)/8·3 bytes; dst must hold that many bytes for
+// each of the region's rows.
+func (d *Decoder) DecodeSample(src []byte, x, y, w, h, m int, dst []byte, dstStride int, want Size) (Region, error) {
+	return d.decodeRegion(src, x, y, w, h, m, dst, dstStride, want)
 }
 
 // decodeRegion decodes as DecodeRegion does; the image's frame header
 // must say f (unless f is zero) and at most MaxPixels.
-func (d *Decoder) decodeRegion(src []byte, x, y, w, h int, m int, dst []byte, dstStride int, f frame) (placed, error) {
+func (d *Decoder) decodeRegion(src []byte, x, y, w, h int, m int, dst []byte, dstStride int, f Size) (Region, error) {
 	if d.c == nil {
-		return placed{}, fmt.Errorf("decode region: decoder closed: %w", ErrArgument)
+		return Region{}, fmt.Errorf("decode region: decoder closed: %w", ErrArgument)
 	}
 	if dstStride < 0 || x > maxCInt || y > maxCInt || w > maxCInt || h > maxCInt || dstStride > maxCInt {
-		return placed{}, fmt.Errorf("decode region: bad region or stride: %w", ErrArgument)
+		return Region{}, fmt.Errorf("decode region: bad region or stride: %w", ErrArgument)
 	}
 	if !d.noRestarts {
 		if sub, ox, oy, ok := d.restartCrop(src, x, y, w, h, m, f); ok {
@@ -226,13 +223,13 @@ func (d *Decoder) decodeRegion(src []byte, x, y, w, h int, m int, dst []byte, ds
 	var out C.ffj_region
 	rc := C.ffj_decode_region(d.c, bytesPtr(src), C.size_t(len(src)),
 		C.int(x), C.int(y), C.int(w), C.int(h), C.int(m),
-		bytesPtr(dst), C.size_t(len(dst)), C.int(dstStride), C.int(f.w), C.int(f.h), C.longlong(MaxPixels), &out)
+		bytesPtr(dst), C.size_t(len(dst)), C.int(dstStride), C.int(f.W), C.int(f.H), C.longlong(MaxPixels), &out)
 	runtime.KeepAlive(src)
 	runtime.KeepAlive(dst)
 	if rc != C.FFJ_OK {
-		return placed{}, d.err("decode region", rc)
+		return Region{}, d.err("decode region", rc)
 	}
-	return placed{int(out.w), int(out.h), int(out.off), int(out.stride)}, nil
+	return Region{int(out.w), int(out.h), int(out.off), int(out.stride)}, nil
 }
 
 const maxCInt = 1<<31 - 1
@@ -249,7 +246,7 @@ func withDecoder[T any](f func(d *Decoder) (T, T, error)) (T, T, error) {
 	v := decoderPool.Get()
 	if v == nil {
 		var zero T
-		return zero, zero, errors.New("decode: cannot allocate libjpeg decompressor")
+		return zero, zero, errors.New("jpeg: cannot allocate libjpeg decompressor")
 	}
 	d := v.(*Decoder)
 	a, b, err := f(d)

@@ -1,4 +1,4 @@
-package decode
+package jpeg
 
 /*
 #include <stdlib.h>
@@ -95,64 +95,24 @@ func restartIndex(src []byte, x *intervals) bool {
 // intervals.
 func restartHeader(src []byte, x *intervals) bool {
 	x.k, x.sof = 0, 0
-	if len(src) < 4 || src[0] != 0xFF || src[1] != 0xD8 {
+	j, err := parseHeader(src)
+	// Baseline or extended sequential, with restart markers, its one
+	// scan holding every component.
+	if err != nil || j.SOF != 0xC0 && j.SOF != 0xC1 || j.Restart == 0 ||
+		j.Components > len(x.hs) || j.ScanComps != j.Components {
 		return false
 	}
-	var hMax, vMax, comps int
-	pos := 2
-	for {
-		if pos+4 > len(src) || src[pos] != 0xFF {
+	x.width, x.height, x.comps = j.Width, j.Height, j.Components
+	x.hMax, x.vMax = 0, 0
+	for c := range j.Components {
+		x.hs[c], x.vs[c] = j.Comps[c].H, j.Comps[c].V
+		if x.hs[c] == 0 || x.vs[c] == 0 {
 			return false
 		}
-		m := src[pos+1]
-		if m == 0xFF { // fill byte
-			pos++
-			continue
-		}
-		n := int(binary.BigEndian.Uint16(src[pos+2:]))
-		if n < 2 || pos+2+n > len(src) {
-			return false
-		}
-		seg := src[pos+4 : pos+2+n]
-		switch {
-		case m == 0xC0 || m == 0xC1: // baseline, extended sequential
-			if len(seg) < 6 {
-				return false
-			}
-			x.sof = pos + 5
-			x.height = int(binary.BigEndian.Uint16(seg[1:]))
-			x.width = int(binary.BigEndian.Uint16(seg[3:]))
-			comps = int(seg[5])
-			if comps < 1 || comps > len(x.hs) || len(seg) < 6+3*comps || x.width == 0 || x.height == 0 {
-				return false
-			}
-			for c := range comps {
-				f := seg[6+3*c+1]
-				x.hs[c], x.vs[c] = int(f>>4), int(f&15)
-				if x.hs[c] == 0 || x.vs[c] == 0 {
-					return false
-				}
-				hMax, vMax = max(hMax, x.hs[c]), max(vMax, x.vs[c])
-			}
-			x.comps, x.hMax, x.vMax = comps, hMax, vMax
-		case m >= 0xC2 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC:
-			return false // progressive, lossless, arithmetic
-		case m == 0xDD: // DRI
-			if len(seg) < 2 {
-				return false
-			}
-			x.k = int(binary.BigEndian.Uint16(seg))
-		case m == 0xDA: // SOS
-			if x.sof == 0 || x.k == 0 || len(seg) < 1 || int(seg[0]) != comps || hMax == 0 || vMax == 0 {
-				return false
-			}
-			x.scan = pos + 2 + n
-			return x.geometry()
-		case m == 0xD9 || m >= 0xD0 && m <= 0xD7:
-			return false
-		}
-		pos += 2 + n
+		x.hMax, x.vMax = max(x.hMax, x.hs[c]), max(x.vMax, x.vs[c])
 	}
+	x.k, x.sof, x.scan = j.Restart, j.SOFAt, j.ScanAt
+	return x.geometry()
 }
 
 // geometry sets x's MCU size and counts from its frame, and reports
@@ -256,14 +216,14 @@ func (x *intervals) margins(m int) (mx, my int) {
 // needs, and its origin; ok is false when src has no usable restart
 // intervals or the region needs most of what a region decode of src would
 // decode anyway.
-func (d *Decoder) restartCrop(src []byte, x, y, w, h, m int, f frame) (sub []byte, ox, oy int, ok bool) {
+func (d *Decoder) restartCrop(src []byte, x, y, w, h, m int, f Size) (sub []byte, ox, oy int, ok bool) {
 	ix := &d.rst
 	if !restartHeader(src, ix) {
 		return nil, 0, 0, false
 	}
 	// A frame of another size, or too large, is refused on the whole
 	// JPEG's way, where libjpeg reads the same header.
-	if f != (frame{}) && (ix.width != f.w || ix.height != f.h) || int64(ix.width)*int64(ix.height) > MaxPixels {
+	if f != (Size{}) && (ix.width != f.W || ix.height != f.H) || int64(ix.width)*int64(ix.height) > MaxPixels {
 		return nil, 0, 0, false
 	}
 	mx, my := ix.margins(m)

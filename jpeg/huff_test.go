@@ -1,4 +1,4 @@
-package decode
+package jpeg
 
 import (
 	"bytes"
@@ -90,7 +90,7 @@ func TestEntropyMatchesLibjpeg(t *testing.T) {
 			rs = append(rs[:1], rs[len(rs)-5:]...) // whole, an edge, three anywhere
 			for m := 1; m <= 8; m++ {
 				for _, r := range rs {
-					win := scaledWindow(r.x, r.y, r.w, r.h, w, h, m)
+					win := ScaledWindow(r.x, r.y, r.w, r.h, w, h, m)
 					for _, whole := range []bool{true, false} {
 						if whole && i == 0 {
 							continue // the plain JPEG has no intervals: one path
@@ -200,7 +200,7 @@ func agree(t *testing.T, ours, theirs *Decoder, b []byte, x, y, cw, ch, m int) (
 	if x+cw > w || y+ch > h {
 		x, y, cw, ch = 0, 0, w, h
 	}
-	win := scaledWindow(x, y, cw, ch, w, h, m)
+	win := ScaledWindow(x, y, cw, ch, w, h, m)
 	for _, whole := range []bool{true, false} {
 		ours.noRestarts, theirs.noRestarts = whole, whole
 		want := make([]byte, win.W*win.H*3)

@@ -1,4 +1,4 @@
-package decode
+package jpeg
 
 import (
 	"bytes"
@@ -73,14 +73,14 @@ func TestRestartCropExact(t *testing.T) {
 			w, h, _ := d.Header(rst)
 			for m := 1; m <= 8; m++ {
 				for _, r := range testRegions(rng, w, h, 6) {
-					win := scaledWindow(r.x, r.y, r.w, r.h, w, h, m)
+					win := ScaledWindow(r.x, r.y, r.w, r.h, w, h, m)
 					want := make([]byte, win.W*win.H*3)
 					d.noRestarts = true
 					if _, _, err := d.DecodeRegion(rst, r.x, r.y, r.w, r.h, m, want, win.W*3); err != nil {
 						t.Fatal(err)
 					}
 					d.noRestarts = false
-					if _, _, _, ok := d.restartCrop(rst, r.x, r.y, r.w, r.h, m, frame{}); ok {
+					if _, _, _, ok := d.restartCrop(rst, r.x, r.y, r.w, r.h, m, Size{}); ok {
 						used++
 					}
 					got := make([]byte, win.W*win.H*3)
@@ -222,10 +222,10 @@ func BenchmarkRestartIndex(b *testing.B) {
 }
 
 // TestDecodeInPlace: a region libjpeg writes into the buffer as it decodes
-// (decodeInPlace, what Apply uses) holds the same pixels as DecodeRegion's
-// rows placed at a caller's stride, for every sampling layout, with and
-// without restart intervals, at every scale, in a buffer of the size
-// decodeInPlace promises is enough.
+// (DecodeSample with stride 0, what package decode's Apply uses) holds the
+// same pixels as DecodeRegion's rows placed at a caller's stride, for every
+// sampling layout, with and without restart intervals, at every scale, in
+// a buffer of the size DecodeSample promises is enough.
 func TestDecodeInPlace(t *testing.T) {
 	d := newDecoder(t)
 	rng := rand.New(rand.NewPCG(15, 16))
@@ -241,21 +241,21 @@ func TestDecodeInPlace(t *testing.T) {
 			}
 			for m := 1; m <= 8; m++ {
 				for _, r := range testRegions(rng, w, h, 4) {
-					win := scaledWindow(r.x, r.y, r.w, r.h, w, h, m)
+					win := ScaledWindow(r.x, r.y, r.w, r.h, w, h, m)
 					want := make([]byte, win.W*win.H*3)
 					if _, _, err := d.DecodeRegion(src, r.x, r.y, r.w, r.h, m, want, win.W*3); err != nil {
 						t.Fatal(err)
 					}
 					buf := make([]byte, (w*m+7)/8*3*win.H)
-					p, err := d.decodeInPlace(src, r.x, r.y, r.w, r.h, m, buf, frame{})
+					p, err := d.DecodeSample(src, r.x, r.y, r.w, r.h, m, buf, 0, Size{})
 					if err != nil {
 						t.Fatalf("%s %+v at %d/8: %v", f.name, r, m, err)
 					}
-					if p.w != win.W || p.h != win.H || p.stride < p.w*3 || p.off+(p.h-1)*p.stride+p.w*3 > len(buf) {
+					if p.W != win.W || p.H != win.H || p.Stride < p.W*3 || p.Off+(p.H-1)*p.Stride+p.W*3 > len(buf) {
 						t.Fatalf("%s %+v at %d/8: placed %+v in %d bytes, want %dx%d", f.name, r, m, p, len(buf), win.W, win.H)
 					}
-					for y := 0; y < p.h; y++ {
-						row := buf[p.off+y*p.stride:][:p.w*3]
+					for y := 0; y < p.H; y++ {
+						row := buf[p.Off+y*p.Stride:][:p.W*3]
 						if !bytes.Equal(row, want[y*win.W*3:][:win.W*3]) {
 							t.Fatalf("%s %+v at %d/8: row %d decoded in place differs from DecodeRegion's", f.name, r, m, y)
 						}

@@ -1,6 +1,8 @@
-package decode
+package jpeg
 
 import (
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
+
 	"bytes"
 	"fmt"
 	"testing"
@@ -32,7 +34,7 @@ func TestIDCTMatchesLibjpeg(t *testing.T) {
 			if _, _, err := theirs.DecodeRegion(f.data, 0, 0, w, h, m, b, w*3); err != nil {
 				t.Fatalf("%s at %d/8 (libjpeg's IDCT): %v", f.name, m, err)
 			}
-			p := min(99, psnr(a[:ow*oh*3], b[:ow*oh*3]))
+			p := min(99, testenv.PSNR(a[:ow*oh*3], b[:ow*oh*3]))
 			worst = min(worst, p)
 			sum += p
 		}
