@@ -35,7 +35,7 @@
 // requests by opcode (countingFS). Folders are listed with READDIR, not
 // READDIRPLUS, so a listing of a million files makes no inode for each.
 //
-// The requests are read and answered by Server, not go-fuse's fuse.Server:
+// The requests are read and answered by transport.Server, not go-fuse's fuse.Server:
 // it waits for requests in the netpoller and reads and writes /dev/fuse
 // with raw system calls, which costs the Go runtime no thread hand-off per
 // request (see Server for why and by how much).

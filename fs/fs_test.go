@@ -22,6 +22,7 @@ import (
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/control"
+	"github.com/ffcvfs/ffcvfs/fs/transport"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 	"github.com/ffcvfs/ffcvfs/pagecache"
 	"github.com/ffcvfs/ffcvfs/storage"
@@ -37,7 +38,7 @@ func testMount(t *testing.T, path string, opts Options) (string, *View) {
 // testMountPages is testMount with a cache of the given number of pages.
 func testMountPages(t *testing.T, path string, opts Options, pages int64) (string, *View) {
 	t.Helper()
-	if err := CheckFUSE(); err != nil {
+	if err := transport.CheckFUSE(); err != nil {
 		testenv.Missing(t, "FUSE: %v", err)
 	}
 	v, err := testView(t, path, opts, pages)
@@ -474,17 +475,17 @@ func TestClassNames(t *testing.T) {
 func TestMountpointChecks(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "x"), nil, 0o644)
-	if err := CheckMountpoint(dir); err == nil || !strings.Contains(err.Error(), "not empty") {
+	if err := transport.CheckMountpoint(dir); err == nil || !strings.Contains(err.Error(), "not empty") {
 		t.Errorf("non-empty: %v", err)
 	}
-	if err := CheckMountpoint(filepath.Join(dir, "missing")); err == nil || !strings.Contains(err.Error(), "does not exist") {
+	if err := transport.CheckMountpoint(filepath.Join(dir, "missing")); err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("missing: %v", err)
 	}
-	if err := CheckMountpoint(filepath.Join(dir, "x")); err == nil || !strings.Contains(err.Error(), "not a folder") {
+	if err := transport.CheckMountpoint(filepath.Join(dir, "x")); err == nil || !strings.Contains(err.Error(), "not a folder") {
 		t.Errorf("file: %v", err)
 	}
 	mnt, _ := testMount(t, fixture(t, "imagefolder-jpg.beton"), Options{})
-	if err := CheckMountpoint(mnt); err == nil || !strings.Contains(err.Error(), "already a mountpoint") {
+	if err := transport.CheckMountpoint(mnt); err == nil || !strings.Contains(err.Error(), "already a mountpoint") {
 		t.Errorf("mounted: %v", err)
 	}
 }

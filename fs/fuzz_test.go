@@ -16,6 +16,7 @@ import (
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/control"
+	"github.com/ffcvfs/ffcvfs/fs/transport"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 	"github.com/ffcvfs/ffcvfs/pagecache"
 	"github.com/ffcvfs/ffcvfs/storage"
@@ -73,7 +74,7 @@ func FuzzMountedBeton(f *testing.F) {
 // refused, and reads it whole, checking what FuzzMountedBeton promises.
 func mountAndReadAll(t *testing.T, data []byte) {
 	t.Helper()
-	if err := CheckFUSE(); err != nil {
+	if err := transport.CheckFUSE(); err != nil {
 		testenv.Missing(t, "FUSE: %v", err)
 	}
 	path := filepath.Join(t.TempDir(), "mutant.beton")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/fs"
+	"github.com/ffcvfs/ffcvfs/fs/transport"
 	"github.com/ffcvfs/ffcvfs/internal/bytesize"
 	"github.com/ffcvfs/ffcvfs/internal/cacheflags"
 	"github.com/ffcvfs/ffcvfs/internal/metrics"
@@ -114,7 +115,7 @@ Examples:
 // mountProcs is the mount's GOMAXPROCS unless the environment sets one:
 // 1 for a file, and for network storage one per 8 cores, from 1 to 8.
 // With more than one P the runtime wakes a spare thread for the requests
-// the netpoller hands over (fs.Server), more thread switches per request:
+// the netpoller hands over (transport.Server), more thread switches per request:
 // a file's FUSE requests cost least on one. Random reads from network
 // storage cost about a GET of CPU per image, so one core caps them at a
 // few thousand images a second; a node with many cores can feed more, and
@@ -170,10 +171,10 @@ func runMount(c *cli.Context) error {
 			return usageError("%v", err)
 		}
 	}
-	if err := fs.CheckFUSE(); err != nil {
+	if err := transport.CheckFUSE(); err != nil {
 		return cli.Exit(err.Error(), 1)
 	}
-	if err := fs.CheckMountpoint(mnt); err != nil {
+	if err := transport.CheckMountpoint(mnt); err != nil {
 		return cli.Exit(err.Error(), 1)
 	}
 	compat, err := fs.ParseCompat(c.String("fuse-compat"))
@@ -328,9 +329,9 @@ whose process was killed.`,
 			if err := needArgs(c, "MOUNTPOINT"); err != nil {
 				return err
 			}
-			unmount := fs.Unmount
+			unmount := transport.Unmount
 			if c.Bool("lazy") {
-				unmount = fs.UnmountLazy
+				unmount = transport.UnmountLazy
 			}
 			if err := unmount(c.Args().First()); err != nil {
 				return cli.Exit(err.Error(), 1)
@@ -346,7 +347,7 @@ whose process was killed.`,
 // the cache and from storage, until they are closed, for at most grace.
 // Then the connection is aborted: their reads fail with ENOTCONN, and the
 // server ends. A second signal ends the process at once.
-func stopOnSignal(sigs <-chan os.Signal, srv *fs.Server, source storage.Source, mnt string, grace time.Duration) {
+func stopOnSignal(sigs <-chan os.Signal, srv *transport.Server, source storage.Source, mnt string, grace time.Duration) {
 	sig := <-sigs
 	slog.Info("unmounting", "signal", sig.String(), "mountpoint", mnt)
 	err := srv.Unmount()
@@ -354,7 +355,7 @@ func stopOnSignal(sigs <-chan os.Signal, srv *fs.Server, source storage.Source, 
 		return
 	}
 	slog.Warn("files of the mount are still open: detached it, and serving them until they are closed", "grace", grace, "err", err)
-	if err := fs.UnmountLazy(mnt); err != nil {
+	if err := transport.UnmountLazy(mnt); err != nil {
 		slog.Error("detaching the mount failed", "err", err)
 	}
 	served := make(chan struct{})

@@ -1,4 +1,4 @@
-package fs
+package transport
 
 import (
 	"encoding/binary"
@@ -19,7 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Server serves a View's FUSE connection.
+// Server serves a FUSE connection: the requests of the file system mounted at its folder.
 //
 // It is written here rather than taken from go-fuse's fuse.Server because
 // of what a request costs on a machine whose cores decode images. A
@@ -86,8 +86,8 @@ func fuseMaxWrite() int {
 	return pages * os.Getpagesize()
 }
 
-// serve mounts dir with mo, answers INIT, and starts serving raw.
-func serve(dir string, raw fuse.RawFileSystem, mo fuse.MountOptions) (*Server, error) {
+// Serve mounts dir with mo, answers INIT, and starts serving raw.
+func Serve(dir string, raw fuse.RawFileSystem, mo fuse.MountOptions) (*Server, error) {
 	if mo.Logger == nil {
 		mo.Logger = log.Default()
 	}
@@ -290,11 +290,11 @@ func (s *Server) answer(req, out []byte) error {
 	return nil
 }
 
-// invalidate tells the kernel to drop its cached copy of bytes [off,
+// Invalidate tells the kernel to drop its cached copy of bytes [off,
 // off+size) of inode ino (size 0: to the end), and its attributes. An
 // error means the kernel no longer knows the inode, so holds nothing of it,
 // or the mount is gone.
-func (s *Server) invalidate(ino uint64, off, size int64) error {
+func (s *Server) Invalidate(ino uint64, off, size int64) error {
 	if !s.notifies {
 		return syscall.ENOSYS
 	}
