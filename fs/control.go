@@ -65,7 +65,7 @@ func (n *ctlNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		return v.snapshot(ctx, &n.Inode, out, v.statsJSON)
 	case control.AnnounceFile:
 		ino = inoAnnounce
-		v.linkAttr(&out.Attr, ino, v.announcer.path)
+		v.linkAttr(&out.Attr, ino, v.announcer.Path())
 		node = &announceLink{v: v}
 	case control.OrdersDir:
 		ino = inoOrders
@@ -181,7 +181,7 @@ func (v *View) viewStats() control.Stats {
 	s.Reads.JPG, s.Reads.JPGBytes = v.reads.jpg.Load(), v.reads.jpgBytes.Load()
 	s.Reads.PPM, s.Reads.PPMBytes = v.reads.ppm.Load(), v.reads.ppmBytes.Load()
 	s.Reads.Beton, s.Reads.BetonBytes = v.reads.beton.Load(), v.reads.betonBytes.Load()
-	s.Reads.Errors = v.reads.errors.Load()
+	s.Reads.Errors = v.reads.errors.Load() + v.announcer.Errors()
 	s.FUSE.Requests = v.requests.Map()
 	s.FUSE.KernelProtocol = v.protocol
 	s.FUSE.NoOpen = v.noOpen.Load()
@@ -190,7 +190,7 @@ func (v *View) viewStats() control.Stats {
 	s.FUSE.Invalidations = v.kcopies.Invalidations()
 	s.Samples, s.Classes, s.Pages, s.PageSize = v.f.NumSamples(), len(v.classes), v.f.NumPages(), v.f.PageSize()
 	s.DataBytes = int64(v.f.NumPages()) * v.f.PageSize()
-	s.Announced = v.announced.Load()
+	s.Announced = v.announcer.Announced()
 	s.PlanOwners = v.leases.Owners()
 	if v.opts.Peers != nil {
 		ps := v.opts.Peers()
@@ -330,7 +330,6 @@ func (v *View) orderText(ctx context.Context, o order.Options, from int) ([]byte
 		return nil, fmt.Errorf("order %s/%d epoch %d: cannot resume at position %d: the epoch has %d samples: %w", o.Kind, o.Seed, o.Epoch, from, len(ids), errBadInput)
 	}
 	ids = ids[from:]
-	v.kcopies.dropAll() // the plan must see every read (kernelCopies)
 	// A plan's id names the user who announced it, so that one user's
 	// orders never replace another's (with --allow-other).
 	caller, ok := fuse.FromContext(ctx)
@@ -338,13 +337,9 @@ func (v *View) orderText(ctx context.Context, o order.Options, from int) ([]byte
 		return nil, fmt.Errorf("order %s/%d epoch %d: no caller: %w", o.Kind, o.Seed, o.Epoch, errBadInput)
 	}
 	id := fmt.Sprintf("order:uid-%d:%s/%d/%d-of-%d", caller.Uid, o.Kind, o.Seed, o.Rank, o.WorldSize)
-	if err := v.leases.admit(caller.Uid, caller.Pid, id, len(ids)); err != nil {
+	if err := v.leases.Announce(caller.Uid, caller.Pid, id, ids); err != nil {
 		return nil, err
 	}
-	if err := v.cache.Announce(id, ids); err != nil {
-		return nil, err
-	}
-	v.leases.announced(id, caller.Pid)
 	var b bytes.Buffer
 	b.Grow(len(ids) * 8)
 	for _, s := range ids {
@@ -352,4 +347,23 @@ func (v *View) orderText(ctx context.Context, o order.Options, from int) ([]byte
 		b.WriteByte('\n')
 	}
 	return b.Bytes(), nil
+}
+
+var _ = (gofs.NodeReadlinker)((*announceLink)(nil))
+
+// announceLink is .ffcvfs/announce: a symlink to the announce socket.
+type announceLink struct {
+	gofs.Inode
+	readOnlyFile
+	v *View
+}
+
+func (n *announceLink) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	return []byte(n.v.announcer.Path()), 0
+}
+
+func (n *announceLink) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.v.linkAttr(&out.Attr, inoAnnounce, n.v.announcer.Path())
+	out.SetTimeout(n.v.opts.Timeout)
+	return 0
 }

@@ -11,7 +11,7 @@
 //	.ffcvfs/announce          a symlink to the announce socket: send sample
 //	                          ids (or "imagefolder" and then ImageFolder
 //	                          indices), one per line, to announce the order
-//	                          this process will read in (see announce.go)
+//	                          this process will read in (package orders)
 //	.ffcvfs/orders/KIND/SEED/EPOCH
 //	.ffcvfs/orders/KIND/SEED/RANK-of-WORLD/EPOCH
 //	                          read an order (ImageFolder indices, one per
@@ -49,7 +49,7 @@
 // for writing and every writable shared mapping, whoever asks, before the
 // mount hears of it (without OPEN, the mount could not refuse them
 // itself). So nothing is written through the tree: orders are announced
-// through a Unix socket outside it, the owner's alone (announce.go). Plans
+// through a Unix socket outside it, the owner's alone (package orders). Plans
 // are named by the uid that announced them, so that with allow_other one
 // user's orders never replace another's.
 //

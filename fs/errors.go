@@ -9,6 +9,7 @@ import (
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/control"
+	"github.com/ffcvfs/ffcvfs/fs/orders"
 	"github.com/ffcvfs/ffcvfs/pagecache"
 	"github.com/ffcvfs/ffcvfs/storage"
 )
@@ -39,8 +40,8 @@ func (l *errorLog) toErrno(what string, err error) syscall.Errno {
 	case errors.Is(err, errBadInput):
 		l.logOnce(what, err.Error(), err)
 		return syscall.EINVAL
-	case errors.Is(err, errPlanLimit):
-		l.logOnce(what, errPlanLimit.Error(), err)
+	case errors.Is(err, orders.ErrPlanLimit):
+		l.logOnce(what, orders.ErrPlanLimit.Error(), err)
 		return syscall.EBUSY
 	case errors.Is(err, pagecache.ErrClosed):
 		return syscall.EIO

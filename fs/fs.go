@@ -11,6 +11,7 @@ import (
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/control"
+	"github.com/ffcvfs/ffcvfs/fs/orders"
 	"github.com/ffcvfs/ffcvfs/order"
 	"github.com/ffcvfs/ffcvfs/pagecache"
 	"github.com/ffcvfs/ffcvfs/peer"
@@ -53,7 +54,7 @@ type Options struct {
 	// orders/ (default 256; see package order).
 	OrderBatchSize int
 	// PlanLease withdraws an announced order none of whose samples was
-	// read for this long (default 10 minutes); see planLeases.
+	// read for this long (default 10 minutes); see orders.Leases.
 	PlanLease time.Duration
 	// Compat switches off kernel features the mount uses where the kernel
 	// offers them, to serve as on an older kernel or to measure what each
@@ -169,7 +170,7 @@ type View struct {
 	latency    *[numOps]prometheus.Observer
 	latencyVec *prometheus.HistogramVec
 	kcopies    *kernelCopies
-	leases     *planLeases
+	leases     *orders.Leases
 	// noOpen is set once the kernel has offered zero-message opens, at
 	// INIT, before any other request.
 	noOpen atomic.Bool
@@ -177,9 +178,7 @@ type View struct {
 	protocol string
 
 	// announcer serves the announce socket (.ffcvfs/announce).
-	announcer *announcer
-	// announced counts the orders announced through .ffcvfs/announce.
-	announced atomic.Uint64
+	announcer *orders.Announcer
 }
 
 type readCounters struct {
@@ -232,10 +231,11 @@ func NewView(c *pagecache.Cache, opts Options) (*View, error) {
 	}
 	v.kcopies = newKernelCopies(f, c.Stats().Slots >= f.NumPages()) // started by Mount, if files are read through the page cache
 	c.OnEvict(v.kcopies.evict)
-	v.leases = newPlanLeases(v)
+	v.leases = orders.NewLeases(c, orders.Options{Owner: opts.Owner, Lease: opts.PlanLease, Samples: f.NumSamples(),
+		BeforeAnnounce: v.kcopies.dropAll, Logger: opts.Logger})
 	var err error
-	if v.announcer, err = startAnnouncer(v, v.opts.ControlDir); err != nil {
-		v.leases.close()
+	if v.announcer, err = orders.StartAnnouncer(v.opts.ControlDir, v.leases, orders.Samples{N: f.NumSamples(), ImageFolder: v.ifIndex}); err != nil {
+		v.leases.Close()
 		return nil, err
 	}
 	return v, nil
@@ -243,10 +243,10 @@ func NewView(c *pagecache.Cache, opts Options) (*View, error) {
 
 // Close stops what the view runs in the background, after unmounting.
 func (v *View) Close() {
-	v.announcer.close()
+	v.announcer.Close()
 	v.cache.OnEvict(nil)
 	v.kcopies.close()
-	v.leases.close()
+	v.leases.Close()
 }
 
 // maxLabel bounds the labels the view serves: a label names a class

@@ -22,6 +22,7 @@ import (
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/control"
+	"github.com/ffcvfs/ffcvfs/fs/orders"
 	"github.com/ffcvfs/ffcvfs/fs/transport"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 	"github.com/ffcvfs/ffcvfs/pagecache"
@@ -547,7 +548,7 @@ func TestAnnounceErrors(t *testing.T) {
 		{"out of range", fmt.Sprintf("%d\n", n), fmt.Sprintf("sample %d out of range [0, %d)", n, n)},
 		{"imagefolder out of range", "imagefolder\n0\n99999\n", "line 3: ImageFolder index 99999 out of range"},
 		{"long line", "1\n" + strings.Repeat(" ", 65) + "2\n", "line 2 is longer than 64 bytes"},
-		{"too long", strings.Repeat("0\n", maxAnnounceFactor*n+1), fmt.Sprintf("line %d: an order may hold at most %d samples", maxAnnounceFactor*n+1, maxAnnounceFactor*n)},
+		{"too long", strings.Repeat("0\n", orders.MaxAnnounceFactor*n+1), fmt.Sprintf("line %d: an order may hold at most %d samples", orders.MaxAnnounceFactor*n+1, orders.MaxAnnounceFactor*n)},
 		{"ok", "imagefolder\n0\n1\n\n2", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -584,7 +585,7 @@ func TestAnnounceErrors(t *testing.T) {
 			t.Errorf("the mount took all %d bytes of a line it had refused", sent)
 		}
 	})
-	if got := v.announced.Load(); got != 1 {
+	if got := v.announcer.Announced(); got != 1 {
 		t.Errorf("%d orders announced, want 1 (the good one)", got)
 	}
 	// The Go client returns the mount's sentence, also when the mount

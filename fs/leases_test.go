@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ffcvfs/ffcvfs/control"
+	"github.com/ffcvfs/ffcvfs/fs/orders"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
 
@@ -36,9 +37,9 @@ func TestPlanWithdrawnWhenReaderExits(t *testing.T) {
 	deadline := time.Now().Add(testenv.Patience)
 	for len(planIDs(v)) > 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("plans %v still live %v after their reader (pid %d) exited", planIDs(v), 5*leaseCheck, cmd.Process.Pid)
+			t.Fatalf("plans %v still live %v after their reader (pid %d) exited", planIDs(v), 5*orders.LeaseCheck, cmd.Process.Pid)
 		}
-		time.Sleep(leaseCheck / 10)
+		time.Sleep(orders.LeaseCheck / 10)
 	}
 	if owners := v.Stats().PlanOwners; len(owners) != 0 {
 		t.Errorf("stats.json plan_owners %v, want none", owners)
@@ -54,7 +55,7 @@ func TestPlanReplacedBySameReader(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(2 * leaseCheck)
+	time.Sleep(2 * orders.LeaseCheck)
 	ids := planIDs(v)
 	if len(ids) != 1 || ids[0] != fmt.Sprintf("order:uid-%d:random/0/0-of-1", os.Getuid()) {
 		t.Errorf("plans %v, want the second order's alone", ids)
@@ -67,16 +68,16 @@ func TestPlanReplacedBySameReader(t *testing.T) {
 // A plan of which nothing is read for the lease is withdrawn, though its
 // reader lives.
 func TestPlanWithdrawnWhenIdle(t *testing.T) {
-	mnt, v := testMount(t, fixture(t, "imagefolder-jpg.beton"), Options{PlanLease: leaseCheck})
+	mnt, v := testMount(t, fixture(t, "imagefolder-jpg.beton"), Options{PlanLease: orders.LeaseCheck})
 	if _, err := os.ReadFile(control.Path(mnt, control.OrdersDir, "quasi-random/0/0")); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(testenv.Patience)
 	for len(planIDs(v)) > 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("plans %v still live %v after a lease of %v with no read", planIDs(v), 5*leaseCheck, leaseCheck)
+			t.Fatalf("plans %v still live %v after a lease of %v with no read", planIDs(v), 5*orders.LeaseCheck, orders.LeaseCheck)
 		}
-		time.Sleep(leaseCheck / 10)
+		time.Sleep(orders.LeaseCheck / 10)
 	}
 }
 
@@ -117,22 +118,22 @@ func TestPlansBounded(t *testing.T) {
 			c.Wait()
 		}
 	}()
-	for seed := range maxUserPlanFactor {
+	for seed := range orders.MaxUserPlanFactor {
 		c, in, err := holder(seed)
 		if err != nil {
-			t.Fatalf("order %d of %d: %v", seed+1, maxUserPlanFactor, err)
+			t.Fatalf("order %d of %d: %v", seed+1, orders.MaxUserPlanFactor, err)
 		}
 		holders, stdins = append(holders, c), append(stdins, in)
 	}
-	if got := len(v.cache.Plans()); got != maxUserPlanFactor {
-		t.Fatalf("%d plans, want %d", got, maxUserPlanFactor)
+	if got := len(v.cache.Plans()); got != orders.MaxUserPlanFactor {
+		t.Fatalf("%d plans, want %d", got, orders.MaxUserPlanFactor)
 	}
 	_, _, err := holder(100)
 	if err == nil || !strings.Contains(err.Error(), "Device or resource busy") {
-		t.Fatalf("a %dth whole-beton order of one user: %v, want EBUSY", maxUserPlanFactor+1, err)
+		t.Fatalf("a %dth whole-beton order of one user: %v, want EBUSY", orders.MaxUserPlanFactor+1, err)
 	}
 	want := fmt.Sprintf("would have %d announced orders of %d samples in all; at most %d orders and %d× the beton's",
-		maxUserPlanFactor+1, (maxUserPlanFactor+1)*v.f.NumSamples(), maxUserPlans, maxUserPlanFactor)
+		orders.MaxUserPlanFactor+1, (orders.MaxUserPlanFactor+1)*v.f.NumSamples(), orders.MaxUserPlans, orders.MaxUserPlanFactor)
 	if !strings.Contains(logs.String(), want) {
 		t.Errorf("the log lacks %q:\n%s", want, logs.String())
 	}
@@ -144,7 +145,7 @@ func TestPlansBounded(t *testing.T) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.After(testenv.Patience)
-	for len(v.cache.Plans()) >= maxUserPlanFactor {
+	for len(v.cache.Plans()) >= orders.MaxUserPlanFactor {
 		select {
 		case <-tick.C:
 		case <-deadline:

@@ -1,9 +1,8 @@
-package fs
+package orders
 
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -18,8 +17,6 @@ import (
 	"time"
 
 	"github.com/ffcvfs/ffcvfs/control"
-	gofs "github.com/hanwen/go-fuse/v2/fs"
-	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
 // The announce socket.
@@ -46,7 +43,7 @@ import (
 // For example: printf 'imagefolder\n3\n1\n' | socat - UNIX-CONNECT:MNT/.ffcvfs/announce
 //
 // Every number is bounded before it is used: a line may hold at most
-// maxAnnounceLine bytes, an order at most maxAnnounceFactor × the samples
+// MaxAnnounceLine bytes, an order at most MaxAnnounceFactor × the samples
 // of the beton, the connections served at once are at most
 // maxAnnounceConns, and a client that sends nothing for announceIdle, or
 // has not sent its whole order within announceTotal, is dropped. The work
@@ -55,12 +52,12 @@ import (
 // moment of exhaustion.
 
 const (
-	// maxAnnounceLine bounds a line of an announcement: a number of up to
+	// MaxAnnounceLine bounds a line of an announcement: a number of up to
 	// 20 digits and some spaces.
-	maxAnnounceLine = 64
-	// maxAnnounceFactor bounds the length of an order: each sample up to
+	MaxAnnounceLine = 64
+	// MaxAnnounceFactor bounds the length of an order: each sample up to
 	// this many times.
-	maxAnnounceFactor = 4
+	MaxAnnounceFactor = 4
 	// maxAnnounceConns bounds the connections served at once; others wait
 	// in the listener's backlog.
 	maxAnnounceConns = 16
@@ -79,31 +76,19 @@ const (
 	announceDirPrefix = "ffcvfs-"
 )
 
-var _ = (gofs.NodeReadlinker)((*announceLink)(nil))
+// ErrBadInput marks an announcement that breaks the protocol's rules.
+var ErrBadInput = errors.New("bad announcement")
 
-// announceLink is .ffcvfs/announce: a symlink to the announce socket.
-type announceLink struct {
-	gofs.Inode
-	readOnlyFile
-	v *View
-}
+// Announcer serves the announce socket.
+type Announcer struct {
+	l       *Leases
+	samples Samples
+	dir     string // the socket's folder, 0700; removed at close
+	path    string // the socket, 0600
+	ln      *net.UnixListener
 
-func (n *announceLink) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
-	return []byte(n.v.announcer.path), 0
-}
-
-func (n *announceLink) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	n.v.linkAttr(&out.Attr, inoAnnounce, n.v.announcer.path)
-	out.SetTimeout(n.v.opts.Timeout)
-	return 0
-}
-
-// announcer serves the announce socket.
-type announcer struct {
-	v    *View
-	dir  string // the socket's folder, 0700; removed at close
-	path string // the socket, 0600
-	ln   *net.UnixListener
+	announced atomic.Uint64
+	errors    atomic.Uint64
 
 	// idle and total are announceIdle and announceTotal, which tests
 	// shorten.
@@ -115,16 +100,24 @@ type announcer struct {
 	wg    sync.WaitGroup
 }
 
-// startAnnouncer creates the socket's folder in parent (created 0700 if
-// missing; Options.ControlDir) and starts serving the socket. It first
-// removes the folders of mounts of the same user that ended without
-// closing theirs (removeStale).
-func startAnnouncer(v *View, parent string) (*announcer, error) {
+// Samples says what the ids an announcement names are: sample ids below
+// N, or, after a first line "imagefolder", ImageFolder indices, each the
+// sample ImageFolder[i].
+type Samples struct {
+	N           int
+	ImageFolder []uint32
+}
+
+// StartAnnouncer creates the socket's folder in parent (created 0700 if
+// missing) and starts serving the socket, whose announcements become plans
+// of l's. It first removes the folders of mounts of the same user that
+// ended without closing theirs (removeStale).
+func StartAnnouncer(parent string, l *Leases, samples Samples) (*Announcer, error) {
 	if err := os.MkdirAll(parent, 0o700); err != nil {
 		return nil, fmt.Errorf("announce socket: %w", err)
 	}
 	if n := removeStale(parent, time.Now()); n > 0 {
-		v.opts.Logger.Info("removed the announce socket folders of mounts that ended without closing them", "folder", parent, "count", n)
+		l.opts.Logger.Info("removed the announce socket folders of mounts that ended without closing them", "folder", parent, "count", n)
 	}
 	dir, err := os.MkdirTemp(parent, announceDirPrefix)
 	if err != nil {
@@ -145,7 +138,7 @@ func startAnnouncer(v *View, parent string) (*announcer, error) {
 		return nil, fmt.Errorf("announce socket %s: %w", path, err)
 	}
 	ln.SetUnlinkOnClose(true)
-	a := &announcer{v: v, dir: dir, path: path, ln: ln, conns: map[net.Conn]struct{}{}, done: make(chan struct{})}
+	a := &Announcer{l: l, samples: samples, dir: dir, path: path, ln: ln, conns: map[net.Conn]struct{}{}, done: make(chan struct{})}
 	a.idle.Store(int64(announceIdle))
 	a.total.Store(int64(announceTotal))
 	a.wg.Add(1)
@@ -208,7 +201,7 @@ func removeStale(parent string, now time.Time) int {
 	return removed
 }
 
-func (a *announcer) serve() {
+func (a *Announcer) serve() {
 	defer a.wg.Done()
 	sem := make(chan struct{}, maxAnnounceConns)
 	var delay time.Duration
@@ -224,7 +217,7 @@ func (a *announcer) serve() {
 			// went before it was taken: try again, as net/http does,
 			// and say so once per run of failures.
 			if delay == 0 {
-				a.v.opts.Logger.Warn("announce socket: accept failed; trying again", "err", err)
+				a.l.opts.Logger.Warn("announce socket: accept failed; trying again", "err", err)
 				delay = 5 * time.Millisecond
 			} else {
 				delay = min(2*delay, maxAcceptDelay)
@@ -255,8 +248,18 @@ func (a *announcer) serve() {
 	}
 }
 
-// close stops the socket, drops the connections and removes the folder.
-func (a *announcer) close() {
+// Path returns the socket's path.
+func (a *Announcer) Path() string { return a.path }
+
+// Announced returns how many orders were announced; Errors, how many
+// announcements failed.
+func (a *Announcer) Announced() uint64 { return a.announced.Load() }
+
+// Errors returns how many announcements failed.
+func (a *Announcer) Errors() uint64 { return a.errors.Load() }
+
+// Close stops the socket, drops the connections and removes the folder.
+func (a *Announcer) Close() {
 	close(a.done)
 	a.ln.Close()
 	a.mu.Lock()
@@ -269,8 +272,8 @@ func (a *announcer) close() {
 }
 
 // handle reads one announcement from c and answers it.
-func (a *announcer) handle(c *net.UnixConn) {
-	v := a.v
+func (a *Announcer) handle(c *net.UnixConn) {
+	l := a.l
 	idle, total := time.Duration(a.idle.Load()), time.Duration(a.total.Load())
 	// The answer, too, must go in time: a client that reads nothing
 	// holds no slot for long.
@@ -280,28 +283,22 @@ func (a *announcer) handle(c *net.UnixConn) {
 		fmt.Fprintf(c, "error: %v\n", err)
 		return
 	}
-	if cred.Uid != v.opts.Owner && cred.Uid != 0 {
-		fmt.Fprintf(c, "error: only the mount's owner (uid %d) may announce orders; uid %d may read orders from %s/%s\n", v.opts.Owner, cred.Uid, control.Dir, control.OrdersDir)
+	if cred.Uid != l.opts.Owner && cred.Uid != 0 {
+		fmt.Fprintf(c, "error: only the mount's owner (uid %d) may announce orders; uid %d may read orders from %s/%s\n", l.opts.Owner, cred.Uid, control.Dir, control.OrdersDir)
 		return
 	}
-	order, err := v.readAnnouncement(&idleReader{c: c, idle: idle, total: total, end: time.Now().Add(total)})
+	order, err := a.samples.read(&idleReader{c: c, idle: idle, total: total, end: time.Now().Add(total)})
 	if err != nil {
-		v.reads.errors.Add(1)
+		a.errors.Add(1)
 		fmt.Fprintf(c, "error: %v\n", err)
 		return
 	}
 	id := fmt.Sprintf("announce:uid-%d:pid-%d", cred.Uid, cred.Pid)
-	if err := v.leases.admit(cred.Uid, uint32(cred.Pid), id, len(order)); err != nil {
+	if err := l.Announce(cred.Uid, uint32(cred.Pid), id, order); err != nil {
 		fmt.Fprintf(c, "error: %v\n", err)
 		return
 	}
-	v.kcopies.dropAll() // the plan must see every read (kernelCopies)
-	if err := v.cache.Announce(id, order); err != nil {
-		fmt.Fprintf(c, "error: %v\n", err)
-		return
-	}
-	v.leases.announced(id, uint32(cred.Pid))
-	v.announced.Add(1)
+	a.announced.Add(1)
 	fmt.Fprintf(c, "ok %d\n", len(order))
 }
 
@@ -349,18 +346,18 @@ func peerCred(c *net.UnixConn) (*syscall.Ucred, error) {
 	return cred, nil
 }
 
-// readAnnouncement reads an order from r until EOF: sample ids, one per
-// line, or a first line "imagefolder" and ImageFolder indices. Every line
-// is bounded (maxAnnounceLine), and so is the order's length.
-func (v *View) readAnnouncement(r io.Reader) ([]uint32, error) {
+// read reads an order from r until EOF: sample ids, one per line, or a
+// first line "imagefolder" and ImageFolder indices. Every line is bounded
+// (MaxAnnounceLine), and so is the order's length.
+func (sm Samples) read(r io.Reader) ([]uint32, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
-	limit := maxAnnounceFactor * max(v.f.NumSamples(), 1)
+	limit := MaxAnnounceFactor * max(sm.N, 1)
 	var order []uint32
 	imagefolder := false
 	for n := 1; ; n++ {
 		line, err := br.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) || len(line) > maxAnnounceLine+1 || len(line) > maxAnnounceLine && line[len(line)-1] != '\n' {
-			return nil, fmt.Errorf("line %d is longer than %d bytes: %w", n, maxAnnounceLine, errBadInput)
+		if errors.Is(err, bufio.ErrBufferFull) || len(line) > MaxAnnounceLine+1 || len(line) > MaxAnnounceLine && line[len(line)-1] != '\n' {
+			return nil, fmt.Errorf("line %d is longer than %d bytes: %w", n, MaxAnnounceLine, ErrBadInput)
 		}
 		if err != nil && err != io.EOF {
 			return nil, fmt.Errorf("reading line %d: %w", n, err)
@@ -370,9 +367,9 @@ func (v *View) readAnnouncement(r io.Reader) ([]uint32, error) {
 			case n == 1 && string(t) == "imagefolder":
 				imagefolder = true
 			case len(order) >= limit:
-				return nil, fmt.Errorf("line %d: an order may hold at most %d samples (%d× the beton's %d): %w", n, limit, maxAnnounceFactor, v.f.NumSamples(), errBadInput)
+				return nil, fmt.Errorf("line %d: an order may hold at most %d samples (%d× the beton's %d): %w", n, limit, MaxAnnounceFactor, sm.N, ErrBadInput)
 			default:
-				s, perr := v.parseSample(t, n, imagefolder)
+				s, perr := sm.parse(t, n, imagefolder)
 				if perr != nil {
 					return nil, perr
 				}
@@ -387,19 +384,19 @@ func (v *View) readAnnouncement(r io.Reader) ([]uint32, error) {
 
 // parseSample reads line number n: a sample id, or an ImageFolder index
 // when imagefolder is set.
-func (v *View) parseSample(line []byte, n int, imagefolder bool) (int, error) {
+func (sm Samples) parse(line []byte, n int, imagefolder bool) (int, error) {
 	k, err := strconv.ParseInt(string(line), 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("line %d: %q is not a number: %w", n, line, errBadInput)
+		return 0, fmt.Errorf("line %d: %q is not a number: %w", n, line, ErrBadInput)
 	}
 	if imagefolder {
-		if k < 0 || k >= int64(len(v.ifIndex)) {
-			return 0, fmt.Errorf("line %d: ImageFolder index %d out of range [0, %d): %w", n, k, len(v.ifIndex), errBadInput)
+		if k < 0 || k >= int64(len(sm.ImageFolder)) {
+			return 0, fmt.Errorf("line %d: ImageFolder index %d out of range [0, %d): %w", n, k, len(sm.ImageFolder), ErrBadInput)
 		}
-		return int(v.ifIndex[k]), nil
+		return int(sm.ImageFolder[k]), nil
 	}
-	if k < 0 || k >= int64(v.f.NumSamples()) {
-		return 0, fmt.Errorf("line %d: sample %d out of range [0, %d): %w", n, k, v.f.NumSamples(), errBadInput)
+	if k < 0 || k >= int64(sm.N) {
+		return 0, fmt.Errorf("line %d: sample %d out of range [0, %d): %w", n, k, sm.N, ErrBadInput)
 	}
 	return int(k), nil
 }

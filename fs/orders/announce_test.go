@@ -1,20 +1,96 @@
-package fs
+package orders
 
 import (
+	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/ffcvfs/ffcvfs/control"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
+	"github.com/ffcvfs/ffcvfs/pagecache/policy"
 )
+
+// planCache is a Cache that keeps the plans announced, as pagecache's
+// does.
+type planCache struct {
+	mu    sync.Mutex
+	plans map[string][]uint32
+}
+
+func (c *planCache) Announce(id string, order []uint32) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.plans == nil {
+		c.plans = map[string][]uint32{}
+	}
+	c.plans[id] = order
+	return nil
+}
+
+func (c *planCache) Withdraw(id string) {
+	c.mu.Lock()
+	delete(c.plans, id)
+	c.mu.Unlock()
+}
+
+func (c *planCache) WithdrawIdle(time.Duration) []string { return nil }
+
+func (c *planCache) Plans() []policy.PlanStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []policy.PlanStats
+	for id, o := range c.plans {
+		out = append(out, policy.PlanStats{ID: id, Len: len(o)})
+	}
+	return out
+}
+
+// startTestAnnouncer serves an announce socket for a beton of 100 samples
+// (ImageFolder index i is sample 99-i), with the logger given; both stop
+// when the test ends.
+func startTestAnnouncer(t *testing.T, logger *slog.Logger) (*Announcer, *planCache) {
+	t.Helper()
+	c := &planCache{}
+	l := NewLeases(c, Options{Owner: uint32(os.Getuid()), Lease: time.Hour, Samples: 100, Logger: logger})
+	t.Cleanup(l.Close)
+	ifIndex := make([]uint32, 100)
+	for i := range ifIndex {
+		ifIndex[i] = uint32(99 - i)
+	}
+	a, err := StartAnnouncer(t.TempDir(), l, Samples{N: 100, ImageFolder: ifIndex})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	return a, c
+}
+
+// announce connects to the socket at path, lets write send what it likes,
+// closes the writing side and returns the reply.
+func announce(t *testing.T, path string, write func(io.Writer)) string {
+	t.Helper()
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	write(c)
+	c.(*net.UnixConn).CloseWrite()
+	b, err := io.ReadAll(c)
+	if err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("reading the reply: %v", err)
+	}
+	return string(b)
+}
 
 // TestRemoveStale: the announce folders of mounts that were killed (a
 // socket bound over a minute ago that refuses connections, alone in an
@@ -77,8 +153,7 @@ func TestRemoveStale(t *testing.T) {
 // that a real announcement timed out. A whole announcement has a deadline:
 // they are dropped with a sentence, and the real one is answered.
 func TestAnnounceTrickle(t *testing.T) {
-	mnt, v := testMount(t, fixture(t, "imagefolder-mixed.beton"), Options{})
-	a := v.announcer
+	a, _ := startTestAnnouncer(t, nil)
 	a.idle.Store(int64(time.Second))
 	a.total.Store(int64(1500 * time.Millisecond))
 	stop := make(chan struct{})
@@ -86,7 +161,7 @@ func TestAnnounceTrickle(t *testing.T) {
 	replies := make(chan string, maxAnnounceConns)
 	var conns []net.Conn
 	for range maxAnnounceConns {
-		c, err := net.Dial("unix", control.Path(mnt, control.AnnounceFile))
+		c, err := net.Dial("unix", a.Path())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +194,7 @@ func TestAnnounceTrickle(t *testing.T) {
 	// The real announcement waits for a slot, which the deadline frees.
 	done := make(chan string, 1)
 	go func() {
-		done <- announceRaw(t, mnt, func(w io.Writer) { io.WriteString(w, "imagefolder\n0\n1\n") })
+		done <- announce(t, a.Path(), func(w io.Writer) { io.WriteString(w, "imagefolder\n0\n1\n") })
 	}()
 	select {
 	case got := <-done:
@@ -144,7 +219,7 @@ func TestAnnounceTrickle(t *testing.T) {
 func TestAnnounceSurvivesFDExhaustion(t *testing.T) {
 	py := testenv.LookPath(t, "python3")
 	logs := &testenv.OutputBuffer{}
-	mnt, _ := testMount(t, fixture(t, "imagefolder-mixed.beton"), Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	a, c := startTestAnnouncer(t, slog.New(slog.NewTextHandler(logs, nil)))
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		t.Fatal(err)
@@ -178,7 +253,7 @@ s.connect(sys.argv[1])
 s.sendall(b"imagefolder\n0\n")
 s.shutdown(socket.SHUT_WR)
 sys.stdout.write(s.recv(4096).decode())
-`, control.Path(mnt, control.AnnounceFile))
+`, a.Path())
 	var out strings.Builder
 	client.Stdout, client.Stderr = &out, &out
 	// Starting it takes descriptors of this process for a moment: free a
@@ -217,6 +292,10 @@ sys.stdout.write(s.recv(4096).decode())
 	case err := <-errc:
 		if err != nil || out.String() != "ok 1\n" {
 			t.Errorf("the waiting client: %v, %q; want ok 1", err, out.String())
+		}
+		// ImageFolder index 0 is sample 99 here.
+		if ps := c.Plans(); len(ps) != 1 || !slices.Equal(c.plans[ps[0].ID], []uint32{99}) {
+			t.Errorf("plans %v, want one of sample 99", c.plans)
 		}
 	case <-time.After(testenv.Patience):
 		client.Process.Kill()

@@ -1,30 +1,59 @@
-package fs
+package orders
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ffcvfs/ffcvfs/pagecache/policy"
 )
 
-// leaseCheck is how often planLeases looks for plans whose reader has gone.
-const leaseCheck = time.Second
+// LeaseCheck is how often Leases looks for plans whose reader has gone.
+const LeaseCheck = time.Second
 
-// planLeases withdraws announced orders whose reader has gone, so that a
+// Cache is where plans go: package pagecache's Cache.
+type Cache interface {
+	Announce(id string, order []uint32) error
+	Withdraw(id string)
+	WithdrawIdle(idle time.Duration) []string
+	Plans() []policy.PlanStats
+}
+
+// Options configure Leases and the Announcer.
+type Options struct {
+	// Owner is the mount's user, who alone (with root) may use the
+	// announce socket.
+	Owner uint32
+	// Lease withdraws a plan none of whose samples was read for this long.
+	Lease time.Duration
+	// Samples is the number of samples of the beton: the bounds of plans
+	// are multiples of it.
+	Samples int
+	// BeforeAnnounce, if set, runs before an order becomes a plan (the
+	// view drops the kernel's copies of the files, so that the plan sees
+	// every read).
+	BeforeAnnounce func()
+	Logger         *slog.Logger
+}
+
+// Leases withdraws announced orders whose reader has gone, so that a
 // killed job's order does not steer prefetch and eviction until the mount
 // restarts. A plan is withdrawn when the process that announced it has
-// exited (checked every leaseCheck, by pid and start time, so a recycled
+// exited (checked every LeaseCheck, by pid and start time, so a recycled
 // pid does not keep it), when that process announces another order the
 // same way (an order file read replaces the orders it read before, a write
 // to announce the orders it wrote), or when none of its samples was read
 // for the lease
-// (Options.PlanLease): a reader that stalls that long is as good as gone.
-type planLeases struct {
-	v *View
+// (Options.Lease): a reader that stalls that long is as good as gone.
+type Leases struct {
+	c    Cache
+	opts Options
 
 	mu     sync.Mutex
 	owners map[string]owner // plan id → the process that announced it
@@ -40,16 +69,37 @@ type owner struct {
 	start uint64
 }
 
-func newPlanLeases(v *View) *planLeases {
-	l := &planLeases{v: v, owners: map[string]owner{}, stop: make(chan struct{}), done: make(chan struct{})}
+// NewLeases starts watching the plans of c.
+func NewLeases(c Cache, opts Options) *Leases {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	l := &Leases{c: c, opts: opts, owners: map[string]owner{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go l.run()
 	return l
+}
+
+// Announce makes order the plan id of user uid, announced by thread tid:
+// within the bounds (admit), before which Options.BeforeAnnounce runs, and
+// replacing the plans that process announced before the same way.
+func (l *Leases) Announce(uid, tid uint32, id string, order []uint32) error {
+	if err := l.admit(uid, tid, id, len(order)); err != nil {
+		return err
+	}
+	if l.opts.BeforeAnnounce != nil {
+		l.opts.BeforeAnnounce()
+	}
+	if err := l.c.Announce(id, order); err != nil {
+		return err
+	}
+	l.announced(id, tid)
+	return nil
 }
 
 // announced records that the process of thread tid (FUSE names the
 // calling thread) announced plan id, and withdraws the plans that process
 // announced before the same way (by order file, or by writing announce).
-func (l *planLeases) announced(id string, tid uint32) {
+func (l *Leases) announced(id string, tid uint32) {
 	pid, ok := processOf(tid)
 	if !ok {
 		return
@@ -63,7 +113,7 @@ func (l *planLeases) announced(id string, tid uint32) {
 	kind, _, _ := strings.Cut(id, ":")
 	for other, o := range l.owners {
 		if o.pid == pid && other != id && strings.HasPrefix(other, kind+":") {
-			l.v.cache.Withdraw(other)
+			l.c.Withdraw(other)
 			delete(l.owners, other)
 		}
 	}
@@ -71,7 +121,7 @@ func (l *planLeases) announced(id string, tid uint32) {
 }
 
 // Owners returns the pid that announced each live plan.
-func (l *planLeases) Owners() map[string]uint32 {
+func (l *Leases) Owners() map[string]uint32 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	m := make(map[string]uint32, len(l.owners))
@@ -81,9 +131,9 @@ func (l *planLeases) Owners() map[string]uint32 {
 	return m
 }
 
-func (l *planLeases) run() {
+func (l *Leases) run() {
 	defer close(l.done)
-	t := time.NewTicker(leaseCheck)
+	t := time.NewTicker(LeaseCheck)
 	defer t.Stop()
 	for {
 		select {
@@ -97,21 +147,22 @@ func (l *planLeases) run() {
 
 // expire withdraws the plans whose owner has exited and those idle for
 // the lease.
-func (l *planLeases) expire() {
+func (l *Leases) expire() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for id, o := range l.owners {
 		if start, ok := processStart(o.pid); !ok || start != o.start {
-			l.v.cache.Withdraw(id)
+			l.c.Withdraw(id)
 			delete(l.owners, id)
 		}
 	}
-	for _, id := range l.v.cache.WithdrawIdle(l.v.opts.PlanLease) {
+	for _, id := range l.c.WithdrawIdle(l.opts.Lease) {
 		delete(l.owners, id)
 	}
 }
 
-func (l *planLeases) close() {
+// Close stops watching.
+func (l *Leases) Close() {
 	close(l.stop)
 	<-l.done
 }
@@ -122,20 +173,20 @@ func (l *planLeases) close() {
 // announces an order of its share per rank, the beton's samples once in
 // all; a process's new order file replaces its last.
 const (
-	maxUserPlanFactor = 8
-	maxPlanFactor     = 32
-	maxUserPlans      = 64
-	maxPlans          = 256
+	MaxUserPlanFactor = 8
+	MaxPlanFactor     = 32
+	MaxUserPlans      = 64
+	MaxPlans          = 256
 )
 
-// errPlanLimit marks an order refused by the bounds above.
-var errPlanLimit = errors.New("too many announced orders")
+// ErrPlanLimit marks an order refused by the bounds above.
+var ErrPlanLimit = errors.New("too many announced orders")
 
 // admit reports whether uid may announce plan id of n samples from thread
 // tid, counting the live plans but id itself and those the announcement
 // replaces (the same process's of the same kind), as an error with a
 // sentence when not.
-func (l *planLeases) admit(uid, tid uint32, id string, n int) error {
+func (l *Leases) admit(uid, tid uint32, id string, n int) error {
 	replaced := map[string]bool{id: true}
 	if pid, ok := processOf(tid); ok {
 		kind, _, _ := strings.Cut(id, ":")
@@ -147,9 +198,9 @@ func (l *planLeases) admit(uid, tid uint32, id string, n int) error {
 		}
 		l.mu.Unlock()
 	}
-	samples := max(l.v.f.NumSamples(), 1)
+	samples := max(l.opts.Samples, 1)
 	userN, userPlans, allN, allPlans := n, 1, n, 1
-	for _, pl := range l.v.cache.Plans() {
+	for _, pl := range l.c.Plans() {
 		if replaced[pl.ID] {
 			continue
 		}
@@ -161,12 +212,12 @@ func (l *planLeases) admit(uid, tid uint32, id string, n int) error {
 		}
 	}
 	switch {
-	case userPlans > maxUserPlans || userN > maxUserPlanFactor*samples:
+	case userPlans > MaxUserPlans || userN > MaxUserPlanFactor*samples:
 		return fmt.Errorf("uid %d would have %d announced orders of %d samples in all; at most %d orders and %d× the beton's %d samples per user: end the readers of orders no longer used, or wait for their lease (--plan-lease): %w",
-			uid, userPlans, userN, maxUserPlans, maxUserPlanFactor, samples, errPlanLimit)
-	case allPlans > maxPlans || allN > maxPlanFactor*samples:
+			uid, userPlans, userN, MaxUserPlans, MaxUserPlanFactor, samples, ErrPlanLimit)
+	case allPlans > MaxPlans || allN > MaxPlanFactor*samples:
 		return fmt.Errorf("the mount would hold %d announced orders of %d samples in all; at most %d orders and %d× the beton's %d samples: %w",
-			allPlans, allN, maxPlans, maxPlanFactor, samples, errPlanLimit)
+			allPlans, allN, MaxPlans, MaxPlanFactor, samples, ErrPlanLimit)
 	}
 	return nil
 }
