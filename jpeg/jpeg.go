@@ -217,7 +217,9 @@ func (d *Decoder) decodeRegion(src []byte, x, y, w, h int, m int, dst []byte, ds
 	}
 	if !d.noRestarts {
 		if sub, ox, oy, ok := d.restartCrop(src, x, y, w, h, m, f); ok {
-			src, x, y = sub, x-ox, y-oy
+			// restartCrop checked the whole JPEG's frame against f; the
+			// JPEG of its intervals has a frame of their own.
+			src, x, y, f = sub, x-ox, y-oy, Size{}
 		}
 	}
 	var out C.ffj_region

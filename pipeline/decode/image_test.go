@@ -1,6 +1,8 @@
 package decode
 
 import (
+	"github.com/ffcvfs/ffcvfs/jpeg"
+
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 
 	"bytes"
@@ -129,6 +131,42 @@ func TestApplyJPEG(t *testing.T) {
 		t.Errorf("mean PSNR %.1f dB < 38", sum/float64(n))
 	}
 	t.Logf("Apply(JPEG) vs full decode + crop + resize: PSNR mean %.1f dB, min %.1f dB over %d", sum/float64(n), worst, n)
+}
+
+// TestApplyRestartIntervals: a JPEG with restart intervals, its size given
+// as a beton's metadata gives it, is decoded from the intervals around
+// each crop (whose own JPEG has a frame of its own size) to the pixels of
+// the same crop of the JPEG without them, for every crop kind and scale
+// rule.
+func TestApplyRestartIntervals(t *testing.T) {
+	d := newDecoder(t)
+	for i, f := range loadFixtures(t, 10) {
+		rst, _, err := jpeg.AddRestarts(f.data, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, h, err := jpeg.Header(f.data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, op := range []Op{
+			{Kind: RandomResizedCrop, OutW: 64, OutH: 64, FlipProb: 0.5},
+			{Kind: RandomResizedCrop, OutW: 64, OutH: 64, Exact: true},
+			{Kind: CenterCrop, OutW: 56, OutH: 56},
+		} {
+			want := make([]byte, op.OutW*op.OutH*3)
+			got := make([]byte, len(want))
+			if err := d.Apply(f.data, JPEG, w, h, op, rand.New(rand.NewPCG(uint64(i), 1)), want); err != nil {
+				t.Fatalf("%s: %v", f.name, err)
+			}
+			if err := d.Apply(rst, JPEG, w, h, op, rand.New(rand.NewPCG(uint64(i), 1)), got); err != nil {
+				t.Fatalf("%s with restart intervals, %+v: %v", f.name, op, err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("%s %+v: the crop from restart intervals differs from the whole JPEG's", f.name, op)
+			}
+		}
+	}
 }
 
 func TestApplyErrors(t *testing.T) {
