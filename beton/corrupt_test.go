@@ -102,12 +102,12 @@ func (v *victim) metaStart() int64 {
 	return beton.HeaderSize + int64(len(v.f.Fields()))*beton.DescriptorSize
 }
 func (v *victim) metaEnd() int64 {
-	return v.metaStart() + int64(v.f.NumSamples()*v.f.Layout().RecordSize)
+	return v.metaStart() + int64(v.f.NumSamples()*v.f.RecordLayout().RecordSize)
 }
 
 // member returns the file offset of sample i's member for field fi.
 func (v *victim) member(i, fi int) int64 {
-	return v.metaStart() + int64(i*v.f.Layout().RecordSize+v.f.Layout().Offsets[fi])
+	return v.metaStart() + int64(i*v.f.RecordLayout().RecordSize+v.f.RecordLayout().Offsets[fi])
 }
 
 // entry returns the file offset of the allocation table entry for a, which

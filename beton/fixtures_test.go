@@ -125,7 +125,7 @@ func checkAgainstManifest(t *testing.T, f *beton.File, m manifest) {
 			t.Errorf("field %d: %q type %d, manifest %q type %d", i, fields[i].Name, fields[i].Type, mf[i].Name, mf[i].TypeID)
 		}
 	}
-	if l := f.Layout(); l.RecordSize != m.ItemSize || !equalInts(l.Offsets, m.Offsets) {
+	if l := f.RecordLayout(); l.RecordSize != m.ItemSize || !equalInts(l.Offsets, m.Offsets) {
 		t.Errorf("layout %+v, manifest size %d offsets %v", l, m.ItemSize, m.Offsets)
 	}
 	if len(f.Allocs()) != m.AllocEntries {

@@ -264,16 +264,16 @@ func unmarshalField(b []byte) Field {
 	return f
 }
 
-// Layout is the C-aligned layout of a metadata record.
-type Layout struct {
+// RecordLayout is the C-aligned layout of a metadata record.
+type RecordLayout struct {
 	Offsets    []int // byte offset of each field's member
 	RecordSize int
 }
 
-// RecordLayout computes the metadata record layout for fields, as numpy does
+// NewRecordLayout computes the metadata record layout for fields, as numpy does
 // for an aligned struct. Custom fields make the layout unknowable.
-func RecordLayout(fields []Field) (Layout, error) {
-	var l Layout
+func NewRecordLayout(fields []Field) (RecordLayout, error) {
+	var l RecordLayout
 	off, maxAlign := 0, 1
 	for _, f := range fields {
 		size, align, ok := f.Type.member()

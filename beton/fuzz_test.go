@@ -82,7 +82,7 @@ func compactSeed(t testing.TB, b []byte, keep uint64) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	metaEnd := beton.HeaderSize + int64(len(f.Fields()))*beton.DescriptorSize + int64(f.NumSamples()*f.Layout().RecordSize)
+	metaEnd := beton.HeaderSize + int64(len(f.Fields()))*beton.DescriptorSize + int64(f.NumSamples()*f.RecordLayout().RecordSize)
 	segs := nonZero(b, 0, metaEnd)
 	for _, a := range f.Allocs() {
 		segs = append(segs, nonZero(b, int64(a.Ptr), int64(a.Ptr+min(a.Size, keep)))...)

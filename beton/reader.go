@@ -26,7 +26,7 @@ type File struct {
 
 	header Header
 	fields []Field
-	layout Layout
+	layout RecordLayout
 	meta   []byte // the metadata table, NumSamples × RecordSize
 
 	pageShift uint
@@ -126,7 +126,7 @@ func Open(r io.ReaderAt, size int64, name string) (*File, error) {
 			return nil, fmt.Errorf("%s: field %q is a custom field (type 255), which needs the code that wrote it: %w", name, fd.Name, ErrUnsupported)
 		}
 	}
-	layout, err := RecordLayout(s.Fields)
+	layout, err := NewRecordLayout(s.Fields)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
@@ -353,8 +353,8 @@ func (f *File) Header() Header { return f.header }
 // Fields returns the field descriptors, in file order. Do not modify.
 func (f *File) Fields() []Field { return f.fields }
 
-// Layout returns the metadata record layout.
-func (f *File) Layout() Layout { return f.layout }
+// RecordLayout returns the metadata record layout.
+func (f *File) RecordLayout() RecordLayout { return f.layout }
 
 // FieldIndex returns the index of the field called name, or -1.
 func (f *File) FieldIndex(name string) int {

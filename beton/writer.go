@@ -59,7 +59,7 @@ type Writer struct {
 
 	header Header
 	fields []Field
-	layout Layout
+	layout RecordLayout
 	meta   []byte
 
 	pageSize  uint64
@@ -90,7 +90,7 @@ func Create(path string, fields []Field, numSamples int, opts WriterOptions) (*W
 	if numSamples < 0 || numSamples >= math.MaxUint32 {
 		return nil, fmt.Errorf("sample count %d out of range", numSamples)
 	}
-	layout, err := RecordLayout(fields)
+	layout, err := NewRecordLayout(fields)
 	if err != nil {
 		return nil, err
 	}

@@ -106,7 +106,7 @@ func TestRewriteFixtures(t *testing.T) {
 			}
 			defer g.Close()
 			m := readManifest(t, path)
-			if h := g.Header(); h.Version != m.Header.Version || g.NumSamples() != m.NumSamples || g.Layout().RecordSize != m.ItemSize {
+			if h := g.Header(); h.Version != m.Header.Version || g.NumSamples() != m.NumSamples || g.RecordLayout().RecordSize != m.ItemSize {
 				t.Errorf("rewritten header %+v", h)
 			}
 			for s := 0; s < f.NumSamples(); s++ {

@@ -69,7 +69,7 @@ func fillSlot(r *Ring, slot int, seed byte) {
 // TestDeviceRingCopy: CopyToDevice copies the first size rows of every
 // field to the device slot, at the ring's offsets, and nothing else.
 func TestDeviceRingCopy(t *testing.T) {
-	r := testRing(t, testLayout())
+	r := testRing(t, testSpec())
 	d := testDeviceRing(t, r)
 	info := d.Info()
 	if len(info.MemHandles) != 3 || len(info.EventHandles) != 3 || !strings.HasPrefix(info.UUID, "GPU-") {
@@ -126,7 +126,7 @@ func TestDeviceRingCopy(t *testing.T) {
 
 // TestDeviceRingCopyAllocs: the per-batch path allocates nothing.
 func TestDeviceRingCopyAllocs(t *testing.T) {
-	r := testRing(t, testLayout())
+	r := testRing(t, testSpec())
 	d := testDeviceRing(t, r)
 	n := testing.AllocsPerRun(100, func() {
 		if err := d.WaitCopied(0); err != nil {
@@ -144,7 +144,7 @@ func TestDeviceRingCopyAllocs(t *testing.T) {
 // TestDeviceRingServer: a Server with a DeviceRing announces its handles
 // and each batch's event.
 func TestDeviceRingServer(t *testing.T) {
-	r := testRing(t, testLayout())
+	r := testRing(t, testSpec())
 	d := testDeviceRing(t, r)
 	s, err := NewServer(r, Options{SocketPath: filepath.Join(t.TempDir(), "feed.sock"), BatchesPerEpoch: 1, Epochs: 1,
 		Device: d, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -180,7 +180,7 @@ const ipcChildEnv = "CUDAFEED_TEST_IPC_CHILD"
 // TestDeviceRingIPC: another process opens a slot's memory and event
 // handles, waits on the event and reads the batch the producer copied.
 func TestDeviceRingIPC(t *testing.T) {
-	r := testRing(t, testLayout())
+	r := testRing(t, testSpec())
 	d := testDeviceRing(t, r)
 	fillSlot(r, 2, 42)
 	n := r.SlotBytes()

@@ -95,7 +95,7 @@ func (d *fakeDevice) takeCalls() string {
 
 func deviceServer(t *testing.T, dev DeviceSlots) (*Ring, *Server) {
 	t.Helper()
-	l := testLayout()
+	l := testSpec()
 	l.Slots = 2
 	r := testRing(t, l)
 	s, err := NewServer(r, Options{
@@ -191,7 +191,7 @@ func TestServerDeviceErrors(t *testing.T) {
 
 // TestServerDeviceBadInfo: NewServer refuses handles that do not match the ring.
 func TestServerDeviceBadInfo(t *testing.T) {
-	l := testLayout()
+	l := testSpec()
 	l.Slots = 2
 	r := testRing(t, l)
 	for name, mutate := range map[string]func(*DeviceInfo){
@@ -212,7 +212,7 @@ func TestServerDeviceBadInfo(t *testing.T) {
 // TestPublishAllocsDevice: the event handle in each batch message costs no
 // allocation.
 func TestPublishAllocsDevice(t *testing.T) {
-	l := testLayout()
+	l := testSpec()
 	l.Slots = 1
 	r := testRing(t, l)
 	s, err := NewServer(r, Options{SocketPath: filepath.Join(t.TempDir(), "feed.sock"), BatchesPerEpoch: 1 << 30,

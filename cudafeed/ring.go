@@ -30,8 +30,8 @@ var dtypeSizes = fields.DTypes
 // FieldSpec describes one field of a batch (package fields).
 type FieldSpec = fields.Spec
 
-// Layout describes a ring: the fields of one batch and the number of slots.
-type Layout struct {
+// RingSpec describes a ring: the fields of one batch and the number of slots.
+type RingSpec struct {
 	Fields []FieldSpec
 	Slots  int
 }
@@ -49,14 +49,14 @@ type FieldInfo struct {
 	Ends string `json:"ends,omitempty"`
 }
 
-// Validate checks the layout and returns the batch size (Shape[0], shared by
+// Validate checks the spec and returns the batch size (Shape[0], shared by
 // every field).
-func (l Layout) Validate() (batch int, err error) {
+func (l RingSpec) Validate() (batch int, err error) {
 	if l.Slots < 1 {
-		return 0, fmt.Errorf("cudafeed: layout needs at least one slot, has %d", l.Slots)
+		return 0, fmt.Errorf("cudafeed: ring spec needs at least one slot, has %d", l.Slots)
 	}
 	if len(l.Fields) == 0 {
-		return 0, errors.New("cudafeed: layout has no fields")
+		return 0, errors.New("cudafeed: ring spec has no fields")
 	}
 	seen := map[string]bool{}
 	for i, f := range l.Fields {
@@ -97,8 +97,8 @@ func (l Layout) Validate() (batch int, err error) {
 	return batch, nil
 }
 
-// Plan computes the field offsets and the slot size of a layout.
-func (l Layout) Plan() (fields []FieldInfo, slotBytes int, err error) {
+// Plan computes the field offsets and the slot size of a ring spec.
+func (l RingSpec) Plan() (fields []FieldInfo, slotBytes int, err error) {
 	if _, err := l.Validate(); err != nil {
 		return nil, 0, err
 	}
@@ -142,7 +142,7 @@ func mib(n int64) string {
 type Ring struct {
 	// Immutable after construction.
 	path      string
-	layout    Layout
+	spec      RingSpec
 	fields    []FieldInfo
 	slotBytes int
 	batch     int
@@ -153,15 +153,15 @@ type Ring struct {
 
 // CreateRing creates /dev/shm/NAME (mode 0600; it must not exist), sizes it
 // to Slots × slot size and maps it.
-func CreateRing(name string, layout Layout) (*Ring, error) {
+func CreateRing(name string, spec RingSpec) (*Ring, error) {
 	if name == "" || strings.ContainsRune(name, '/') || name == "." || name == ".." {
 		return nil, fmt.Errorf("cudafeed: ring name %q: must be a plain file name", name)
 	}
-	batch, err := layout.Validate()
+	batch, err := spec.Validate()
 	if err != nil {
 		return nil, err
 	}
-	fields, slotBytes, err := layout.Plan()
+	fields, slotBytes, err := spec.Plan()
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +182,7 @@ func CreateRing(name string, layout Layout) (*Ring, error) {
 	if err := unix.Fchmod(fd, 0o600); err != nil {
 		return fail(fmt.Errorf("cudafeed: chmod %s: %w", path, err))
 	}
-	size := slotBytes * layout.Slots
+	size := slotBytes * spec.Slots
 	// Reserved, not only sized: a sparse file whose pages /dev/shm cannot
 	// give later kills the process that writes them (SIGBUS), mid-batch.
 	if err := unix.Fallocate(fd, 0, 0, int64(size)); err != nil {
@@ -192,7 +192,7 @@ func CreateRing(name string, layout Layout) (*Ring, error) {
 			if unix.Fstatfs(fd, &st) == nil {
 				free = int64(st.Bavail) * st.Bsize
 			}
-			return fail(&ShmFullError{Dir: ShmDir, Need: int64(size), Free: free, Slots: layout.Slots})
+			return fail(&ShmFullError{Dir: ShmDir, Need: int64(size), Free: free, Slots: spec.Slots})
 		}
 		return fail(fmt.Errorf("cudafeed: reserving %d bytes for %s: %w", size, path, err))
 	}
@@ -200,8 +200,8 @@ func CreateRing(name string, layout Layout) (*Ring, error) {
 	if err != nil {
 		return fail(fmt.Errorf("cudafeed: mapping %s (%d bytes): %w", path, size, err))
 	}
-	r := &Ring{path: path, layout: layout, fields: fields, slotBytes: slotBytes, batch: batch, mem: mem}
-	r.slots = make([][][]byte, layout.Slots)
+	r := &Ring{path: path, spec: spec, fields: fields, slotBytes: slotBytes, batch: batch, mem: mem}
+	r.slots = make([][][]byte, spec.Slots)
 	for i := range r.slots {
 		r.slots[i] = make([][]byte, len(fields))
 		base := i * slotBytes
@@ -221,7 +221,7 @@ const ringPrefix = "ffcvfeed-"
 // ahead of it, ffcvfeed-PID-RANDOM (128 random bits), created exclusively
 // and retried under a new name if one exists all the same. The PID in the
 // name lets CleanStaleRings find the rings of servers that died.
-func CreateServerRing(layout Layout) (*Ring, error) {
+func CreateServerRing(spec RingSpec) (*Ring, error) {
 	var err error
 	for range 8 {
 		var b [16]byte
@@ -229,7 +229,7 @@ func CreateServerRing(layout Layout) (*Ring, error) {
 			return nil, fmt.Errorf("cudafeed: choosing a ring name: %w", rerr)
 		}
 		var r *Ring
-		r, err = CreateRing(fmt.Sprintf("%s%d-%s", ringPrefix, os.Getpid(), hex.EncodeToString(b[:])), layout)
+		r, err = CreateRing(fmt.Sprintf("%s%d-%s", ringPrefix, os.Getpid(), hex.EncodeToString(b[:])), spec)
 		if !errors.Is(err, ErrExists) {
 			return r, err
 		}
@@ -292,7 +292,7 @@ func (r *Ring) BatchSize() int { return r.batch }
 // Fields returns the fields' places inside a slot.
 func (r *Ring) Fields() []FieldInfo { return r.fields }
 
-// Slot returns slot i's field regions, in layout order. The slices are
+// Slot returns slot i's field regions, in the spec's order. The slices are
 // computed once; calling Slot allocates nothing.
 func (r *Ring) Slot(i int) [][]byte { return r.slots[i] }
 

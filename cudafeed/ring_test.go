@@ -11,8 +11,8 @@ import (
 	"testing"
 )
 
-func testLayout() Layout {
-	return Layout{Slots: 3, Fields: []FieldSpec{
+func testSpec() RingSpec {
+	return RingSpec{Slots: 3, Fields: []FieldSpec{
 		{Name: "images", DType: "uint8", Shape: []int{5, 7, 7, 3}}, // 735 bytes
 		{Name: "labels", DType: "int64", Shape: []int{5}},          // 40 bytes
 		{Name: "weights", DType: "float16", Shape: []int{5, 3}},    // 30 bytes
@@ -20,7 +20,7 @@ func testLayout() Layout {
 }
 
 // testRing creates a ring with a name unique to the test and closes it at cleanup.
-func testRing(t *testing.T, l Layout) *Ring {
+func testRing(t *testing.T, l RingSpec) *Ring {
 	t.Helper()
 	name := fmt.Sprintf("cudafeed-test-%d-%d-%s", os.Getpid(), ringSeq.Add(1), t.Name())
 	name = sanitize(name)
@@ -44,8 +44,8 @@ func sanitize(s string) string {
 	return string(b)
 }
 
-func TestRingLayout(t *testing.T) {
-	r := testRing(t, testLayout())
+func TestRingSpec(t *testing.T) {
+	r := testRing(t, testSpec())
 	want := []struct{ off, n int }{{0, 735}, {768, 40}, {832, 30}}
 	for i, f := range r.Fields() {
 		if f.Offset != want[i].off || f.Bytes != want[i].n || f.Offset%Alignment != 0 {
@@ -91,9 +91,9 @@ func TestRingLayout(t *testing.T) {
 }
 
 func TestRingExistsAndUnlink(t *testing.T) {
-	r := testRing(t, testLayout())
+	r := testRing(t, testSpec())
 	name := r.Path()[len(ShmDir)+1:]
-	if _, err := CreateRing(name, testLayout()); !errors.Is(err, ErrExists) {
+	if _, err := CreateRing(name, testSpec()); !errors.Is(err, ErrExists) {
 		t.Fatalf("second CreateRing: %v, want ErrExists", err)
 	}
 	if err := r.Close(); err != nil {
@@ -108,8 +108,8 @@ func TestRingExistsAndUnlink(t *testing.T) {
 }
 
 func TestRingBadLayout(t *testing.T) {
-	for _, l := range []Layout{
-		{Slots: 0, Fields: testLayout().Fields},
+	for _, l := range []RingSpec{
+		{Slots: 0, Fields: testSpec().Fields},
 		{Slots: 1},
 		{Slots: 1, Fields: []FieldSpec{{Name: "x", DType: "int24", Shape: []int{2}}}},
 		{Slots: 1, Fields: []FieldSpec{{Name: "x", DType: "uint8", Shape: nil}}},
@@ -124,7 +124,7 @@ func TestRingBadLayout(t *testing.T) {
 			t.Errorf("layout %+v accepted", l)
 		}
 	}
-	if _, err := CreateRing("a/b", testLayout()); err == nil {
+	if _, err := CreateRing("a/b", testSpec()); err == nil {
 		t.Error("name with a slash accepted")
 	}
 }
@@ -140,12 +140,12 @@ func TestServerRingNamesAndStaleRings(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.Remove(planted)
-	r1, err := CreateServerRing(testLayout())
+	r1, err := CreateServerRing(testSpec())
 	if err != nil {
 		t.Fatalf("with %s planted: %v", planted, err)
 	}
 	defer r1.Close()
-	r2, err := CreateServerRing(testLayout())
+	r2, err := CreateServerRing(testSpec())
 	if err != nil {
 		t.Fatal(err)
 	}

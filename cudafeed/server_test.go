@@ -19,7 +19,7 @@ import (
 
 func testServer(t *testing.T, slots, perEpoch, epochs int) (*Ring, *Server) {
 	t.Helper()
-	l := testLayout()
+	l := testSpec()
 	l.Slots = slots
 	r := testRing(t, l)
 	s, err := NewServer(r, Options{
@@ -287,7 +287,7 @@ func TestServerGarbageClosesOnlyThatConnection(t *testing.T) {
 
 func TestServerSocketPath(t *testing.T) {
 	_, s := testServer(t, 1, 1, 1)
-	r2 := testRing(t, Layout{Slots: 1, Fields: []FieldSpec{{Name: "x", DType: "uint8", Shape: []int{1}}}})
+	r2 := testRing(t, RingSpec{Slots: 1, Fields: []FieldSpec{{Name: "x", DType: "uint8", Shape: []int{1}}}})
 	opts := Options{SocketPath: s.SocketPath(), BatchesPerEpoch: 1}
 	if _, err := NewServer(r2, opts); !errors.Is(err, ErrLiveSocket) {
 		t.Fatalf("second server on a live socket: %v", err)

@@ -348,7 +348,7 @@ func (v *View) SampleName(s int) string {
 	if v.named != nil {
 		return v.named.base[s]
 	}
-	m := v.f.Record(s)[v.f.Layout().Offsets[v.image]]
+	m := v.f.Record(s)[v.f.RecordLayout().Offsets[v.image]]
 	ext := ".jpg"
 	if beton.ImageMode(m) == beton.ModeRaw {
 		ext = ".ppm"

@@ -291,8 +291,8 @@ func writeFails(t *testing.T, path string) {
 func TestCorruptSampleIsEIO(t *testing.T) {
 	data, f := fixtureCopy(t, "imagefolder-jpg.beton")
 	const bad = 5
-	recStart := beton.HeaderSize + beton.DescriptorSize*len(f.Fields()) + bad*f.Layout().RecordSize
-	binary.LittleEndian.PutUint64(data[recStart+f.Layout().Offsets[0]+5:], 12345) // image pointer
+	recStart := beton.HeaderSize + beton.DescriptorSize*len(f.Fields()) + bad*f.RecordLayout().RecordSize
+	binary.LittleEndian.PutUint64(data[recStart+f.RecordLayout().Offsets[0]+5:], 12345) // image pointer
 	path := filepath.Join(t.TempDir(), "corrupt.beton")
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
@@ -673,7 +673,7 @@ func TestLargeLabelMakesOneFolder(t *testing.T) {
 	data, f := fixtureCopy(t, "imagefolder-jpg.beton")
 	label := f.FieldIndex("label")
 	const s = 7
-	rec := beton.HeaderSize + beton.DescriptorSize*len(f.Fields()) + s*f.Layout().RecordSize + f.Layout().Offsets[label]
+	rec := beton.HeaderSize + beton.DescriptorSize*len(f.Fields()) + s*f.RecordLayout().RecordSize + f.RecordLayout().Offsets[label]
 	binary.LittleEndian.PutUint64(data[rec:], 1<<24)
 	path := filepath.Join(t.TempDir(), "label.beton")
 	if err := os.WriteFile(path, data, 0o644); err != nil {

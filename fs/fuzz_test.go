@@ -43,7 +43,7 @@ func FuzzMountedBeton(f *testing.F) {
 	}
 	meta := beton.HeaderSize + beton.DescriptorSize*len(bf.Fields())
 	alloc := int(binary.LittleEndian.Uint64(base[16:]))
-	rec := bf.Layout().RecordSize
+	rec := bf.RecordLayout().RecordSize
 	seeds := []struct {
 		off   int
 		val   uint64

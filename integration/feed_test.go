@@ -73,7 +73,7 @@ func TestFeedPythonLoader(t *testing.T) {
 		h, w    = 8, 8
 	)
 	perEpoch := (samples + bsz - 1) / bsz // 7; the last batch holds 2
-	ring, err := cudafeed.CreateRing(fmt.Sprintf("ffcvfeed-it-%d", os.Getpid()), cudafeed.Layout{Slots: 3, Fields: []cudafeed.FieldSpec{
+	ring, err := cudafeed.CreateRing(fmt.Sprintf("ffcvfeed-it-%d", os.Getpid()), cudafeed.RingSpec{Slots: 3, Fields: []cudafeed.FieldSpec{
 		{Name: "images", DType: "uint8", Shape: []int{bsz, h, w, 3}},
 		{Name: "labels", DType: "int64", Shape: []int{bsz}},
 	}})

@@ -8,7 +8,7 @@
 //
 // The definition of each order kind, of sharding across ranks, and of the
 // random streams behind them, down to the bit: an order is a function of the
-// Layout (which samples lie in which page) and of Options, and of nothing
+// PageMap (which samples lie in which page) and of Options, and of nothing
 // else. The same inputs give the same order on every run, platform and Go
 // release. Options.Kind is one of:
 //
@@ -142,7 +142,7 @@
 // # Concurrency
 //
 // Generate is a pure function of its arguments: it keeps no state, starts no
-// goroutine and is safe to call concurrently. It only reads the Layout, which
+// goroutine and is safe to call concurrently. It only reads the PageMap, which
 // must not change during the call (a *beton.File never does). It costs O(N)
 // time and memory in the number of samples N, plus O(P log WorldSize) time
 // for the deal of P pages: the result and a bitmap, and for quasi-random a
@@ -151,8 +151,8 @@
 //
 // # What it must never do
 //
-// Read sample data or do any I/O: an order is computed from the Layout
+// Read sample data or do any I/O: an order is computed from the PageMap
 // alone. Depend on map iteration, goroutine scheduling, the clock, the
 // platform or the Go release. Split a data page between ranks. Panic on an
-// inconsistent Layout: Generate returns ErrLayout instead.
+// inconsistent PageMap: Generate returns ErrPageMap instead.
 package order

@@ -12,7 +12,7 @@ import (
 // nodePages runs every rank of a node-affine epoch and returns the data
 // pages each node read, checking on the way that the epoch delivers every
 // sample, each by one rank, with equal counts.
-func nodePages(t *testing.T, l Layout, o Options) []map[int64]bool {
+func nodePages(t *testing.T, l PageMap, o Options) []map[int64]bool {
 	t.Helper()
 	per := o.WorldSize / o.Nodes
 	pages := make([]map[int64]bool, o.Nodes)

@@ -66,7 +66,7 @@ func kindList() string {
 }
 
 // Options says which order to generate. Everything that changes the order is
-// here or in the Layout: the same Options on the same Layout give the same
+// here or in the PageMap: the same Options on the same PageMap give the same
 // order, on every run and platform.
 type Options struct {
 	// Kind is the order kind. It has no default: a training job that forgot
@@ -84,7 +84,7 @@ type Options struct {
 	Rank, WorldSize int
 
 	// Window is the number of pages a quasi-random order keeps open. Zero
-	// means DefaultWindow(l, BatchSize) for the Layout l being ordered.
+	// means DefaultWindow(l, BatchSize) for the PageMap l being ordered.
 	Window int
 
 	// BatchSize sets the default Window: about two batches' worth of
@@ -181,7 +181,7 @@ func FormatSegments(segs []Segment, sep string) string {
 }
 
 // Validate fills defaults (WorldSize, BatchSize) and checks the options. The
-// default Window depends on the Layout, so Generate fills it.
+// default Window depends on the PageMap, so Generate fills it.
 func (o *Options) Validate() error {
 	if !o.Kind.Known() {
 		if o.Kind == "" {
@@ -245,8 +245,8 @@ func (o *Options) Validate() error {
 // DefaultWindow returns the window of a quasi-random order of l when
 // Options.Window is zero: ceil(2·batchSize / mean samples per data page),
 // at least MinWindow. Pages holding no sample do not count toward the mean;
-// a layout without data pages gets MinWindow.
-func DefaultWindow(l Layout, batchSize int) int {
+// a page map without data pages gets MinWindow.
+func DefaultWindow(l PageMap, batchSize int) int {
 	if batchSize <= 0 {
 		batchSize = DefaultBatchSize
 	}

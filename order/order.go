@@ -12,9 +12,9 @@ import (
 	"github.com/ffcvfs/ffcvfs/beton"
 )
 
-// Layout is what an order needs to know about a dataset: which samples lie
+// PageMap is what an order needs to know about a dataset: which samples lie
 // in which page. *beton.File satisfies it.
-type Layout interface {
+type PageMap interface {
 	// NumSamples is the number of samples; ids run from 0 to NumSamples-1.
 	NumSamples() int
 	// NumPages is the number of data pages, numbered from FirstPage.
@@ -28,13 +28,13 @@ type Layout interface {
 	SamplePage(i int) int64
 }
 
-var _ Layout = (*beton.File)(nil)
+var _ PageMap = (*beton.File)(nil)
 
 var (
-	// ErrLayout is returned for a Layout whose pages and samples disagree:
+	// ErrPageMap is returned for a PageMap whose pages and samples disagree:
 	// a page names a sample id out of range or twice, or the pages and the
 	// samples without a page do not add up to NumSamples.
-	ErrLayout = errors.New("inconsistent layout")
+	ErrPageMap = errors.New("inconsistent page map")
 
 	// ErrTooFewPages is returned when a rank gets no page while others
 	// do and padding (DropLast false) has nothing of its own to repeat.
@@ -45,7 +45,7 @@ var (
 // of samples with no data.
 type unit struct {
 	page    int64    // absolute page, or beton.NoPage for a virtual page
-	samples []uint32 // not to be modified: may be the Layout's own slice
+	samples []uint32 // not to be modified: may be the PageMap's own slice
 }
 
 func (u unit) String() string {
@@ -55,18 +55,18 @@ func (u unit) String() string {
 	return fmt.Sprintf("page %d", u.page)
 }
 
-// shape is a Layout broken into units.
+// shape is a PageMap broken into units.
 type shape struct {
 	units       []unit // data pages in file order, then virtual pages
 	dataPages   int    // data pages with at least one sample
 	dataSamples int    // samples in those pages
 }
 
-// layoutShape breaks l into units. Data pages with no sample are left out.
+// pageShape breaks l into units. Data pages with no sample are left out.
 // The samples without a page are cut, in id order, into virtual pages of the
 // mean data-page size rounded up, or into worldSize equal parts when there
 // are no data pages.
-func layoutShape(l Layout, worldSize int) (shape, error) {
+func pageShape(l PageMap, worldSize int) (shape, error) {
 	n := l.NumSamples()
 	first := l.FirstPage()
 	var sh shape
@@ -81,7 +81,7 @@ func layoutShape(l Layout, worldSize int) (shape, error) {
 		sh.dataSamples += len(s)
 	}
 	if sh.dataSamples > n {
-		return shape{}, fmt.Errorf("pages hold %d samples, layout has %d: %w", sh.dataSamples, n, ErrLayout)
+		return shape{}, fmt.Errorf("pages hold %d samples, the dataset has %d: %w", sh.dataSamples, n, ErrPageMap)
 	}
 	if sh.dataSamples == n {
 		return sh, nil
@@ -93,8 +93,8 @@ func layoutShape(l Layout, worldSize int) (shape, error) {
 		}
 	}
 	if sh.dataSamples+len(none) != n {
-		return shape{}, fmt.Errorf("pages hold %d samples and %d have no page, layout has %d: %w",
-			sh.dataSamples, len(none), n, ErrLayout)
+		return shape{}, fmt.Errorf("pages hold %d samples and %d have no page, the dataset has %d: %w",
+			sh.dataSamples, len(none), n, ErrPageMap)
 	}
 	size := ceilDiv(len(none), worldSize)
 	if sh.dataPages > 0 {
@@ -204,13 +204,13 @@ func siftDown(h []load) {
 
 // Generate returns the order of sample ids for one epoch of one rank, as the
 // package documentation describes. The result is a new slice the caller owns.
-func Generate(l Layout, o Options) ([]uint32, error) {
+func Generate(l PageMap, o Options) ([]uint32, error) {
 	return GenerateContext(context.Background(), l, o)
 }
 
 // GenerateContext is Generate, giving up with ctx's error when ctx is done
 // while it replays the parts of a resumed epoch.
-func GenerateContext(ctx context.Context, l Layout, o Options) ([]uint32, error) {
+func GenerateContext(ctx context.Context, l PageMap, o Options) ([]uint32, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
@@ -228,7 +228,7 @@ func GenerateContext(ctx context.Context, l Layout, o Options) ([]uint32, error)
 	if len(o.Resumed) > 0 {
 		shapeWorld = o.Resumed[0].WorldSize
 	}
-	sh, err := layoutShape(l, shapeWorld)
+	sh, err := pageShape(l, shapeWorld)
 	if err != nil {
 		return nil, err
 	}
@@ -349,14 +349,14 @@ func nodeShare(units []unit, o Options) (mine []unit, lo, hi int) {
 // window at a time), without making the order: O(pages) where Generate is
 // O(samples). For simulations of caches at a large scale. Resumed orders
 // are not supported.
-func Pages(l Layout, o Options) ([]int64, error) {
+func Pages(l PageMap, o Options) ([]int64, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
 	if len(o.Resumed) > 0 {
 		return nil, fmt.Errorf("Pages of a resumed order: not supported")
 	}
-	sh, err := layoutShape(l, o.WorldSize)
+	sh, err := pageShape(l, o.WorldSize)
 	if err != nil {
 		return nil, err
 	}
@@ -393,10 +393,10 @@ func checkUnits(units []unit, n int) error {
 	for _, u := range units {
 		for _, s := range u.samples {
 			if int(s) >= n {
-				return fmt.Errorf("%s names sample %d, layout has %d: %w", u, s, n, ErrLayout)
+				return fmt.Errorf("%s names sample %d, the dataset has %d: %w", u, s, n, ErrPageMap)
 			}
 			if seen[s/64]&(1<<(s%64)) != 0 {
-				return fmt.Errorf("sample %d is in %s and in another page: %w", s, u, ErrLayout)
+				return fmt.Errorf("sample %d is in %s and in another page: %w", s, u, ErrPageMap)
 			}
 			seen[s/64] |= 1 << (s % 64)
 		}

@@ -21,7 +21,7 @@ type synth struct {
 	page  []int64    // page of each sample, or beton.NoPage
 }
 
-var _ Layout = (*synth)(nil)
+var _ PageMap = (*synth)(nil)
 
 func (s *synth) NumSamples() int  { return s.n }
 func (s *synth) NumPages() int    { return len(s.pages) }
@@ -83,7 +83,7 @@ func newSynth(sp synthSpec) *synth {
 
 type namedLayout struct {
 	name string
-	l    Layout
+	l    PageMap
 }
 
 func testLayouts(t testing.TB) []namedLayout {
@@ -135,7 +135,7 @@ func betonLayout(t testing.TB) *beton.File {
 	return f
 }
 
-func generate(t testing.TB, l Layout, o Options) []uint32 {
+func generate(t testing.TB, l PageMap, o Options) []uint32 {
 	t.Helper()
 	out, err := Generate(l, o)
 	if err != nil {
@@ -261,10 +261,10 @@ const (
 )
 
 // pageOf returns, for every sample, the index of its unit (data page or
-// virtual page) in layoutShape's file order, and the unit sizes.
-func pageOf(t testing.TB, l Layout, worldSize int) (unitOf []int, sizes []int) {
+// virtual page) in pageShape's file order, and the unit sizes.
+func pageOf(t testing.TB, l PageMap, worldSize int) (unitOf []int, sizes []int) {
 	t.Helper()
-	sh, err := layoutShape(l, worldSize)
+	sh, err := pageShape(l, worldSize)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +312,7 @@ func TestShards(t *testing.T) {
 	}
 }
 
-func checkShards(t *testing.T, l Layout, k Kind, ws int, drop bool) {
+func checkShards(t *testing.T, l PageMap, k Kind, ws int, drop bool) {
 	unitOf, sizes := pageOf(t, l, ws)
 	n := l.NumSamples()
 	orders := make([][]uint32, ws)
@@ -463,7 +463,7 @@ func TestUniform(t *testing.T) {
 
 func TestDefaultWindow(t *testing.T) {
 	cases := []struct {
-		l     Layout
+		l     PageMap
 		batch int
 		want  int
 	}{
@@ -549,10 +549,10 @@ func TestBadLayout(t *testing.T) {
 	short.n = 90
 	lost := newSynth(synthSpec{n: 100, mean: 10})
 	lost.pages[0] = nil // those samples are in no page, yet SamplePage names one
-	for name, l := range map[string]Layout{"duplicate": dup, "out-of-range": big, "short": short, "lost": lost} {
+	for name, l := range map[string]PageMap{"duplicate": dup, "out-of-range": big, "short": short, "lost": lost} {
 		for _, k := range []Kind{Random, QuasiRandom} {
-			if _, err := Generate(l, Options{Kind: k}); !errors.Is(err, ErrLayout) {
-				t.Errorf("%s/%s: %v, want ErrLayout", name, k, err)
+			if _, err := Generate(l, Options{Kind: k}); !errors.Is(err, ErrPageMap) {
+				t.Errorf("%s/%s: %v, want ErrPageMap", name, k, err)
 			}
 		}
 	}

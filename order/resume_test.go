@@ -55,7 +55,7 @@ func TestElasticResume(t *testing.T) {
 	}
 }
 
-func checkResume(t *testing.T, l Layout, kind Kind, c resumeCase) {
+func checkResume(t *testing.T, l PageMap, kind Kind, c resumeCase) {
 	n := l.NumSamples()
 	base := Options{Kind: kind, Seed: 11, Epoch: 3, BatchSize: 64}
 	taken := make([]int, n) // times each sample was delivered before the last part

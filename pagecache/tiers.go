@@ -191,7 +191,7 @@ func newTiered(src storage.Source, f *beton.File, opts Options, memBudget int64,
 		if i, ok := src.(storage.Identifier); ok {
 			id = i.Identity()
 		}
-		d, err := tier.OpenDisk(opts.DiskDir, tier.Source{Name: src.Name(), Identity: id}, geom, tier.Options{Budget: opts.DiskBudget, Compress: true, Logger: opts.Logger, Stored: t.tierStored})
+		d, err := tier.OpenDisk(opts.DiskDir, tier.Object{Name: src.Name(), Identity: id}, geom, tier.Options{Budget: opts.DiskBudget, Compress: true, Logger: opts.Logger, Stored: t.tierStored})
 		if err != nil {
 			t.close()
 			return nil, err

@@ -27,7 +27,7 @@ func convertOracle(o Options, out, src []byte) {
 		}
 	}
 	idx := func(i, c int) int {
-		if o.Layout == NCHW {
+		if o.DimOrder == NCHW {
 			return c*hw + i
 		}
 		return i*3 + c
@@ -64,12 +64,12 @@ func checkConvert(t *testing.T) {
 			src[i] = byte(rng.UintN(256))
 		}
 		for _, dt := range []DType{Uint8, Float16, Float32} {
-			for _, layout := range []Layout{NHWC, NCHW} {
+			for _, layout := range []DimOrder{NHWC, NCHW} {
 				for _, norm := range []bool{false, true} {
 					if dt == Uint8 && norm {
 						continue
 					}
-					o := Options{DType: dt, Layout: layout, Normalize: norm, Mean: ImageNetMean, Std: ImageNetStd,
+					o := Options{DType: dt, DimOrder: layout, Normalize: norm, Mean: ImageNetMean, Std: ImageNetStd,
 						Op: decode.Op{OutW: size[0], OutH: size[1]}}
 					p := &Pipeline{opts: o}
 					p.buildLUTs()
@@ -95,8 +95,8 @@ func BenchmarkConvert(b *testing.B) {
 		src[i] = byte(i * 7)
 	}
 	for _, dt := range []DType{Uint8, Float16, Float32} {
-		for _, layout := range []Layout{NHWC, NCHW} {
-			o := Options{DType: dt, Layout: layout, Normalize: dt != Uint8, Mean: ImageNetMean, Std: ImageNetStd, Op: decode.Op{OutW: 160, OutH: 160}}
+		for _, layout := range []DimOrder{NHWC, NCHW} {
+			o := Options{DType: dt, DimOrder: layout, Normalize: dt != Uint8, Mean: ImageNetMean, Std: ImageNetStd, Op: decode.Op{OutW: 160, OutH: 160}}
 			p := &Pipeline{opts: o}
 			p.buildLUTs()
 			out := make([]byte, p.sampleBytes())

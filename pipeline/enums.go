@@ -12,13 +12,13 @@ const (
 	Float32 DType = "float32"
 )
 
-// Layout is the order of a batch's image dimensions.
-type Layout string
+// DimOrder is the order of a batch's image dimensions.
+type DimOrder string
 
-// The layouts a pipeline writes.
+// The dimension orders a pipeline writes.
 const (
-	NHWC Layout = "nhwc"
-	NCHW Layout = "nchw"
+	NHWC DimOrder = "nhwc"
+	NCHW DimOrder = "nchw"
 )
 
 // OnError says what a pipeline does with a sample that cannot be decoded.
@@ -41,9 +41,9 @@ func ParseDType(s string) (DType, error) {
 	return "", fmt.Errorf("dtype %q: want uint8, float16 or float32", s)
 }
 
-// ParseLayout reads a layout name: nhwc or nchw.
-func ParseLayout(s string) (Layout, error) {
-	switch l := Layout(s); l {
+// ParseDimOrder reads a dimension order: nhwc or nchw.
+func ParseDimOrder(s string) (DimOrder, error) {
+	switch l := DimOrder(s); l {
 	case NHWC, NCHW:
 		return l, nil
 	}

@@ -79,7 +79,7 @@ func (p *Pipeline) outputs() ([]output, error) {
 			out.kind, out.per = outImage, p.sampleBytes()
 			out.spec.DType = string(o.DType)
 			out.spec.Shape = []int{B, o.Op.OutH, o.Op.OutW, 3}
-			if o.Layout == NCHW {
+			if o.DimOrder == NCHW {
 				out.spec.Shape = []int{B, 3, o.Op.OutH, o.Op.OutW}
 			}
 		case beton.TypeInt:
@@ -139,7 +139,7 @@ func (p *Pipeline) fill(b *batch, j, s int, data []byte, off int64) error {
 				binary.LittleEndian.PutUint64(buf[j*8:], uint64(p.opts.ReplaceLabel.Label(int64(s), p.f.Int(s, out.field))))
 				continue
 			}
-			copy(buf[j*8:j*8+8], p.f.Record(s)[p.f.Layout().Offsets[out.field]:][:8])
+			copy(buf[j*8:j*8+8], p.f.Record(s)[p.f.RecordLayout().Offsets[out.field]:][:8])
 		case outArray, outVar:
 			a, err := p.f.Data(s, out.field)
 			if err != nil {

@@ -77,10 +77,10 @@ type Options struct {
 	// ordered as the whole beton would be with the rest left out (a
 	// sample named twice is read twice, as FFCV does).
 	Indices []uint32
-	// DType is the images' element type (default Uint8), Layout their
+	// DType is the images' element type (default Uint8), DimOrder their
 	// dimensions' order (default NHWC).
-	DType  DType
-	Layout Layout
+	DType    DType
+	DimOrder DimOrder
 	// Normalize maps pixels (on the 0–1 scale) to (x - Mean) / Std. Only for
 	// float dtypes.
 	Normalize bool
@@ -121,8 +121,8 @@ func (o *Options) Validate() error {
 	if o.DType == "" {
 		o.DType = Uint8
 	}
-	if o.Layout == "" {
-		o.Layout = NHWC
+	if o.DimOrder == "" {
+		o.DimOrder = NHWC
 	}
 	if o.OnError == "" {
 		o.OnError = Skip
@@ -148,7 +148,7 @@ func (o *Options) Validate() error {
 	if _, err := ParseDType(string(o.DType)); err != nil {
 		return err
 	}
-	if _, err := ParseLayout(string(o.Layout)); err != nil {
+	if _, err := ParseDimOrder(string(o.DimOrder)); err != nil {
 		return err
 	}
 	if _, err := ParseOnError(string(o.OnError)); err != nil {
@@ -659,7 +659,7 @@ func (p *Pipeline) getWorkerState() (*workerState, error) {
 	if p.opts.Augment.TranslatePad > 0 {
 		ws.aug = make([]byte, p.opts.Op.OutW*p.opts.Op.OutH*3)
 	}
-	if o := p.opts; o.DType != Uint8 || o.Layout != NHWC {
+	if o := p.opts; o.DType != Uint8 || o.DimOrder != NHWC {
 		ws.scratch = make([]byte, o.Op.OutW*o.Op.OutH*3)
 	}
 	return ws, nil
@@ -779,7 +779,7 @@ func (p *Pipeline) sample(ctx context.Context, dec *decode.Decoder, rng *rand.Ra
 func (p *Pipeline) convert(out, src []byte) {
 	o := p.opts
 	n := o.Op.OutW * o.Op.OutH
-	planar := o.Layout == NCHW
+	planar := o.DimOrder == NCHW
 	if len(src) < 3*n || len(out) < p.sampleBytes() {
 		panic(fmt.Sprintf("pipeline: converting %d pixels from %d bytes into %d", n, len(src), len(out)))
 	}

@@ -127,7 +127,7 @@ func TestFloatLayoutsAndNormalize(t *testing.T) {
 	base := Options{BatchSize: 8, Workers: 1, Op: decode.Op{Kind: decode.CenterCrop, OutW: 16, OutH: 16}, Order: order.Options{Kind: order.Sequential}}
 	u8 := run(t, c, base, 1)
 	f32 := base
-	f32.DType, f32.Layout, f32.Normalize, f32.Mean, f32.Std = "float32", "nchw", true, ImageNetMean, ImageNetStd
+	f32.DType, f32.DimOrder, f32.Normalize, f32.Mean, f32.Std = "float32", "nchw", true, ImageNetMean, ImageNetStd
 	got := run(t, c, f32, 1)
 	f16 := f32
 	f16.DType = "float16"
@@ -205,7 +205,7 @@ func TestCorruptSample(t *testing.T) {
 
 func TestDiscardSinkRunsEpochs(t *testing.T) {
 	c := openCache(t, testenv.Fixture(t, "beton", "imagefolder-mixed.beton"))
-	p, err := New(c, Options{BatchSize: 32, Workers: 2, DType: "float32", Layout: "nchw", Op: decode.Op{Kind: decode.RandomResizedCrop, OutW: 24, OutH: 24}}, nil)
+	p, err := New(c, Options{BatchSize: 32, Workers: 2, DType: "float32", DimOrder: "nchw", Op: decode.Op{Kind: decode.RandomResizedCrop, OutW: 24, OutH: 24}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestDiscardSinkRunsEpochs(t *testing.T) {
 func TestOptionErrors(t *testing.T) {
 	for _, o := range []Options{
 		{DType: "int8", Op: decode.Op{OutW: 8, OutH: 8}},
-		{Layout: "chw", Op: decode.Op{OutW: 8, OutH: 8}},
+		{DimOrder: "chw", Op: decode.Op{OutW: 8, OutH: 8}},
 		{Normalize: true, Std: [3]float64{1, 1, 1}, Op: decode.Op{OutW: 8, OutH: 8}},
 		{OnError: "ignore", Op: decode.Op{OutW: 8, OutH: 8}},
 		{DType: "float32", Normalize: true, Std: [3]float64{1, 0, 1}, Op: decode.Op{OutW: 8, OutH: 8}},
@@ -266,7 +266,7 @@ func TestParseEnums(t *testing.T) {
 	if d, err := ParseDType("float16"); err != nil || d != Float16 {
 		t.Errorf("ParseDType(float16) = %q, %v", d, err)
 	}
-	if l, err := ParseLayout("nchw"); err != nil || l != NCHW {
+	if l, err := ParseDimOrder("nchw"); err != nil || l != NCHW {
 		t.Errorf("ParseLayout(nchw) = %q, %v", l, err)
 	}
 	if e, err := ParseOnError("fail"); err != nil || e != Fail {
@@ -274,7 +274,7 @@ func TestParseEnums(t *testing.T) {
 	}
 	for _, err := range []error{
 		func() error { _, err := ParseDType("int8"); return err }(),
-		func() error { _, err := ParseLayout("chw"); return err }(),
+		func() error { _, err := ParseDimOrder("chw"); return err }(),
 		func() error { _, err := ParseOnError("ignore"); return err }(),
 	} {
 		if err == nil || !strings.Contains(err.Error(), "want") {

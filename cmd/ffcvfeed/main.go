@@ -185,7 +185,7 @@ func pipelineOptions(c *cli.Context) (pipeline.Options, error) {
 	if err != nil {
 		return pipeline.Options{}, cli.Exit("--dtype: "+err.Error(), 2)
 	}
-	layout, err := pipeline.ParseLayout(c.String("layout"))
+	layout, err := pipeline.ParseDimOrder(c.String("layout"))
 	if err != nil {
 		return pipeline.Options{}, cli.Exit("--layout: "+err.Error(), 2)
 	}
@@ -197,7 +197,7 @@ func pipelineOptions(c *cli.Context) (pipeline.Options, error) {
 		Order: order.Options{Kind: kind, Seed: c.Uint64("seed"), Rank: c.Int("rank"), WorldSize: c.Int("world-size"),
 			Nodes: c.Int("nodes"), MoveFraction: c.Float64("move")},
 		BatchSize: c.Int("batch-size"), DropLast: c.Bool("drop-last"),
-		DType: dtype, Layout: layout,
+		DType: dtype, DimOrder: layout,
 		Workers: c.Int("workers"), OnError: onError,
 		ImageField: c.String("image-field"), LabelField: c.String("label-field"),
 		Fields: splitList(c.String("fields")),
@@ -424,7 +424,7 @@ func serveCommand() *cli.Command {
 			// the shared memory and the socket are removed on the way out.
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			ring, err := cudafeed.CreateServerRing(cudafeed.Layout{Fields: p.Fields(), Slots: c.Int("slots")})
+			ring, err := cudafeed.CreateServerRing(cudafeed.RingSpec{Fields: p.Fields(), Slots: c.Int("slots")})
 			var full *cudafeed.ShmFullError
 			if errors.As(err, &full) {
 				return cli.Exit(fmt.Sprintf("%v: free space in %s, make it larger (in a container: docker run --shm-size, or Kubernetes' emptyDir of medium Memory), or lower --slots (%d) or --batch-size (%d)",

@@ -45,8 +45,8 @@ type meta struct {
 	Pages    int    `json:"pages"`
 }
 
-// Source is what a disk tier needs to know of the object it caches.
-type Source struct {
+// Object is what a disk tier needs to know of the object it caches.
+type Object struct {
 	// Name names it in messages and listings; never with credentials.
 	Name string
 	// Identity changes whenever its bytes may have: URL and ETag, or path,
@@ -66,7 +66,7 @@ func idOf(identity string) (uint64, string) {
 // holds the folder of src, the tier only reads (state "shared"). Entries
 // of older versions of src (same name, another identity) that no process
 // holds are removed.
-func OpenDisk(dir string, src Source, geom Geometry, opts Options) (*Store, error) {
+func OpenDisk(dir string, src Object, geom Geometry, opts Options) (*Store, error) {
 	if src.Identity == "" {
 		return nil, fmt.Errorf("%s has no version to key a disk cache by (no ETag, Last-Modified or modification time): a changed object could not be told from the cached one", src.Name)
 	}

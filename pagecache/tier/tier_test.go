@@ -167,7 +167,7 @@ func TestDiskStore(t *testing.T) {
 		layouts = append(layouts, l)
 	}
 	geom := Geometry{PageSize: ps, NumPages: 8, Layout: func(dp int32) []Chunk { return layouts[dp] }}
-	src := Source{Name: "s3://b/k", Identity: "s3://b/k etag=1"}
+	src := Object{Name: "s3://b/k", Identity: "s3://b/k etag=1"}
 	// Room for 3 compressed pages.
 	enc, _ := encodeEntry(nil, pages[0], 0, 0, layouts[0], true)
 	s, err := OpenDisk(dir, src, geom, Options{Budget: 3*blocks(int64(len(enc))) + 2048, Compress: true})
@@ -223,7 +223,7 @@ func TestDiskStore(t *testing.T) {
 	// Another version of the source: old entries never served, and
 	// removed once nobody holds them.
 	s.Close()
-	s2, err := OpenDisk(dir, Source{Name: src.Name, Identity: "s3://b/k etag=2"}, geom, Options{Budget: 1 << 20})
+	s2, err := OpenDisk(dir, Object{Name: src.Name, Identity: "s3://b/k etag=2"}, geom, Options{Budget: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ func TestDiskFolderOpenToOthers(t *testing.T) {
 	}
 	_, l := testPage(ps, 1)
 	geom := Geometry{PageSize: ps, NumPages: 1, Layout: func(int32) []Chunk { return l }}
-	src := Source{Name: "s3://b/k", Identity: "s3://b/k etag=1"}
+	src := Object{Name: "s3://b/k", Identity: "s3://b/k etag=1"}
 	_, hexID := idOf(src.Identity)
 	planted := filepath.Join(dir, hexID)
 	if os.Getuid() == 0 {
