@@ -222,7 +222,7 @@ func poison(c *cli.Context) (*augment.Poison, error) {
 	if err != nil {
 		return nil, cli.Exit("--poison-mask: "+err.Error(), 2)
 	}
-	if strings.TrimLeft(mask.Descr, "<|=") != "u1" || len(mask.Shape) != 3 || mask.Shape[2] != 3 {
+	if mask.DType != "uint8" || len(mask.Shape) != 3 || mask.Shape[2] != 3 {
 		return nil, cli.Exit(fmt.Sprintf("--poison-mask: a %s array of shape %v; want uint8 [H, W, 3]", mask.Descr, mask.Shape), 2)
 	}
 	alpha, err := npy.ReadFileMax(c.String("poison-alpha"), maxPixels)

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ffcvfs/ffcvfs/fields"
 	"github.com/ffcvfs/ffcvfs/internal/half"
 	"github.com/ffcvfs/ffcvfs/internal/readfile"
 )
@@ -22,6 +23,9 @@ import (
 // Array is a C-ordered array: its NumPy type string, shape and bytes.
 type Array struct {
 	Descr string // e.g. "|u1", "<f8", "<i8"
+	// DType is Descr's name as package fields gives it ("uint8",
+	// "float64", ...): a little-endian integer, float or bool.
+	DType string
 	Shape []int
 	Data  []byte
 }
@@ -76,10 +80,10 @@ func header(b []byte) (a *Array, start, dataLen int, err error) {
 		return nil, 0, 0, errors.New(".npy array is in Fortran order; save it C-ordered (np.ascontiguousarray)")
 	}
 	a = &Array{Descr: d[1]}
-	size, err := itemSize(a.Descr)
-	if err != nil {
-		return nil, 0, 0, err
+	if a.DType, err = fields.FromNumPy(a.Descr); err != nil || strings.HasPrefix(a.DType, "complex") {
+		return nil, 0, 0, fmt.Errorf(".npy type %q: want a little-endian integer, float or bool", a.Descr)
 	}
+	size := fields.DTypes[a.DType]
 	n := 1
 	for _, p := range strings.Split(sh[1], ",") {
 		if p = strings.TrimSpace(p); p == "" {
@@ -108,20 +112,6 @@ func Read(b []byte) (*Array, error) {
 	}
 	a.Data = b[start:]
 	return a, nil
-}
-
-func itemSize(descr string) (int, error) {
-	switch strings.TrimLeft(descr, "<|=") {
-	case "u1", "i1", "b1":
-		return 1, nil
-	case "u2", "i2", "f2":
-		return 2, nil
-	case "u4", "i4", "f4":
-		return 4, nil
-	case "u8", "i8", "f8":
-		return 8, nil
-	}
-	return 0, fmt.Errorf(".npy type %q: want a little-endian integer or float", descr)
 }
 
 // ReadFile reads a .npy file, at most MaxBytes.
@@ -193,28 +183,28 @@ func (a *Array) Int64s() ([]int64, error) {
 
 func (a *Array) at(i int) float64 {
 	b := a.Data
-	switch strings.TrimLeft(a.Descr, "<|=") {
-	case "u1", "b1":
+	switch a.DType {
+	case "uint8", "bool":
 		return float64(b[i])
-	case "i1":
+	case "int8":
 		return float64(int8(b[i]))
-	case "u2":
+	case "uint16":
 		return float64(binary.LittleEndian.Uint16(b[2*i:]))
-	case "i2":
+	case "int16":
 		return float64(int16(binary.LittleEndian.Uint16(b[2*i:])))
-	case "f2":
+	case "float16":
 		return float64(half.Value(binary.LittleEndian.Uint16(b[2*i:])))
-	case "u4":
+	case "uint32":
 		return float64(binary.LittleEndian.Uint32(b[4*i:]))
-	case "i4":
+	case "int32":
 		return float64(int32(binary.LittleEndian.Uint32(b[4*i:])))
-	case "f4":
+	case "float32":
 		return float64(math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
-	case "u8":
+	case "uint64":
 		return float64(binary.LittleEndian.Uint64(b[8*i:]))
-	case "i8":
+	case "int64":
 		return float64(int64(binary.LittleEndian.Uint64(b[8*i:])))
-	case "f8":
+	case "float64":
 		return math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
 	}
 	return 0

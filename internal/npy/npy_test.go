@@ -6,6 +6,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/ffcvfs/ffcvfs/fields"
 )
 
 // file makes a version-1 .npy file as numpy.save does.
@@ -28,6 +30,9 @@ func TestRead(t *testing.T) {
 	if err != nil || len(a.Shape) != 2 || a.Shape[1] != 3 || a.Float64s()[5] != 255 {
 		t.Fatalf("uint8 array: %+v, %v", a, err)
 	}
+	if a := mustRead(t, file("|b1", "2,", []byte{0, 1})); a.DType != "bool" || a.Float64s()[1] != 1 {
+		t.Errorf("bool array: %+v", a)
+	}
 	i8 := binary.LittleEndian.AppendUint64(nil, 7)
 	if v, err := mustRead(t, file("<i8", "1,", i8)).Int64s(); err != nil || v[0] != 7 {
 		t.Errorf("int64 array: %v, %v", v, err)
@@ -40,6 +45,7 @@ func TestRead(t *testing.T) {
 		file("<f8", "3,", f8),           // too few bytes
 		file(">f8", "2,", f8),           // big-endian
 		file("<U4", "2,", f8),           // strings
+		file("<c8", "2,", f8),           // complex
 		file("<f8", "99999999999,", f8), // huge
 	} {
 		if _, err := Read(bad); err == nil {
@@ -67,7 +73,7 @@ func FuzzRead(f *testing.F) {
 		if err != nil {
 			return
 		}
-		size, _ := itemSize(a.Descr)
+		size := fields.DTypes[a.DType]
 		if len(a.Data) != a.Len()*size {
 			t.Fatalf("%d bytes for %v of %s", len(a.Data), a.Shape, a.Descr)
 		}
