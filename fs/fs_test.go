@@ -65,7 +65,7 @@ func testMountPages(t *testing.T, path string, opts Options, pages int64) (strin
 // ends, the view by the caller.
 func testView(t *testing.T, path string, opts Options, pages int64) (*View, error) {
 	t.Helper()
-	src, f, err := storage.OpenBeton(t.Context(), path, storage.Options{})
+	src, f, err := pagecache.OpenBeton(t.Context(), path, storage.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,7 +454,7 @@ func TestClassNames(t *testing.T) {
 	if got := names(ents); !reflect.DeepEqual(got, classNames) {
 		t.Errorf("classes %v", got)
 	}
-	src, f, err := storage.OpenBeton(t.Context(), path, storage.Options{})
+	src, f, err := pagecache.OpenBeton(t.Context(), path, storage.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -700,7 +700,7 @@ func TestLargeLabelMakesOneFolder(t *testing.T) {
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	src, bf, err := storage.OpenBeton(t.Context(), path, storage.Options{})
+	src, bf, err := pagecache.OpenBeton(t.Context(), path, storage.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,7 +81,7 @@ func mountAndReadAll(t *testing.T, data []byte) {
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	src, bf, err := storage.OpenBeton(t.Context(), path, storage.Options{})
+	src, bf, err := pagecache.OpenBeton(t.Context(), path, storage.Options{})
 	if err != nil {
 		return // refused at open
 	}

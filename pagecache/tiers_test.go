@@ -39,7 +39,7 @@ func rawPhotos(t *testing.T, res int) (string, []byte) {
 
 func openTiered(t *testing.T, path string, opts Options) (*Cache, *beton.File) {
 	t.Helper()
-	src, f, err := storage.OpenBeton(context.Background(), path, storage.Options{})
+	src, f, err := OpenBeton(context.Background(), path, storage.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

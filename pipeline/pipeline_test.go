@@ -52,7 +52,7 @@ func (s *collectSink) Publish(slot, epoch, batch, size int) error {
 
 func openCache(t *testing.T, path string) *pagecache.Cache {
 	t.Helper()
-	src, f, err := storage.OpenBeton(t.Context(), path, storage.Options{})
+	src, f, err := pagecache.OpenBeton(t.Context(), path, storage.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
 
@@ -137,21 +136,5 @@ func checkReadAt(t *testing.T, src Source, data []byte, p []byte, off int64) {
 		t.Fatalf("ReadAt(%d bytes at %d): %v", len(p), off, err)
 	case n > 0 && !bytes.Equal(p[:n], data[off:off+int64(n)]):
 		t.Fatalf("ReadAt(%d bytes at %d): bytes differ", len(p), off)
-	}
-}
-
-// The File that OpenBeton returns keeps reading after the context of the
-// open has ended (a timeout for opening is not one for the file's life).
-func TestOpenBetonOutlivesItsContext(t *testing.T) {
-	path := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
-	ctx, cancel := context.WithCancel(context.Background())
-	src, f, err := OpenBeton(ctx, path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	cancel()
-	if errs := beton.Verify(f, beton.VerifyOptions{All: true}); len(errs) != 0 {
-		t.Fatalf("verify after the open's context ended: %v", errs)
 	}
 }

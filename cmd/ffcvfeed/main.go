@@ -24,14 +24,12 @@ import (
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/control"
 	"github.com/ffcvfs/ffcvfs/cudafeed"
-	"github.com/ffcvfs/ffcvfs/internal/bytesize"
 	"github.com/ffcvfs/ffcvfs/internal/cacheflags"
 	"github.com/ffcvfs/ffcvfs/internal/metrics"
 	"github.com/ffcvfs/ffcvfs/internal/version"
 	"github.com/ffcvfs/ffcvfs/jpeg"
 	"github.com/ffcvfs/ffcvfs/order"
 	"github.com/ffcvfs/ffcvfs/pagecache"
-	"github.com/ffcvfs/ffcvfs/peer"
 	"github.com/ffcvfs/ffcvfs/pipeline"
 	"github.com/ffcvfs/ffcvfs/pipeline/decode"
 	"github.com/ffcvfs/ffcvfs/storage"
@@ -251,12 +249,12 @@ func pipelineOptions(c *cli.Context) (pipeline.Options, error) {
 
 // openData opens --data: a source URL or path, or an ffcvfs mount whose
 // dataset.beton is read and whose announce socket is told each order.
-func openData(c *cli.Context) (*pagecache.Cache, storage.Source, func([]uint32) error, error) {
+func openData(c *cli.Context) (*cacheflags.Opened, func([]uint32) error, error) {
 	data := c.String("data")
 	if data == storage.StdinLocation {
 		var err error
 		if data, err = storage.ReadLocation(os.Stdin); err != nil {
-			return nil, nil, nil, cli.Exit(err.Error(), 2)
+			return nil, nil, cli.Exit(err.Error(), 2)
 		}
 	}
 	var announce func([]uint32) error
@@ -269,52 +267,21 @@ func openData(c *cli.Context) (*pagecache.Cache, storage.Source, func([]uint32) 
 			return control.Announce(ctx, mnt, ids, false)
 		}
 	}
-	budget, err := bytesize.Parse(c.String("cache-size"))
+	d, err := cacheflags.Open(c, data, pagecache.Options{})
 	if err != nil {
-		return nil, nil, nil, cli.Exit("--cache-size: "+err.Error(), 2)
+		return nil, nil, err
 	}
-	ctx, cancel := context.WithTimeout(c.Context, 2*time.Minute)
-	defer cancel()
-	src, f, err := storage.OpenBeton(ctx, data, cacheflags.SourceOptions(c))
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	copts := pagecache.Options{Budget: budget}
-	if err := cacheflags.Apply(c, &copts, f.Size()); err != nil {
-		src.Close()
-		return nil, nil, nil, cli.Exit(err.Error(), 2)
-	}
-	if popts, ok, err := cacheflags.PeerOptions(c); err != nil || ok {
-		var ps *peer.Source
-		if err == nil {
-			ps, err = peer.Wrap(src, f.PageSize(), popts)
-		}
-		if err != nil {
-			src.Close()
-			return nil, nil, nil, cli.Exit(err.Error(), 2)
-		}
-		src = ps
-	}
-	cache, err := pagecache.New(src, f, copts)
-	if err != nil {
-		src.Close()
-		return nil, nil, nil, fmt.Errorf("%s: %w", src.Name(), err)
-	}
-	return cache, src, announce, nil
+	return d, announce, nil
 }
 
-// fed is the pipeline the flags describe, with its cache and source.
+// fed is the pipeline the flags describe, with the beton it reads.
 type fed struct {
-	p     *pipeline.Pipeline
-	cache *pagecache.Cache
-	src   storage.Source
+	p *pipeline.Pipeline
+	*cacheflags.Opened
 }
 
 // close releases the cache and the source.
-func (f *fed) close() {
-	f.cache.Close()
-	f.src.Close()
-}
+func (f *fed) close() { f.Opened.Close() }
 
 // openPipeline builds the pipeline the flags describe.
 func openPipeline(c *cli.Context) (*fed, error) {
@@ -322,12 +289,12 @@ func openPipeline(c *cli.Context) (*fed, error) {
 	if err != nil {
 		return nil, err
 	}
-	cache, src, announce, err := openData(c)
+	data, announce, err := openData(c)
 	if err != nil {
 		return nil, err
 	}
-	f := &fed{cache: cache, src: src}
-	if f.p, err = pipeline.New(cache, opts, announce); err != nil {
+	f := &fed{Opened: data}
+	if f.p, err = pipeline.New(data.Cache, opts, announce); err != nil {
 		f.close()
 		return nil, err
 	}

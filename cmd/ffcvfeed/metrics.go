@@ -28,7 +28,7 @@ func serveMetrics(addr string, fd *fed, srv *cudafeed.Server, epoch *atomic.Int6
 		e.Counter("client_connections_total", "Clients served since the start.", float64(st.Connections))
 		e.Counter("client_refused_total", "Clients turned away because another was connected.", float64(st.Refused))
 	})
-	reg, err := metrics.NewRegistry(feed, metrics.Cache("ffcvfeed", fd.cache, fd.src))
+	reg, err := metrics.NewRegistry(feed, metrics.Cache("ffcvfeed", fd.Cache, fd.Source))
 	if err != nil {
 		return nil, err
 	}

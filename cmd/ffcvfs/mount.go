@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -13,14 +12,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/fs"
 	"github.com/ffcvfs/ffcvfs/fs/transport"
 	"github.com/ffcvfs/ffcvfs/internal/bytesize"
 	"github.com/ffcvfs/ffcvfs/internal/cacheflags"
 	"github.com/ffcvfs/ffcvfs/internal/metrics"
 	"github.com/ffcvfs/ffcvfs/pagecache"
-	"github.com/ffcvfs/ffcvfs/peer"
 	"github.com/ffcvfs/ffcvfs/storage"
 	"github.com/urfave/cli/v2"
 )
@@ -161,10 +158,6 @@ func runMount(c *cli.Context) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	budget, err := bytesize.Parse(c.String("cache-size"))
-	if err != nil {
-		return usageError("--cache-size: %v", err)
-	}
 	metricsAddr := c.String("metrics-addr")
 	if metricsAddr != "" {
 		if _, err := metrics.ListenAddr(metricsAddr); err != nil {
@@ -187,43 +180,22 @@ func runMount(c *cli.Context) error {
 			return cli.Exit(err.Error(), 1)
 		}
 	}
-	ctx := c.Context
-	source, f, err := openSource(ctx, c, src)
-	if err != nil {
-		return cli.Exit(err.Error(), 1)
-	}
-	defer source.Close()
-	popts, peers, err := cacheflags.PeerOptions(c)
-	if err != nil {
-		return usageError("%v", err)
-	}
-	var peerStats func() peer.Stats
-	if peers {
-		ps, err := peer.Wrap(source, f.PageSize(), popts)
-		if err != nil {
-			return cli.Exit(err.Error(), 1)
-		}
-		source, peerStats = ps, ps.Stats
-	}
 	var inflight int64
 	if v := c.String("inflight"); v != "" {
 		if inflight, err = bytesize.Parse(v); err != nil || inflight <= 0 {
 			return usageError("--inflight: want a positive size such as 8MiB, got %q", v)
 		}
 	}
-	copts := pagecache.Options{Budget: budget, Readers: c.Int("readers"), InflightBytes: inflight, PagesOnly: c.Bool("pages-only")}
-	if err := cacheflags.Apply(c, &copts, f.Size()); err != nil {
-		return usageError("%v", err)
-	}
-	cache, err := pagecache.New(source, f, copts)
+	data, err := cacheflags.Open(c, src, pagecache.Options{Readers: c.Int("readers"), InflightBytes: inflight, PagesOnly: c.Bool("pages-only")})
 	if err != nil {
-		return cli.Exit(fmt.Sprintf("%s: %v", source.Name(), err), 1)
+		return err
 	}
-	defer cache.Close()
+	defer data.Close()
+	source, f, cache := data.Source, data.File, data.Cache
 	opts := fs.Options{
 		ImageField: c.String("image-field"), LabelField: c.String("label-field"),
 		Classes: classes, NoFileNames: c.Bool("no-file-names"), KernelCache: c.Bool("kernel-cache"), OrderBatchSize: c.Int("order-batch-size"),
-		Compat: compat, PlanLease: c.Duration("plan-lease"), RequestTimes: metricsAddr != "", Peers: peerStats,
+		Compat: compat, PlanLease: c.Duration("plan-lease"), RequestTimes: metricsAddr != "", Peers: data.Peers,
 	}
 	localPath := ""
 	if !strings.Contains(src, "://") || strings.HasPrefix(src, "file://") {
@@ -274,17 +246,6 @@ func runMount(c *cli.Context) error {
 	srv.Wait()
 	slog.Info("unmounted", "mountpoint", mnt)
 	return nil
-}
-
-// openSource opens SRC as a Source and its beton.
-func openSource(ctx context.Context, c *cli.Context, src string) (storage.Source, *beton.File, error) {
-	sopts := storage.Options{Logger: slog.Default()}
-	if c != nil {
-		sopts = cacheflags.SourceOptions(c)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	return storage.OpenBeton(ctx, src, sopts)
 }
 
 func readLines(path string) ([]string, error) {

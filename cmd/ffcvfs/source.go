@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"io"
 	"os"
 
@@ -8,13 +9,16 @@ import (
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/internal/cacheflags"
+	"github.com/ffcvfs/ffcvfs/pagecache"
 	"github.com/ffcvfs/ffcvfs/storage"
 )
 
 // openBeton opens SRC (a path, file://, s3:// or http(s)://) for a command
 // that only reads it. The caller closes the returned file.
 func openBeton(c *cli.Context, src string) (*beton.File, io.Closer, error) {
-	source, f, err := openSource(c.Context, c, src)
+	ctx, cancel := context.WithTimeout(c.Context, cacheflags.OpenTimeout)
+	defer cancel()
+	source, f, err := pagecache.OpenBeton(ctx, src, cacheflags.SourceOptions(c))
 	if err != nil {
 		return nil, nil, err
 	}

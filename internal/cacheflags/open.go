@@ -1,0 +1,84 @@
+package cacheflags
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/internal/bytesize"
+	"github.com/ffcvfs/ffcvfs/pagecache"
+	"github.com/ffcvfs/ffcvfs/peer"
+	"github.com/ffcvfs/ffcvfs/storage"
+)
+
+// OpenTimeout bounds opening a beton: reaching its storage and reading
+// its header, descriptors, metadata and allocation table.
+const OpenTimeout = 2 * time.Minute
+
+// Opened is a beton read through the page cache the flags describe.
+type Opened struct {
+	// Source is what the cache reads: the storage, or the peer tier in
+	// front of it (--peer-listen).
+	Source storage.Source
+	File   *beton.File
+	Cache  *pagecache.Cache
+	// Peers reports what the peer tier did; nil without one.
+	Peers func() peer.Stats
+}
+
+// Close closes the cache and the source.
+func (o *Opened) Close() error {
+	return errors.Join(o.Cache.Close(), o.Source.Close())
+}
+
+// Open opens the beton at location and the page cache the flags say:
+// --cache-size and the tiers of Flags, the peer tier of PeerFlags, and
+// storage as SourceFlags say. base holds the cache options the command
+// sets itself (readers, inflight bytes...). A mistake in a flag is an
+// exit status of 2, anything else 1, each a sentence naming the flag or
+// the location; on error nothing is left open.
+func Open(c *cli.Context, location string, base pagecache.Options) (*Opened, error) {
+	budget, err := bytesize.Parse(c.String("cache-size"))
+	if err != nil {
+		return nil, usage("--cache-size: %v", err)
+	}
+	popts, peers, err := PeerOptions(c)
+	if err != nil {
+		return nil, usage("%v", err)
+	}
+	ctx, cancel := context.WithTimeout(c.Context, OpenTimeout)
+	defer cancel()
+	src, f, err := pagecache.OpenBeton(ctx, location, SourceOptions(c))
+	if err != nil {
+		return nil, cli.Exit(err.Error(), 1)
+	}
+	o := &Opened{Source: src, File: f}
+	copts := base
+	copts.Budget = budget
+	if err := Apply(c, &copts, f.Size()); err != nil {
+		src.Close()
+		return nil, usage("%v", err)
+	}
+	if peers {
+		ps, err := peer.Wrap(src, f.PageSize(), popts)
+		if err != nil {
+			src.Close()
+			return nil, cli.Exit(err.Error(), 1)
+		}
+		o.Source, o.Peers = ps, ps.Stats
+	}
+	if o.Cache, err = pagecache.New(o.Source, f, copts); err != nil {
+		o.Source.Close()
+		return nil, cli.Exit(fmt.Sprintf("%s: %v", o.Source.Name(), err), 1)
+	}
+	return o, nil
+}
+
+// usage is a mistake in how the command was called: exit status 2.
+func usage(format string, args ...any) error {
+	return cli.Exit(fmt.Sprintf(format, args...), 2)
+}
