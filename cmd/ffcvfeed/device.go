@@ -3,8 +3,9 @@ package main
 import (
 	"fmt"
 
-	"github.com/ffcvfs/ffcvfs/cudafeed"
 	"github.com/urfave/cli/v2"
+
+	"github.com/ffcvfs/ffcvfs/cudafeed"
 )
 
 // A build with the cuda tag links gorgonia.org/cu, whose init exits with

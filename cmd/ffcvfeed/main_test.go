@@ -11,10 +11,11 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/urfave/cli/v2"
+
 	"github.com/ffcvfs/ffcvfs/cudafeed"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 	"github.com/ffcvfs/ffcvfs/internal/version"
-	"github.com/urfave/cli/v2"
 )
 
 // runMainEnv, set in the environment, makes the test binary run main()

@@ -2,22 +2,21 @@ package main
 
 import (
 	"log/slog"
-	"sync/atomic"
 
-	"github.com/ffcvfs/ffcvfs/cudafeed"
+	"github.com/ffcvfs/ffcvfs/feed"
 	"github.com/ffcvfs/ffcvfs/internal/metrics"
 )
 
 // serveMetrics serves ffcvfeed serve's metrics at addr: the pipeline's,
 // the server's (ring slots, consumers), and its cache's and storage's.
-func serveMetrics(addr string, fd *fed, srv *cudafeed.Server, epoch *atomic.Int64) (*metrics.Server, error) {
-	feed := metrics.Func("ffcvfeed", func(e *metrics.Emitter) {
+func serveMetrics(addr string, fd *fed, s *feed.Stream) (*metrics.Server, error) {
+	m := metrics.Func("ffcvfeed", func(e *metrics.Emitter) {
 		p := fd.p
 		e.Counter("images_total", "Images decoded, augmented and written into batches (rate(): images/s).", float64(p.Images.Load()))
 		e.Counter("decode_errors_total", "Samples that failed to read or decode (replaced by another of their batch, or failing it with --on-error fail).", float64(p.Errors.Load()))
-		st := srv.Stats()
+		st := s.Server().Stats()
 		e.Counter("batches_total", "Batches published to the ring.", float64(st.Published))
-		e.Gauge("epoch", "The epoch being delivered.", float64(epoch.Load()))
+		e.Gauge("epoch", "The epoch being delivered.", float64(s.Epoch()))
 		const slots = "Ring slots by state: free, filling (being decoded into), queued (published, not yet sent), delivered (held by the client)."
 		e.Gauge("ring_slots", slots, float64(st.SlotsFree), "state", "free")
 		e.Gauge("ring_slots", slots, float64(st.SlotsFilling), "state", "filling")
@@ -28,7 +27,7 @@ func serveMetrics(addr string, fd *fed, srv *cudafeed.Server, epoch *atomic.Int6
 		e.Counter("client_connections_total", "Clients served since the start.", float64(st.Connections))
 		e.Counter("client_refused_total", "Clients turned away because another was connected.", float64(st.Refused))
 	})
-	reg, err := metrics.NewRegistry(feed, metrics.Cache("ffcvfeed", fd.Cache, fd.Source))
+	reg, err := metrics.NewRegistry(m, metrics.Cache("ffcvfeed", fd.Cache, fd.Source))
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"os"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ffcvfs/ffcvfs/control"
+	"github.com/ffcvfs/ffcvfs/internal/cacheflags"
+	"github.com/ffcvfs/ffcvfs/pagecache"
+	"github.com/ffcvfs/ffcvfs/pipeline"
+	"github.com/ffcvfs/ffcvfs/storage"
+)
+
+// openData opens --data: a source URL or path, or an ffcvfs mount whose
+// dataset.beton is read and whose announce socket is told each order.
+func openData(c *cli.Context) (*cacheflags.Opened, func([]uint32) error, error) {
+	data := c.String("data")
+	if data == storage.StdinLocation {
+		var err error
+		if data, err = storage.ReadLocation(os.Stdin); err != nil {
+			return nil, nil, cli.Exit(err.Error(), 2)
+		}
+	}
+	var announce func([]uint32) error
+	if control.IsMount(data) {
+		mnt := data
+		data = control.Path(mnt, control.DatasetFile)
+		announce = func(ids []uint32) error {
+			ctx, cancel := context.WithTimeout(c.Context, time.Minute)
+			defer cancel()
+			return control.Announce(ctx, mnt, ids, false)
+		}
+	}
+	d, err := cacheflags.Open(c, data, pagecache.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	return d, announce, nil
+}
+
+// fed is the pipeline the flags describe, with the beton it reads.
+type fed struct {
+	p *pipeline.Pipeline
+	*cacheflags.Opened
+}
+
+// close releases the cache and the source.
+func (f *fed) close() { f.Opened.Close() }
+
+// openPipeline builds the pipeline the flags describe.
+func openPipeline(c *cli.Context) (*fed, error) {
+	opts, err := pipelineOptions(c)
+	if err != nil {
+		return nil, err
+	}
+	data, announce, err := openData(c)
+	if err != nil {
+		return nil, err
+	}
+	f := &fed{Opened: data}
+	if f.p, err = pipeline.New(data.Cache, opts, announce); err != nil {
+		f.close()
+		return nil, err
+	}
+	spareProc(opts.Workers)
+	return f, nil
+}

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ffcvfs/ffcvfs/cudafeed"
+	"github.com/ffcvfs/ffcvfs/feed"
+	"github.com/ffcvfs/ffcvfs/internal/metrics"
+	"github.com/ffcvfs/ffcvfs/order"
+)
+
+// serveCommand is `ffcvfeed serve`: its flags are checked, the pipeline
+// is opened, and package feed streams it to the socket's consumer.
+func serveCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "serve",
+		Usage:     "serve batches over a Unix socket and shared memory",
+		UsageText: "ffcvfeed serve --data SRC|MOUNT --socket PATH [options]",
+		Flags: append(pipelineFlags(),
+			&cli.StringFlag{Name: "socket", Required: true, Usage: "Unix socket to serve on (created 0600)", Category: "output"},
+			&cli.IntFlag{Name: "slots", Value: 4, Usage: "batches in shared memory at once", Category: "output"},
+			&cli.IntFlag{Name: "start-epoch", Usage: "resume: the first epoch to deliver (the client's Loader.state_dict() says which)", Category: "batches"},
+			&cli.IntFlag{Name: "start-batch", Usage: "resume: the first batch of --start-epoch to deliver; the earlier ones are neither read nor announced", Category: "batches"},
+			&cli.StringFlag{Name: "resume", Usage: "resume at another world size: the parts of --start-epoch read before, as `WORLDxPOSITION[,...]` (each of WORLD ranks took POSITION samples); this rank serves its share of the rest of the epoch (the client's Loader.resume_args() gives it)", Category: "batches"},
+			&cli.StringFlag{Name: "metrics-addr", Usage: metrics.FlagUsage, Category: "monitoring"},
+			deviceFlag(),
+		),
+		Action: func(c *cli.Context) error {
+			if os.Getenv(exitWithParentEnv) == "1" {
+				// First thing, while the parent is the one that started
+				// this server; the data is opened under this context too.
+				var parentGone func() bool
+				c.Context, parentGone = exitWithParent(c.Context)
+				defer removeOwnedFolder(parentGone, c.String("socket"))
+			}
+			dev, err := deliveryDevice(c)
+			if err != nil {
+				return err
+			}
+			if err := checkSocketPath(c.String("socket")); err != nil {
+				return err
+			}
+			startEpoch, startBatch, epochs := c.Int("start-epoch"), c.Int("start-batch"), c.Int("epochs")
+			if startEpoch < 0 || startEpoch >= epochs {
+				return cli.Exit(fmt.Sprintf("--start-epoch %d: want 0 to --epochs - 1 (%d)", startEpoch, epochs-1), 2)
+			}
+			var resumed []order.Segment
+			if v := c.String("resume"); v != "" {
+				if resumed, err = order.ParseSegments(v, ","); err != nil {
+					return cli.Exit("--resume: "+err.Error(), 2)
+				}
+				if startBatch != 0 {
+					return cli.Exit("--resume and --start-batch: give one; --resume names the rest of --start-epoch after the parts read before", 2)
+				}
+			}
+			if c.String("metrics-addr") != "" {
+				if _, err := metrics.ListenAddr(c.String("metrics-addr")); err != nil {
+					return cli.Exit(err.Error(), 2)
+				}
+			}
+			fd, err := openPipeline(c)
+			if err != nil {
+				return err
+			}
+			defer fd.close()
+			// From here on a signal ends the stream through ctx, so that
+			// the shared memory and the socket are removed on the way out.
+			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			opts := feed.Options{Socket: c.String("socket"), Slots: c.Int("slots"),
+				Epochs: epochs, StartEpoch: startEpoch, StartBatch: startBatch, Resumed: resumed,
+				WorldSize: c.Int("world-size"), BatchSize: c.Int("batch-size")}
+			if dev.CUDA {
+				opts.Device = func(r *cudafeed.Ring) (cudafeed.DeviceSlots, func() error, error) { return openDevice(dev, r) }
+			}
+			s, err := feed.New(fd.p, opts)
+			var (
+				full   *cudafeed.ShmFullError
+				start  *feed.StartError
+				resume *feed.ResumeError
+			)
+			switch {
+			case errors.As(err, &full):
+				return cli.Exit(fmt.Sprintf("%v: free space in %s, make it larger (in a container: docker run --shm-size, or Kubernetes' emptyDir of medium Memory), or lower --slots (%d) or --batch-size (%d)",
+					err, full.Dir, c.Int("slots"), c.Int("batch-size")), 2)
+			case errors.As(err, &start):
+				flag := map[string]string{"StartEpoch": "--start-epoch", "StartBatch": "--start-batch"}[start.Option]
+				return cli.Exit(fmt.Sprintf("%s %d: %s", flag, start.Value, start.Reason), 2)
+			case errors.As(err, &resume):
+				return cli.Exit("--resume: "+err.Error(), 1)
+			case err != nil:
+				return err
+			}
+			defer s.Close()
+			if addr := c.String("metrics-addr"); addr != "" {
+				ms, err := serveMetrics(addr, fd, s)
+				if err != nil {
+					return cli.Exit(err.Error(), 1)
+				}
+				defer ms.Close()
+				slog.Info("serving metrics", "url", "http://"+ms.Addr()+"/metrics")
+			}
+			slog.Info("serving", "socket", opts.Socket, "shm", s.RingPath(), "device", dev, "batches_per_epoch", s.BatchesPerEpoch(), "epochs", epochs)
+			return s.Run(ctx)
+		},
+	}
+}
+
+// maxSocketPath is the longest path a Unix socket may have: sun_path holds
+// 108 bytes with the terminating NUL.
+const maxSocketPath = 107
+
+// checkSocketPath refuses a --socket path that cannot be listened on, with
+// the fix, before the data is opened: a folder that does not exist, or is
+// not a folder, and a path too long for a Unix socket.
+func checkSocketPath(path string) error {
+	if path == "" {
+		return cli.Exit("--socket: give the path of the Unix socket to serve on, such as /tmp/feed.sock", 2)
+	}
+	if len(path) > maxSocketPath {
+		return cli.Exit(fmt.Sprintf("--socket %s: the path is %d bytes long, and a Unix socket's may be at most %d: choose a shorter one, such as /tmp/feed.sock", path, len(path), maxSocketPath), 2)
+	}
+	dir := filepath.Dir(path)
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return cli.Exit(fmt.Sprintf("--socket %s: the folder %s does not exist: create it first (mkdir -p %s), or put the socket in a folder that exists, such as /tmp", path, dir, dir), 2)
+	case err != nil:
+		return cli.Exit(fmt.Sprintf("--socket %s: %v", path, err), 2)
+	case !st.IsDir():
+		return cli.Exit(fmt.Sprintf("--socket %s: %s is not a folder", path, dir), 2)
+	}
+	return nil
+}
