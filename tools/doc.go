@@ -1,7 +1,9 @@
 // Package tools holds the project's Go programs that are tools, not
 // products: benchmark-data generators (mkbenchdata, mkimagefolder,
 // mkscanbeton), the readers that scripts/bench.sh times (readall,
-// storagebench), an image-by-image comparison of the two JPEG entropy
-// decoders (entropyab), and a simulation of a cluster's caches (clustersim). Each uses the project's packages rather than
-// re-implementing them; scripts/ keeps the shell and Python that run them.
+// storagebench) and the least work a loader of raw images does (rawcopy),
+// an image-by-image comparison of the two JPEG entropy decoders
+// (entropyab), and a simulation of a cluster's caches (clustersim). Each
+// uses the project's packages rather than re-implementing them; scripts/
+// keeps the shell and Python that run them.
 package tools
