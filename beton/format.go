@@ -6,7 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
+
+	"github.com/ffcvfs/ffcvfs/fields"
 )
 
 // Version is the only file-format version this package reads and writes.
@@ -226,23 +227,8 @@ func (f *Field) DataSize() (uint64, error) {
 }
 
 func dtypeItemSize(dt string) (int, error) {
-	if len(dt) < 2 {
-		return 0, fmt.Errorf("unknown numpy type %q", dt)
-	}
-	s := strings.TrimLeft(dt, "<>|=")
-	if len(s) < 2 {
-		return 0, fmt.Errorf("unknown numpy type %q", dt)
-	}
-	switch s[0] {
-	case 'f', 'i', 'u', 'b', 'c', '?':
-	default:
-		return 0, fmt.Errorf("unknown numpy type %q", dt)
-	}
-	var n int
-	if _, err := fmt.Sscanf(s[1:], "%d", &n); err != nil || n <= 0 || n > 16 {
-		return 0, fmt.Errorf("unknown numpy type %q", dt)
-	}
-	return n, nil
+	t, err := fields.ParseNumPy(dt)
+	return t.Size, err
 }
 
 func (f *Field) marshal() []byte {

@@ -7,6 +7,8 @@ package fields
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -37,26 +39,74 @@ var DTypes = map[string]int{
 // NAME + EndsSuffix.
 const EndsSuffix = ".ends"
 
+// NumPyType is a NumPy type string of a number or bool, read: "<f4" is a
+// little-endian float of 4 bytes.
+type NumPyType struct {
+	Kind      byte // 'b' bool, 'i' signed integer, 'u' unsigned, 'f' float, 'c' complex
+	Size      int  // bytes of one element
+	BigEndian bool // '>' and more than one byte
+}
+
+// numpySizes are the sizes NumPy gives each kind.
+var numpySizes = map[byte][]int{
+	'b': {1}, 'i': {1, 2, 4, 8}, 'u': {1, 2, 4, 8},
+	'f': {2, 4, 8, 12, 16}, 'c': {8, 16, 24, 32},
+}
+
+// ParseNumPy reads a NumPy type string as a beton or a .npy file stores
+// it ("<f4", "|u1", "|b1", ">i8", ...): the project's one reader of them.
+// Strings, objects, dates and records are refused.
+func ParseNumPy(typestr string) (NumPyType, error) {
+	var t NumPyType
+	s := typestr
+	if len(s) > 0 && strings.ContainsRune("<>|=", rune(s[0])) {
+		t.BigEndian = s[0] == '>'
+		s = s[1:]
+	}
+	if len(s) < 2 {
+		return t, fmt.Errorf("numpy type %q: want a bool, integer, float or complex type such as <f4", typestr)
+	}
+	t.Kind = s[0]
+	if t.Kind == '?' {
+		t.Kind = 'b'
+	}
+	n, err := strconv.Atoi(s[1:])
+	if err != nil || !slices.Contains(numpySizes[t.Kind], n) {
+		return t, fmt.Errorf("numpy type %q: want a bool, integer, float or complex type such as <f4", typestr)
+	}
+	t.Size = n
+	t.BigEndian = t.BigEndian && n > 1
+	return t, nil
+}
+
+// Name is the dtype name of t, one of DTypes' keys ("float32"), or "" for
+// a type batches cannot hold (long doubles).
+func (t NumPyType) Name() string {
+	prefix := map[byte]string{'b': "bool", 'i': "int", 'u': "uint", 'f': "float", 'c': "complex"}[t.Kind]
+	name := prefix
+	if t.Kind != 'b' {
+		name += strconv.Itoa(8 * t.Size)
+	}
+	if DTypes[name] != t.Size {
+		return ""
+	}
+	return name
+}
+
 // FromNumPy returns the dtype name of a NumPy type string as a beton stores
 // it ("<f4", "|u1", "|b1", ...). Big-endian types are refused: batches hold
 // little-endian numbers.
 func FromNumPy(typestr string) (string, error) {
-	s := typestr
-	if len(s) > 0 && strings.ContainsRune("<>|=", rune(s[0])) {
-		if s[0] == '>' && !(len(s) == 3 && s[2] == '1') {
-			return "", fmt.Errorf("numpy type %q is big-endian; batches hold little-endian numbers", typestr)
-		}
-		s = s[1:]
+	t, err := ParseNumPy(typestr)
+	if err != nil {
+		return "", fmt.Errorf("numpy type %q cannot be delivered (want a bool, integer, float or complex type)", typestr)
 	}
-	names := map[string]string{
-		"b1": "bool", "?1": "bool", "u1": "uint8", "i1": "int8",
-		"u2": "uint16", "i2": "int16", "f2": "float16",
-		"u4": "uint32", "i4": "int32", "f4": "float32",
-		"u8": "uint64", "i8": "int64", "f8": "float64",
-		"c8": "complex64", "c16": "complex128",
+	if t.BigEndian {
+		return "", fmt.Errorf("numpy type %q is big-endian; batches hold little-endian numbers", typestr)
 	}
-	if n, ok := names[s]; ok {
-		return n, nil
+	name := t.Name()
+	if name == "" {
+		return "", fmt.Errorf("numpy type %q cannot be delivered (want a bool, integer, float or complex type of at most 8 bytes, or complex128)", typestr)
 	}
-	return "", fmt.Errorf("numpy type %q cannot be delivered (want a bool, integer, float or complex type)", typestr)
+	return name, nil
 }
