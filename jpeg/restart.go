@@ -16,24 +16,6 @@ import (
 	"unsafe"
 )
 
-// # Restart intervals
-//
-// Huffman decoding is most of a crop's cost, and libjpeg entropy-decodes
-// every MCU of every row down to the crop's last, all columns, whatever
-// part of them the crop covers. A JPEG with a restart marker every K MCUs
-// can be entropy-decoded from any interval: each starts on a byte
-// boundary with its DC predictors reset. When K divides an MCU row, the
-// intervals form a grid of columns, and a crop needs only the intervals
-// it overlaps. DecodeRegion then hands libjpeg a smaller JPEG made of
-// them (restartIndex, sub): the source's tables, a frame of the selected
-// columns and rows, the intervals with their markers renumbered. Its
-// pixels are the source's: the coefficients are the same, and a margin
-// around the crop keeps the sub-image's edges, where chroma upsampling
-// differs, away from it (margins).
-//
-// AddRestarts writes such JPEGs (ffcvfs write --restart-interval): a
-// lossless transcode, as jpegtran -restart does.
-
 // AddRestarts returns the JPEG src transcoded losslessly to one with a
 // restart marker every k MCUs, k the divisor of the image's MCUs per row
 // nearest target, with optimized Huffman tables and src's APPn and COM
@@ -216,6 +198,22 @@ func (x *intervals) margins(m int) (mx, my int) {
 // needs, and its origin; ok is false when src has no usable restart
 // intervals or the region needs most of what a region decode of src would
 // decode anyway.
+//
+// Huffman decoding is most of a crop's cost, and libjpeg entropy-decodes
+// every MCU of every row down to the crop's last, all columns, whatever
+// part of them the crop covers. A JPEG with a restart marker every K MCUs
+// can be entropy-decoded from any interval: each starts on a byte
+// boundary with its DC predictors reset. When K divides an MCU row, the
+// intervals form a grid of columns, and a crop needs only the intervals
+// it overlaps. DecodeRegion then hands libjpeg a smaller JPEG made of
+// them (restartIndex, sub): the source's tables, a frame of the selected
+// columns and rows, the intervals with their markers renumbered. Its
+// pixels are the source's: the coefficients are the same, and a margin
+// around the crop keeps the sub-image's edges, where chroma upsampling
+// differs, away from it (margins).
+//
+// AddRestarts writes such JPEGs (ffcvfs write --restart-interval): a
+// lossless transcode, as jpegtran -restart does.
 func (d *Decoder) restartCrop(src []byte, x, y, w, h, m int, f Size) (sub []byte, ox, oy int, ok bool) {
 	ix := &d.rst
 	if !restartHeader(src, ix) {

@@ -146,8 +146,8 @@
 // must not change during the call (a *beton.File never does). It costs O(N)
 // time and memory in the number of samples N, plus O(P log WorldSize) time
 // for the deal of P pages: the result and a bitmap, and for quasi-random a
-// scratch copy, about 5 to 9 bytes per sample; about 30 ms for ImageNet's
-// 1.28 million samples on one core.
+// scratch copy, about 5 to 9 bytes per sample (BenchmarkGenerate times
+// an ImageNet-sized dataset).
 //
 // # What it must never do
 //

@@ -21,6 +21,26 @@
 // Reading bytes from storage (files, S3, HTTP, with retries and ETag
 // pinning) is package storage's.
 //
+// # Ranges
+//
+// A miss is served by a page or by a range, the bytes of one sample, as
+// package policy chooses: a page when enough of its other samples will be
+// read while it stays cached, a range otherwise. Ranges share the budget with pages: the slots whose bytes
+// ranges use are lent to them and their memory given back to the system.
+// Ranges are prefetched along plans as pages are, neighbours in a page in
+// one request.
+//
+// # Tiers
+//
+// Below the slots, a read may be served by a compressed RAM tier
+// (Options.CompressRAM) and then a disk tier (Options.DiskDir), before
+// storage (package tier keeps their entries). A tier stores whole pages,
+// so that a random order, served by ranges, fills it all the same: each
+// page comes from storage once. Pages the tiers could not take when they
+// were read are read again for them later (Backfills). The tiers' fill
+// buffers are slots of the budget, handed back to pages once no tier
+// takes pages any more. Nothing in a reader's path waits for a tier.
+//
 // # Concurrency
 //
 // Cache is safe for concurrent use. One mutex guards its state and is

@@ -11,31 +11,6 @@ import (
 	"github.com/ffcvfs/ffcvfs/pagecache/policy"
 )
 
-// # Ranges
-//
-// A miss is served by a page or by a range: the bytes of one sample (its
-// extent: from its first allocation to the end of its last), as the policy
-// chooses (policy.RangeRead). Ranges share the budget with pages: slots
-// whose bytes ranges use are lent to them (and their memory given back to
-// the system), and ranges take at most the bytes of the slots lent. A range
-// lives in its own mapping, a whole number of OS pages (mappedSize), outside
-// the Go heap for the reason the arena is (see newArena). The mapping of a
-// range gone is pooled by size and taken by a range to come (mapping), and
-// eviction for a miss prefers a range whose mapping fits it
-// (idleVictimFor): an mmap and an munmap per range cost more CPU than the
-// rest of its read; the pool's bytes count against the slots lent, and
-// are unmapped when the slots go back to pages.
-//
-// Eviction follows the pages' rule: ranges no plan needs go first, least
-// recently used first; then the range whose next use is farthest, unless a
-// page is needed later. Ranges are prefetched along plans (policy.
-// NextRange) as far ahead as that rule lets the budget go, neighbours in a
-// page needed soon (within coalesceLook positions, and within the
-// positions whose samples the budget holds or coalesceSlack of the first;
-// no more than coalesceGap apart) in one request, which waits for the
-// room of all of them. A slot goes back from ranges to pages
-// when a page load finds none free and the ranges can spare one.
-
 // coalesceLook is how many of a plan's range positions after a prefetched
 // one are looked at for neighbours to read in the same request.
 const coalesceLook = 256
@@ -73,6 +48,29 @@ type rangeEntry struct {
 }
 
 // rangeSet holds the ranges.
+//
+// A miss is served by a page or by a range: the bytes of one sample (its
+// extent: from its first allocation to the end of its last), as the policy
+// chooses (policy.RangeRead). Ranges share the budget with pages: slots
+// whose bytes ranges use are lent to them (and their memory given back to
+// the system), and ranges take at most the bytes of the slots lent. A range
+// lives in its own mapping, a whole number of OS pages (mappedSize), outside
+// the Go heap for the reason the arena is (see newArena). The mapping of a
+// range gone is pooled by size and taken by a range to come (mapping), and
+// eviction for a miss prefers a range whose mapping fits it
+// (idleVictimFor): an mmap and an munmap per range cost more CPU than the
+// rest of its read; the pool's bytes count against the slots lent, and
+// are unmapped when the slots go back to pages.
+//
+// Eviction follows the pages' rule: ranges no plan needs go first, least
+// recently used first; then the range whose next use is farthest, unless a
+// page is needed later. Ranges are prefetched along plans (policy.
+// NextRange) as far ahead as that rule lets the budget go, neighbours in a
+// page needed soon (within coalesceLook positions, and within the
+// positions whose samples the budget holds or coalesceSlack of the first;
+// no more than coalesceGap apart) in one request, which waits for the
+// room of all of them. A slot goes back from ranges to pages
+// when a page load finds none free and the ranges can spare one.
 type rangeSet struct {
 	m    map[int32]*rangeEntry
 	used int64   // bytes of the entries' mappings

@@ -14,7 +14,11 @@ import (
 	"github.com/ffcvfs/ffcvfs/storage"
 )
 
-// # Tiers
+// fillBuffers is how many slots become fill buffers with a disk tier;
+// a compressed RAM tier alone takes one.
+const fillBuffers = 2
+
+// tiered is the cache's read path when it has tiers.
 //
 // Below the slots, a read may be served by a compressed RAM tier
 // (Options.CompressRAM) and then a disk tier (Options.DiskDir), before
@@ -29,34 +33,22 @@ import (
 // from storage once. Fill buffers are slots of the budget; when none is
 // free, a read goes to storage as it would without tiers, and nothing
 // waits for a tier.
-
 //
-// # Backfill
-//
-// A page read whole that the tiers want but cannot take at once (no fill
+// Backfill: a page read whole that the tiers want but cannot take at once (no fill
 // buffer free, or a tier's queue full, as when its writer is slow on a
-// busy machine) is owed: a goroutine reads it from storage again once a fill buffer is free
-// and offers it, one page at a time, so that the tiers end up with every
+// busy machine) is owed: a goroutine reads it from storage again once a
+// fill buffer is free and offers it, one page at a time, so that the tiers end up with every
 // page they were offered while under budget, and a later epoch finds them
 // there. It backfills only into a tier with room for the page without
 // evicting (tier.Store.HasRoom): a full tier would take it only in place
 // of another, and reading pages again to churn a full tier is no saving.
 // Nothing in a reader's path waits for it.
-
 //
-// # Fill buffers
-//
-// The fill buffers are slots of the budget kept for the tiers. Once no
+// Fill buffers: the fill buffers are slots of the budget kept for the tiers. Once no
 // tier will take a page any more (each holds every page, or stores
 // nothing), they are handed back to the cache as page slots for good
 // (release): a later epoch from a full disk tier, or a fresh mount over
 // one, has the whole budget for pages read ahead of the readers.
-
-// fillBuffers is how many slots become fill buffers with a disk tier;
-// a compressed RAM tier alone takes one.
-const fillBuffers = 2
-
-// tiered is the cache's read path when it has tiers.
 type tiered struct {
 	storage.Source
 	// Immutable after newTiered.

@@ -2,26 +2,6 @@ package policy
 
 import "slices"
 
-// # Granularity
-//
-// A miss is served by reading the sample's page or only the sample's bytes
-// (a range). Reading the page pays when its other samples are read while
-// it can stay cached; otherwise a range reads a fraction of the bytes.
-//
-// With a plan the choice is made per position when the plan is prepared:
-// the plan is played through Belady's MIN over the cache's pages (the
-// budget, in pages), and every load of a page is charged the bytes of the
-// samples it serves before MIN evicts it. A load that serves at least
-// PageShare of the page's bytes is worth a page; the positions of the
-// other loads are read as ranges, and the page policy never sees them.
-//
-// Without a plan (reads no plan expects) a detector compares what the two
-// ways would have cost over the last reads: a ghost LRU of the budget's
-// pages says which reads would have missed with pages, each miss costing
-// the page's bytes, while ranges cost each read sample's bytes; both add
-// RequestCost per request. Ranges serve misses while they cost less than
-// PageShare of what pages would, as with plans.
-
 // PageShare is the share of a page's bytes a load must serve to be read as
 // a page rather than as ranges.
 const PageShare = 0.75
