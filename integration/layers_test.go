@@ -13,7 +13,7 @@ import (
 )
 
 // layoutRowRE is a row of README's Layout table: | FLOOR | `pkg`, ... | what |.
-var layoutRowRE = regexp.MustCompile("^\\|\\s*(\\d+)\\s*\\|([^|]*)\\|")
+var layoutRowRE = regexp.MustCompile(`^\|\s*(\d+)\s*\|([^|]*)\|`)
 
 // readmeFloors reads the floors of README's Layout table: package (its path
 // in the module) to floor.
