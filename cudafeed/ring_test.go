@@ -129,7 +129,7 @@ func TestRingBadLayout(t *testing.T) {
 	}
 }
 
-// Finding 10 of the hardening review: the ring was always
+// The ring was always
 // /dev/shm/ffcvfeed-PID, so a file planted under that name stopped the
 // server, and a killed server's ring stayed forever. Server rings have
 // unguessable names, and CleanStaleRings removes those of dead servers of

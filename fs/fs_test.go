@@ -491,7 +491,7 @@ func TestMountpointChecks(t *testing.T) {
 	}
 }
 
-// Finding 1 of the hardening review: root opened an image O_RDWR and wrote
+// Root opened an image O_RDWR and wrote
 // through a MAP_SHARED mapping; later readers got the written bytes. The
 // superblock is read-only, so the kernel refuses the open, and with it the
 // mapping, whoever asks.
@@ -618,7 +618,7 @@ func announceRaw(t *testing.T, mnt string, write func(io.Writer)) string {
 	return string(b)
 }
 
-// Finding 4 of the hardening review: an allocation-table entry of size 0
+// An allocation-table entry of size 0
 // was served as an empty .jpg. Its file is EIO; the others read.
 func TestEmptyImageIsEIO(t *testing.T) {
 	data, err := os.ReadFile(fixture(t, "imagefolder-jpg.beton"))
@@ -649,7 +649,7 @@ func TestEmptyImageIsEIO(t *testing.T) {
 	}
 }
 
-// Finding 3 of the hardening review: an order file of world size
+// An order file of world size
 // 99999999999 made the mount allocate a counter per rank until it died.
 // World sizes are bounded before use; the mount stays up.
 func TestOrderWorldSizeBounded(t *testing.T) {
@@ -665,7 +665,7 @@ func TestOrderWorldSizeBounded(t *testing.T) {
 	}
 }
 
-// Finding 8 of the hardening review: one sample labelled 2^24 in a 6 MB
+// One sample labelled 2^24 in a 6 MB
 // beton took 14 s and 3.1 GB to mount (a slice and a name per label up to
 // the largest). Only labels that samples have make folders; the work grows
 // with the samples.

@@ -81,7 +81,7 @@ func TestPlanWithdrawnWhenIdle(t *testing.T) {
 	}
 }
 
-// TestPlansBounded: round two, 10. Every process that reads an order file
+// TestPlansBounded: every process that reads an order file
 // holds a plan, which the cache keeps in memory; 40 processes reading
 // orders of a million samples took the mount to 1.4 GB. Plans are bounded
 // per user (8× the beton's samples, 64 orders) and in all: an order past

@@ -148,7 +148,7 @@ func TestDiskCacheFull(t *testing.T) {
 	}
 }
 
-// Finding 14 of the hardening review: a second mount with --disk-cache on
+// A second mount with --disk-cache on
 // a nearly full disk refused to start, its budget "less than one page",
 // because the first mount's entries counted against free space. A cache's
 // own entries are space it may use.

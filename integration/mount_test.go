@@ -796,7 +796,7 @@ time.sleep(600)
 	}
 }
 
-// TestStopServesOpenFiles: finding 9 of the hardening review. SIGTERM
+// TestStopServesOpenFiles: SIGTERM
 // while a reader held a file open: the log said open files are served
 // until closed, but the reader's read() got EIO. Now the mount is detached
 // at once and the open files read byte for byte until the last is closed;
@@ -878,7 +878,7 @@ func TestStopGraceAborts(t *testing.T) {
 	}
 }
 
-// TestSourceFromStdin: finding 16 of the hardening review. A presigned
+// TestSourceFromStdin: a presigned
 // URL could only be given on the command line, which every local user
 // reads in /proc/PID/cmdline. SRC "-" reads it from standard input; the
 // signature then appears in no command line, log line or mount table.
@@ -942,7 +942,7 @@ func TestSourceFromStdin(t *testing.T) {
 	}
 }
 
-// TestUmountBusyNamesHolders: finding 15 of the hardening review. `ffcvfs
+// TestUmountBusyNamesHolders: `ffcvfs
 // umount` of a killed mount whose files a reader still held said EBUSY
 // and nothing more. It names the holders and the way out, --lazy, which
 // then clears the mount.

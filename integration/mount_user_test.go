@@ -126,9 +126,8 @@ s.sendall(sys.argv[2].encode())
 s.shutdown(socket.SHUT_WR)
 sys.stdout.write(s.makefile().read())`
 
-// TestAllowOtherAsNobody: another user of an --allow-other mount (finding
-// 2 of the hardening review: nobody's read of an order file replaced the
-// owner's plan). Nobody reads every sample byte for byte and may read
+// TestAllowOtherAsNobody: another user of an --allow-other mount (nobody's
+// read of an order file once replaced the owner's plan). Nobody reads every sample byte for byte and may read
 // orders, which become plans of its own; it cannot replace the owner's
 // plan, reach the announce socket, write anything, or map a file
 // writable.

@@ -20,7 +20,7 @@ import (
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
 
-// Round two of hostile input against the peer tier: a peer listed in
+// Hostile input against the peer tier: a peer listed in
 // --peers (node 5, a fake) that forges values, streams an endless answer,
 // or sends one a byte at a time, and clients that hold the listener's
 // connections. None changes a byte a reader gets or a tier holds, and each
@@ -77,7 +77,7 @@ func groupcacheValue(w http.ResponseWriter, v []byte) {
 	w.Write(append(msg, v...))
 }
 
-// TestPeerForgedValues: round two, 1. A peer that answers every key with
+// TestPeerForgedValues: a peer that answers every key with
 // bytes of the right length and a valid CRC-32C (what the tier checked)
 // had every file served forged, and the disk tier kept them. Values carry
 // a MAC of the secret now: the forgeries fail it, every byte read is
@@ -126,7 +126,7 @@ func mustPeakRSS(t *testing.T, pid int) int64 {
 	return n
 }
 
-// TestPeerEndlessAnswer: round two, 2. A peer that streams an endless
+// TestPeerEndlessAnswer: a peer that streams an endless
 // answer took the mount to gigabytes, read whole until the timeout. An
 // answer longer than a page and its framing is refused as it arrives;
 // the mount's peak resident size stays under 256 MiB, and every byte read
@@ -156,7 +156,7 @@ func TestPeerEndlessAnswer(t *testing.T) {
 	}
 }
 
-// TestPeerSlowAnswer: round two, 3. A peer that sends its headers, then a
+// TestPeerSlowAnswer: a peer that sends its headers, then a
 // byte a second, held each read for the whole --peer-timeout and was never
 // set aside (the mark was cleared once headers arrived). A timeout while
 // the answer is read marks it down too: it is asked a few times, not once
@@ -190,7 +190,7 @@ func TestPeerSlowAnswer(t *testing.T) {
 	}
 }
 
-// TestPeerListenerFlood: round two, 4. 3,000 connections to a node's peer
+// TestPeerListenerFlood: 3,000 connections to a node's peer
 // listener, half sending a request line and then nothing, half a whole
 // unauthenticated request and then silence, held every connection and took
 // the mount to tens of thousands of descriptors. The listener serves at

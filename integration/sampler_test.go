@@ -204,7 +204,7 @@ for cls in (QuasiRandomSampler, RandomSampler):
 print(json.dumps(out))
 `
 
-// TestSamplerHostileStates: round two, 15. A sampler's load_state_dict
+// TestSamplerHostileStates: a sampler's load_state_dict
 // given infinities (epoch, nodes), fractions (position 0.9), a million
 // segments, world sizes past the mount's bound, or megabytes of text is a
 // ValueError with a short sentence, and the sampler still loads a good

@@ -229,11 +229,10 @@ func TestWriteRawPixelsMatchReference(t *testing.T) {
 	t.Logf("%d raw images equal the reference's pixels", compared)
 }
 
-// TestWriteHostileTrees: findings 5, 6 and 12 of the hardening review.
-// A symlink to /dev/zero grew ffcvfs write to 24 GB, a FIFO hung it, both
-// ignoring SIGTERM and leaving a temporary file; a class folder with a
-// newline made --classes-out write two lines. Each is now a clear error
-// naming the file, and nothing is left behind.
+// TestWriteHostileTrees: a symlink to /dev/zero grew ffcvfs write to 24
+// GB, a FIFO hung it, both ignoring SIGTERM and leaving a temporary file;
+// a class folder with a newline made --classes-out write two lines. Each
+// is now a clear error naming the file, and nothing is left behind.
 func TestWriteHostileTrees(t *testing.T) {
 	ffcvfs := binary(t, "ffcvfs")
 	photo := filepath.Join(testenv.Fixture(t, "imagefolder-small", "class000"), firstFile(t, testenv.Fixture(t, "imagefolder-small", "class000")))
@@ -250,7 +249,7 @@ func TestWriteHostileTrees(t *testing.T) {
 		{"class name with a newline", func(cls string) error {
 			return os.Mkdir(filepath.Join(filepath.Dir(cls), "b\nevil"), 0o755)
 		}, []string{"--classes-out", "classes.txt"}, "has a line break in its name"},
-		// Round two, 17: a class folder named as the mount's control
+		// A class folder named as the mount's control
 		// folder was written, and the mount then refused the beton.
 		{"class folder .ffcvfs with --keep-names", controlClass(photo), []string{"--keep-names"},
 			"is named as the mount's control folder, which the mount serves in its place: rename it"},

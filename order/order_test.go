@@ -611,7 +611,7 @@ func BenchmarkGenerate(b *testing.B) {
 	}
 }
 
-// Finding 3 of the hardening review: world sizes and batch sizes size
+// World sizes and batch sizes size
 // allocations, so they are bounded before use.
 func TestOptionsBounded(t *testing.T) {
 	for _, o := range []Options{

@@ -182,7 +182,7 @@ func TestResumeErrors(t *testing.T) {
 	}
 }
 
-// TestResumeCostBounded: round two, 6. The rest of an epoch after a part
+// TestResumeCostBounded: the rest of an epoch after a part
 // read at world size 2^20 (the mount's order name
 // EPOCH.resume-1x0-1048576x0) took past 14 CPU-minutes, since each of the
 // part's ranks split and dealt the epoch again; it takes about a second

@@ -71,7 +71,7 @@ func FuzzParseKey(f *testing.F) {
 	})
 }
 
-// TestParseKeyCanonical: round two, 16. Keys that name a page or a range
+// TestParseKeyCanonical: keys that name a page or a range
 // in another spelling (+0, 000, a range that is the whole page) each made
 // a cache entry of their own and a storage read; only the spelling
 // FormatInt writes is a key.
@@ -85,7 +85,7 @@ func TestParseKeyCanonical(t *testing.T) {
 	}
 }
 
-// TestValueTags: round two, 1. A value's tag is a MAC of the secret over
+// TestValueTags: a value's tag is a MAC of the secret over
 // its key and bytes: a flipped bit, the value of another key, a value
 // tagged with another secret, and one too short to hold a tag all fail,
 // where an unkeyed CRC let any peer forge values.

@@ -235,7 +235,7 @@ func TestOptionErrors(t *testing.T) {
 	}
 }
 
-// Finding 4 of the hardening review: an allocation-table entry of size 0
+// An allocation-table entry of size 0
 // made ffcvfeed dereference a nil page. The sample is an error of its own,
 // counted, and the epoch goes on.
 func TestEmptyImageAllocation(t *testing.T) {
@@ -371,7 +371,7 @@ func runLying(t *testing.T, c *pagecache.Cache, op decode.Op) (int, uint64, stri
 	return n, p.Errors.Load(), logs.String(), err
 }
 
-// TestFrameHeaderIsTheTruth: round two, 8. A sample whose metadata says
+// TestFrameHeaderIsTheTruth: a sample whose metadata says
 // another size than its JPEG's frame header, larger or smaller, is a
 // corrupt sample, named and skipped with --on-error skip, in every crop and
 // with Exact; it used to end the run (metadata larger) or decode a wrong
@@ -402,7 +402,7 @@ func TestFrameHeaderIsTheTruth(t *testing.T) {
 	}
 }
 
-// TestHugeFrameIsCorrupt: round two, 11. A JPEG whose frame header says
+// TestHugeFrameIsCorrupt: a JPEG whose frame header says
 // 30000×30000 took gigabytes per worker with Exact or a center crop; an
 // image of more than decode.MaxPixels (PIL's bound, which ffcvfs write
 // applies too) is a corrupt sample, refused before libjpeg allocates.

@@ -89,7 +89,7 @@ class LoaderTest(unittest.TestCase):
                 Loader(path, connect_timeout=0)
 
     def test_load_state_dict_hostile(self):
-        # Round two, 15: states with infinities, fractions, huge lists and
+        # States with infinities, fractions, huge lists and
         # absurd numbers are a ValueError with a short sentence, never an
         # OverflowError or a fraction taken for a batch.
         good = {"epoch": 0, "batch": 0, "batches_per_epoch": 2, "epochs": 1, "world_size": 1, "batch_size": 4,

@@ -123,7 +123,7 @@ func TestServeBadDevice(t *testing.T) {
 	}
 }
 
-// Finding 3 of the hardening review: --world-size 99999999999 ran ffcvfeed
+// --world-size 99999999999 ran ffcvfeed
 // out of memory. Every number a flag gives is bounded before it sizes an
 // allocation or a loop: a usage error naming the range.
 func TestFlagsBounded(t *testing.T) {

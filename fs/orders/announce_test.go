@@ -148,7 +148,7 @@ func TestRemoveStale(t *testing.T) {
 	}
 }
 
-// TestAnnounceTrickle: round two, 14. Connections that send a byte now and
+// TestAnnounceTrickle: connections that send a byte now and
 // then, fast enough never to be idle, used to hold every slot for good, so
 // that a real announcement timed out. A whole announcement has a deadline:
 // they are dropped with a sentence, and the real one is answered.
@@ -211,7 +211,7 @@ func TestAnnounceTrickle(t *testing.T) {
 	}
 }
 
-// TestAnnounceSurvivesFDExhaustion: round two, 5. When the mount's process
+// TestAnnounceSurvivesFDExhaustion: when the mount's process
 // ran out of file descriptors, the announce socket's accept failed once and
 // the socket never accepted again. Now it tries again, and answers the
 // connection that waited once descriptors are free. The client is another

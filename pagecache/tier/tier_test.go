@@ -238,7 +238,7 @@ func TestDiskStore(t *testing.T) {
 	}
 }
 
-// Finding 11 of the hardening review: a --disk-cache folder of mode 0777
+// A --disk-cache folder of mode 0777
 // was accepted and left so, and a version folder planted there by another
 // user stopped every later mount. The folder is tightened (it is ours),
 // and a planted version folder is moved aside, never used.
