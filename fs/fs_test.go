@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -552,7 +551,7 @@ func TestAnnounceErrors(t *testing.T) {
 		{"ok", "imagefolder\n0\n1\n\n2", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			reply := announceRaw(t, mnt, func(w io.Writer) { io.WriteString(w, tc.input) })
+			reply := testenv.Announce(t, control.Path(mnt, control.AnnounceFile), func(w io.Writer) { io.WriteString(w, tc.input) })
 			if tc.want == "" {
 				if reply != "ok 3\n" {
 					t.Errorf("reply %q, want ok 3", reply)
@@ -568,7 +567,7 @@ func TestAnnounceErrors(t *testing.T) {
 	// however much follows; the connection is closed, so the writer stops.
 	t.Run("100MB of spaces", func(t *testing.T) {
 		var sent int
-		reply := announceRaw(t, mnt, func(w io.Writer) {
+		reply := testenv.Announce(t, control.Path(mnt, control.AnnounceFile), func(w io.Writer) {
 			chunk := bytes.Repeat([]byte(" "), 1<<20)
 			for range 100 {
 				k, err := w.Write(chunk)
@@ -598,24 +597,6 @@ func TestAnnounceErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "an order may hold at most") {
 		t.Errorf("Announce of 2^20 samples: %v", err)
 	}
-}
-
-// announceRaw connects to the mount's announce socket, lets write send
-// what it likes, closes the writing side and returns the reply.
-func announceRaw(t *testing.T, mnt string, write func(io.Writer)) string {
-	t.Helper()
-	c, err := net.Dial("unix", control.Path(mnt, control.AnnounceFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	write(c)
-	c.(*net.UnixConn).CloseWrite()
-	b, err := io.ReadAll(c)
-	if err != nil && !errors.Is(err, syscall.ECONNRESET) {
-		t.Fatalf("reading the reply: %v", err)
-	}
-	return string(b)
 }
 
 // An allocation-table entry of size 0

@@ -1,7 +1,6 @@
 package orders
 
 import (
-	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -72,24 +71,6 @@ func startTestAnnouncer(t *testing.T, logger *slog.Logger) (*Announcer, *planCac
 	}
 	t.Cleanup(a.Close)
 	return a, c
-}
-
-// announce connects to the socket at path, lets write send what it likes,
-// closes the writing side and returns the reply.
-func announce(t *testing.T, path string, write func(io.Writer)) string {
-	t.Helper()
-	c, err := net.Dial("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	write(c)
-	c.(*net.UnixConn).CloseWrite()
-	b, err := io.ReadAll(c)
-	if err != nil && !errors.Is(err, syscall.ECONNRESET) {
-		t.Fatalf("reading the reply: %v", err)
-	}
-	return string(b)
 }
 
 // TestRemoveStale: the announce folders of mounts that were killed (a
@@ -194,7 +175,7 @@ func TestAnnounceTrickle(t *testing.T) {
 	// The real announcement waits for a slot, which the deadline frees.
 	done := make(chan string, 1)
 	go func() {
-		done <- announce(t, a.Path(), func(w io.Writer) { io.WriteString(w, "imagefolder\n0\n1\n") })
+		done <- testenv.Announce(t, a.Path(), func(w io.Writer) { io.WriteString(w, "imagefolder\n0\n1\n") })
 	}()
 	select {
 	case got := <-done:

@@ -2,12 +2,16 @@ package testenv
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
+	"testing"
 )
 
 // FindGoTool returns the path of the executable name that `go install`
@@ -98,4 +102,23 @@ func (b *OutputBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// Announce connects to the announce socket at path, lets write send what
+// it likes, closes the writing side and returns the reply: what a client
+// of a mount's .ffcvfs/announce sees, however it misbehaves.
+func Announce(t testing.TB, path string, write func(io.Writer)) string {
+	t.Helper()
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	write(c)
+	c.(*net.UnixConn).CloseWrite()
+	b, err := io.ReadAll(c)
+	if err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("reading the reply: %v", err)
+	}
+	return string(b)
 }
