@@ -395,7 +395,9 @@ func TestFrameHeaderIsTheTruth(t *testing.T) {
 			}
 		}
 	}
-	opts := Options{BatchSize: 8, Workers: 2, Op: lyingOps[0], Order: order.Options{Kind: order.Sequential}, OnError: Fail}
+	// One worker, so that sample 1 fails first: with two, sample 2's
+	// error may come first.
+	opts := Options{BatchSize: 8, Workers: 1, Op: lyingOps[0], Order: order.Options{Kind: order.Sequential}, OnError: Fail}
 	p, _ := New(c, opts, nil)
 	if _, err := p.RunEpoch(context.Background(), 0, newCollectSink(p, 2)); err == nil || !strings.Contains(err.Error(), "sample 1: ") {
 		t.Errorf("fail: %v; want the error of sample 1", err)
