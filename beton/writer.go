@@ -8,8 +8,6 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 )
 
 // Value is one field's value for Writer.WriteSample. Which members count
@@ -49,13 +47,14 @@ func (o *WriterOptions) Validate() error {
 // packed into pages in that order; a sample that does not fit the rest of the
 // current page starts a new one.
 //
-// The file is written to a temporary name beside the destination and renamed
-// by Close, so an interrupted write never leaves a file that looks complete.
-// A Writer is not safe for concurrent use.
+// Everything after the metadata table goes to its Destination in one pass,
+// in file order; the head (header, descriptors, metadata), known only at
+// the end, is handed over by Close. A Writer is not safe for concurrent use.
 type Writer struct {
-	path, tmp string
-	fh        *os.File
-	out       *bufio.Writer
+	name   string
+	dst    Destination
+	closed bool
+	out    *countingWriter
 
 	header Header
 	fields []Field
@@ -72,6 +71,7 @@ type Writer struct {
 	allocs []Alloc
 	next   int // next sample id
 	err    error
+	size   int64 // of the file, once written
 
 	// The names index (SetNames), if any.
 	nameField int
@@ -79,16 +79,44 @@ type Writer struct {
 }
 
 // Create starts writing a .beton with the given fields and number of samples
-// to path.
+// to the local file path (a FileDestination: nothing appears at path before
+// Close succeeds).
 func Create(path string, fields []Field, numSamples int, opts WriterOptions) (*Writer, error) {
-	if err := opts.Validate(); err != nil {
+	if err := checkWriter(fields, numSamples, &opts); err != nil {
 		return nil, err
 	}
+	dst, err := NewFileDestination(path)
+	if err != nil {
+		return nil, err
+	}
+	w, err := NewWriter(dst, fields, numSamples, opts)
+	if err != nil {
+		dst.Abort()
+		return nil, err
+	}
+	return w, nil
+}
+
+// checkWriter checks what NewWriter checks before anything is created.
+func checkWriter(fields []Field, numSamples int, opts *WriterOptions) error {
+	if err := opts.Validate(); err != nil {
+		return err
+	}
 	if len(fields) == 0 || len(fields) > math.MaxUint16 {
-		return nil, fmt.Errorf("a beton needs 1 to %d fields, got %d", math.MaxUint16, len(fields))
+		return fmt.Errorf("a beton needs 1 to %d fields, got %d", math.MaxUint16, len(fields))
 	}
 	if numSamples < 0 || numSamples >= math.MaxUint32 {
-		return nil, fmt.Errorf("sample count %d out of range", numSamples)
+		return fmt.Errorf("sample count %d out of range", numSamples)
+	}
+	return nil
+}
+
+// NewWriter starts writing a .beton with the given fields and number of
+// samples to dst, which the Writer owns from now on: Close commits it,
+// Abort (or a failed Close) aborts it. On error dst is left to the caller.
+func NewWriter(dst Destination, fields []Field, numSamples int, opts WriterOptions) (*Writer, error) {
+	if err := checkWriter(fields, numSamples, &opts); err != nil {
+		return nil, err
 	}
 	layout, err := NewRecordLayout(fields)
 	if err != nil {
@@ -104,14 +132,10 @@ func Create(path string, fields []Field, numSamples int, opts WriterOptions) (*W
 			}
 		}
 	}
-	dir, base := filepath.Split(path)
-	fh, err := os.CreateTemp(dir, "."+base+".tmp-*")
-	if err != nil {
-		return nil, fmt.Errorf("creating %s: %w", path, err)
-	}
 	w := &Writer{
-		path: path, tmp: fh.Name(), fh: fh,
-		out:      bufio.NewWriterSize(fh, 1<<20),
+		name:     dst.Name(),
+		dst:      dst,
+		out:      newCountingWriter(dst),
 		fields:   fields,
 		layout:   layout,
 		meta:     make([]byte, numSamples*layout.RecordSize),
@@ -126,9 +150,7 @@ func Create(path string, fields []Field, numSamples int, opts WriterOptions) (*W
 	}
 	metaEnd := uint64(HeaderSize + len(fields)*DescriptorSize + len(w.meta))
 	w.dataStart = (metaEnd + w.pageSize - 1) / w.pageSize * w.pageSize
-	// Header and metadata are rewritten at Close; reserve their space now.
-	if _, err := fh.Seek(int64(metaEnd), io.SeekStart); err != nil {
-		w.Abort()
+	if err := dst.Reserve(int64(metaEnd)); err != nil {
 		return nil, err
 	}
 	return w, nil
@@ -284,19 +306,19 @@ func writeZeros(out io.Writer, n uint64) error {
 }
 
 func (w *Writer) fail(err error) error {
-	w.err = fmt.Errorf("writing %s: %w", w.path, err)
+	w.err = fmt.Errorf("writing %s: %w", w.name, err)
 	return w.err
 }
 
 // Close writes the last page, the allocation table, the metadata and the
-// header, syncs the file and renames it into place. After an error the
-// temporary file is removed.
+// header, and commits the destination: only now does the beton appear.
+// After an error the destination is aborted.
 func (w *Writer) Close() error {
-	if w.fh == nil {
+	if w.closed {
 		return errors.New("beton writer already closed")
 	}
 	if w.err == nil && w.next != int(w.header.NumSamples) {
-		w.err = fmt.Errorf("writing %s: %d of %d samples written", w.path, w.next, w.header.NumSamples)
+		w.err = fmt.Errorf("writing %s: %d of %d samples written", w.name, w.next, w.header.NumSamples)
 	}
 	if w.err != nil {
 		err := w.err
@@ -306,10 +328,6 @@ func (w *Writer) Close() error {
 	if err := w.finish(); err != nil {
 		w.Abort()
 		return w.fail(err)
-	}
-	if err := os.Rename(w.tmp, w.path); err != nil {
-		os.Remove(w.tmp)
-		return fmt.Errorf("renaming %s to %s: %w", w.tmp, w.path, err)
 	}
 	return nil
 }
@@ -354,28 +372,37 @@ func (w *Writer) finish() error {
 		head = append(head, w.fields[i].marshal()...)
 	}
 	head = append(head, w.meta...)
-	if _, err := w.fh.WriteAt(head, 0); err != nil {
-		return err
-	}
-	if err := w.fh.Chmod(0o644); err != nil {
-		return err
-	}
-	if err := w.fh.Sync(); err != nil {
-		return err
-	}
-	err := w.fh.Close()
-	w.fh = nil
-	return err
+	w.size = int64(w.out.count + len(head))
+	w.closed = true
+	return w.dst.Commit(head)
 }
 
-// Abort stops writing and removes the temporary file.
+// Abort stops writing and aborts the destination: nothing appears.
 func (w *Writer) Abort() {
-	if w.fh != nil {
-		w.fh.Close()
-		w.fh = nil
+	if !w.closed {
+		w.closed = true
+		w.dst.Abort()
 	}
-	os.Remove(w.tmp)
 }
+
+// Size returns the size of the file Close wrote, 0 before.
+func (w *Writer) Size() int64 { return w.size }
 
 // Pages returns the number of data pages written or begun so far.
 func (w *Writer) Pages() int { return int(w.pageNo + 1) }
+
+// countingWriter buffers writes to a Destination and counts them.
+type countingWriter struct {
+	*bufio.Writer
+	count int
+}
+
+func newCountingWriter(dst io.Writer) *countingWriter {
+	return &countingWriter{Writer: bufio.NewWriterSize(dst, 1<<20)}
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.Writer.Write(p)
+	c.count += n
+	return n, err
+}

@@ -75,40 +75,10 @@ func OpenS3(ctx context.Context, bucket, key string, opts Options) (*S3Source, e
 		return nil, err
 	}
 	name := "s3://" + bucket + "/" + key
-	// The SDK's buildable client, so that AWS_CA_BUNDLE and the like still
-	// apply, with our transport settings.
-	hc := awshttp.NewBuildableClient().
-		WithTransportOptions(tuneTransport(&opts)).
-		WithDialerOptions(func(d *net.Dialer) { d.Timeout = min(opts.AttemptTimeout, 30*time.Second) })
-	lo := []func(*config.LoadOptions) error{
-		config.WithHTTPClient(hc),
-		config.WithRetryer(func() aws.Retryer { return aws.NopRetryer{} }),
-		config.WithLogger(sdkLogger{opts.Logger}),
-		config.WithClientLogMode(0),
-	}
-	if opts.Region != "" {
-		lo = append(lo, config.WithRegion(opts.Region))
-	}
-	if opts.Profile != "" {
-		lo = append(lo, config.WithSharedConfigProfile(opts.Profile))
-	}
-	cfg, err := config.LoadDefaultConfig(ctx, lo...)
+	client, err := newS3Client(ctx, &opts, aws.NopRetryer{})
 	if err != nil {
-		return nil, fmt.Errorf("open %s: AWS configuration: %w", name, err)
+		return nil, fmt.Errorf("open %s: %w", name, err)
 	}
-	if cfg.Region == "" {
-		cfg.Region = "us-east-1"
-	}
-	client := s3.NewFromConfig(cfg, func(o *s3.Options) {
-		if opts.Endpoint != "" {
-			o.BaseEndpoint = aws.String(opts.Endpoint)
-		}
-		o.UsePathStyle = opts.PathStyle || (o.BaseEndpoint != nil && isLocalEndpoint(*o.BaseEndpoint))
-		o.Retryer = aws.NopRetryer{}
-		o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
-		o.DisableLogOutputChecksumValidationSkipped = true
-		o.ClientLogMode = 0
-	})
 	s := &S3Source{
 		r:      newNetReader(name, &opts),
 		client: client,
@@ -130,6 +100,45 @@ func OpenS3(ctx context.Context, bucket, key string, opts Options) (*S3Source, e
 			"source", name)
 	}
 	return s, nil
+}
+
+// newS3Client makes an S3 client from opts, the AWS environment and config
+// files, with retryer.
+func newS3Client(ctx context.Context, opts *Options, retryer aws.Retryer) (*s3.Client, error) {
+	// The SDK's buildable client, so that AWS_CA_BUNDLE and the like still
+	// apply, with our transport settings.
+	hc := awshttp.NewBuildableClient().
+		WithTransportOptions(tuneTransport(opts)).
+		WithDialerOptions(func(d *net.Dialer) { d.Timeout = min(opts.AttemptTimeout, 30*time.Second) })
+	lo := []func(*config.LoadOptions) error{
+		config.WithHTTPClient(hc),
+		config.WithRetryer(func() aws.Retryer { return retryer }),
+		config.WithLogger(sdkLogger{opts.Logger}),
+		config.WithClientLogMode(0),
+	}
+	if opts.Region != "" {
+		lo = append(lo, config.WithRegion(opts.Region))
+	}
+	if opts.Profile != "" {
+		lo = append(lo, config.WithSharedConfigProfile(opts.Profile))
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, lo...)
+	if err != nil {
+		return nil, fmt.Errorf("AWS configuration: %w", err)
+	}
+	if cfg.Region == "" {
+		cfg.Region = "us-east-1"
+	}
+	return s3.NewFromConfig(cfg, func(o *s3.Options) {
+		if opts.Endpoint != "" {
+			o.BaseEndpoint = aws.String(opts.Endpoint)
+		}
+		o.UsePathStyle = opts.PathStyle || (o.BaseEndpoint != nil && isLocalEndpoint(*o.BaseEndpoint))
+		o.Retryer = retryer
+		o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+		o.DisableLogOutputChecksumValidationSkipped = true
+		o.ClientLogMode = 0
+	}), nil
 }
 
 // direct sets up plain signed GETs: the object's URL is that of a

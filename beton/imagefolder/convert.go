@@ -92,11 +92,32 @@ type prepared struct {
 	err error
 }
 
-// Convert writes the ImageFolder tree at root to the .beton out. Images are
+// Convert writes the ImageFolder tree at root to the .beton file out. Images are
 // prepared by opts.Workers goroutines and written in sample order, so the
 // output is the same for any number of workers. On error or cancellation
 // nothing is left at out.
 func Convert(ctx context.Context, root, out string, opts ConvertOptions) (Result, error) {
+	if err := opts.Validate(); err != nil {
+		return Result{}, err
+	}
+	dst, err := beton.NewFileDestination(out)
+	if err != nil {
+		return Result{}, err
+	}
+	return ConvertTo(ctx, root, dst, opts)
+}
+
+// ConvertTo is Convert to any destination (an S3 upload), which it owns:
+// committed at the end, aborted on error or cancellation.
+func ConvertTo(ctx context.Context, root string, dst beton.Destination, opts ConvertOptions) (Result, error) {
+	res, err := convertTo(ctx, root, dst, opts)
+	if err != nil {
+		dst.Abort()
+	}
+	return res, err
+}
+
+func convertTo(ctx context.Context, root string, dst beton.Destination, opts ConvertOptions) (Result, error) {
 	start := time.Now()
 	if err := opts.Validate(); err != nil {
 		return Result{}, err
@@ -112,7 +133,7 @@ func Convert(ctx context.Context, root, out string, opts ConvertOptions) (Result
 			return res, err
 		}
 	}
-	w, err := beton.Create(out, Fields(opts.KeepNames), len(tree.Samples), beton.WriterOptions{PageSize: opts.PageSize})
+	w, err := beton.NewWriter(dst, Fields(opts.KeepNames), len(tree.Samples), beton.WriterOptions{PageSize: opts.PageSize})
 	if err != nil {
 		return res, err
 	}
@@ -167,9 +188,7 @@ func Convert(ctx context.Context, root, out string, opts ConvertOptions) (Result
 	if err := w.Close(); err != nil {
 		return res, err
 	}
-	if st, err := os.Stat(out); err == nil {
-		res.Bytes = st.Size()
-	}
+	res.Bytes = w.Size()
 	res.Elapsed = time.Since(start)
 	return res, nil
 }

@@ -240,6 +240,50 @@ func prepare(src []byte, o *Options, rnd *rand.Rand, s *Scratch) (Prepared, erro
 	if err != nil {
 		return Prepared{}, err
 	}
+	return store(pix, w, h, owned, mode, o, s)
+}
+
+// PreparePixels is Prepare for an image given as pixels: h rows of w RGB
+// pixels (w×h×3 bytes), as a dataset that decodes its own images gives
+// them. The mode and the size are chosen as Prepare's are; Data may be pix
+// itself (raw, not resized), which the caller then must not change.
+func PreparePixels(pix []byte, w, h int, opts Options, rnd *rand.Rand, scratch *Scratch) (p Prepared, err error) {
+	if err := opts.Validate(); err != nil {
+		return Prepared{}, err
+	}
+	if w <= 0 || h <= 0 || len(pix) != w*h*3 {
+		return Prepared{}, fmt.Errorf("imagefolder: %dx%d RGB pixels need %d bytes, got %d", w, h, w*h*3, len(pix))
+	}
+	if err := checkPixels(w, h); err != nil {
+		return Prepared{}, fmt.Errorf("imagefolder: %w", err)
+	}
+	if scratch == nil {
+		scratch = new(Scratch)
+	}
+	mode := opts.Mode
+	if mode == WriteProportion {
+		if rnd == nil {
+			return Prepared{}, errors.New("imagefolder: proportion mode needs a random source")
+		}
+		if rnd.Float64() < opts.CompressProbability {
+			mode = WriteJPG
+		} else {
+			mode = WriteRaw
+		}
+	}
+	p, err = store(pix, w, h, true, mode, &opts, scratch)
+	if err == nil && p.JPEG && opts.RestartInterval > 0 {
+		p.Data, _, err = jpeg.AddRestarts(p.Data, opts.RestartInterval)
+	}
+	if err != nil {
+		return Prepared{}, fmt.Errorf("imagefolder: %w", err)
+	}
+	return p, nil
+}
+
+// store stores decoded pixels as mode says (smart is decided here),
+// resized to fit o.MaxResolution. owned says pix may be returned.
+func store(pix []byte, w, h int, owned bool, mode string, o *Options, s *Scratch) (Prepared, error) {
 	nw, nh, resized := ResizedSize(w, h, o.MaxResolution)
 	if resized && (nw == 0 || nh == 0) {
 		return Prepared{}, fmt.Errorf("resizing %dx%d to fit %d gives an empty %dx%d image", w, h, o.MaxResolution, nw, nh)

@@ -1,68 +1,17 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // exitWithParentEnv, set to 1, ends the server when the process that
 // started it exits, however it exits: the Python Loader that owns a server
 // sets it, so that no server outlives its training process.
 const exitWithParentEnv = "FFCVFEED_EXIT_WITH_PARENT"
-
-// exitWithParent returns a context canceled when the parent process exits
-// (a pidfd of the parent turns readable), and a function that reports
-// whether it has. Called first thing, so that the parent is the one that
-// started the server: one that is gone already (the server was reparented,
-// to init or a subreaper) cancels the context at once. A parent that
-// cannot be watched leaves the context alone, with a warning.
-func exitWithParent(ctx context.Context) (context.Context, func() bool) {
-	var gone atomic.Bool
-	ctx, cancel := context.WithCancel(ctx)
-	end := func() {
-		gone.Store(true)
-		cancel()
-	}
-	ppid := os.Getppid()
-	if ppid == 1 {
-		end()
-		return ctx, gone.Load
-	}
-	fd, err := unix.PidfdOpen(ppid, 0)
-	if err != nil {
-		slog.Warn("cannot watch the parent process; the server will not end with it", "ppid", ppid, "err", err)
-		return ctx, gone.Load
-	}
-	if os.Getppid() != ppid {
-		// Reparented between the two calls: the parent is gone.
-		unix.Close(fd)
-		end()
-		return ctx, gone.Load
-	}
-	go func() {
-		defer unix.Close(fd)
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		for {
-			n, err := unix.Poll(fds, -1)
-			if err == unix.EINTR {
-				continue
-			}
-			if n > 0 || err != nil {
-				slog.Info("the parent process exited: ending the stream", "ppid", ppid)
-				end()
-				return
-			}
-		}
-	}()
-	return ctx, gone.Load
-}
 
 // ownedFolderEnv names the folder that the process which started the
 // server made for it (the Python Loader's, holding the socket and the

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ffcvfs/ffcvfs/cudafeed"
 	"github.com/ffcvfs/ffcvfs/feed"
+	"github.com/ffcvfs/ffcvfs/internal/lifeline"
 	"github.com/ffcvfs/ffcvfs/internal/metrics"
 	"github.com/ffcvfs/ffcvfs/order"
 )
@@ -38,7 +39,7 @@ func serveCommand() *cli.Command {
 				// First thing, while the parent is the one that started
 				// this server; the data is opened under this context too.
 				var parentGone func() bool
-				c.Context, parentGone = exitWithParent(c.Context)
+				c.Context, parentGone = lifeline.WithParent(c.Context)
 				defer removeOwnedFolder(parentGone, c.String("socket"))
 			}
 			dev, err := deliveryDevice(c)

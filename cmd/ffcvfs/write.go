@@ -1,26 +1,34 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 
+	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/beton/imagefolder"
+	"github.com/ffcvfs/ffcvfs/beton/stream"
 	"github.com/ffcvfs/ffcvfs/control"
 	"github.com/ffcvfs/ffcvfs/internal/bytesize"
+	"github.com/ffcvfs/ffcvfs/internal/lifeline"
 	"github.com/ffcvfs/ffcvfs/internal/progress"
+	"github.com/ffcvfs/ffcvfs/storage"
 	"github.com/urfave/cli/v2"
 )
 
 func writeCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "write",
-		Usage:     "convert an ImageFolder tree into a .beton that FFCV and ffcvfs read",
-		ArgsUsage: "IMAGEFOLDER OUT.beton",
+		Usage:     "write a .beton that FFCV and ffcvfs read, from an ImageFolder tree or from a stream of samples",
+		ArgsUsage: "IMAGEFOLDER OUT.beton  |  --from-stream SRC OUT.beton",
 		Description: `Walks IMAGEFOLDER the way torchvision's ImageFolder does: one folder per class,
 sorted by name, label = class index; files with the extensions ImageFolder
 accepts (.jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp). Writes fields
@@ -37,14 +45,27 @@ Modes:
    proportion  JPEG for a --compress-probability fraction of images (chosen
                at random, reproducibly from --seed), raw for the rest.
 
-The output is written to a temporary file and renamed at the end, so an
-interrupted run never leaves a file that looks complete.
+With --from-stream, the samples of any dataset come framed from SRC (a
+file, a FIFO, - for standard input, or fd:N for an inherited descriptor;
+repeat the flag for several producers): the stream's header gives the
+fields, of any of FFCV's types, and each image field's write mode and
+sizes (the image flags above are the ImageFolder's). The format is in the
+documentation of package beton/stream; the Python package's DatasetWriter
+(a drop-in for FFCV's) writes it.
+
+OUT.beton may be s3://BUCKET/KEY: the beton is sent by multipart upload as
+it is written, and appears only when it is complete; an interrupted or
+failed write aborts the upload. A local file is written to a temporary
+name and renamed at the end: an interrupted run never leaves a file that
+looks complete.
 
 Examples:
    ffcvfs write ~/data/train train.beton
    ffcvfs write --max-resolution 512 --classes-out classes.txt ~/data/train train.beton
    ffcvfs write --mode smart --max-resolution 256 ~/data/val val.beton
-   ffcvfs write --restart-interval 4 ~/data/train train.beton`,
+   ffcvfs write --restart-interval 4 ~/data/train train.beton
+   ffcvfs write ~/data/train s3://my-bucket/imagenet/train.beton
+   my-producer | ffcvfs write --from-stream - data.beton`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "mode", Value: "jpg", Usage: "how images are stored: jpg, raw, smart or proportion", Category: "images"},
 			&cli.IntFlag{Name: "max-resolution", Usage: "resize images whose longer side exceeds `N` pixels (0: keep sizes)", Category: "images"},
@@ -55,20 +76,28 @@ Examples:
 			&cli.Int64Flag{Name: "seed", Usage: "random seed for proportion mode", Category: "images"},
 			&cli.StringFlag{Name: "page-size", Value: "8MiB", Usage: "page `SIZE`: a power of two, 2MiB ≤ SIZE < 4GiB; every sample must fit in one page", Category: "file"},
 			&cli.IntFlag{Name: "workers", Value: runtime.NumCPU(), DefaultText: "the cores", Usage: "`N` images decoded and encoded in parallel", Category: "file"},
+			&cli.StringFlag{Name: "s3-endpoint", Usage: "S3 endpoint `URL`, for a server other than AWS (default: $AWS_ENDPOINT_URL, else AWS)", Category: "s3"},
+			&cli.StringFlag{Name: "s3-region", Usage: "S3 region (default: $AWS_REGION, else the AWS config)", Category: "s3"},
+			&cli.BoolFlag{Name: "s3-path-style", Usage: "address S3 buckets by path (endpoint/bucket/key); an endpoint given by IP address or as localhost is addressed so anyway", Category: "s3"},
 			&cli.BoolFlag{Name: "keep-names", Usage: "keep each file's path relative to IMAGEFOLDER in a bytes field \"path\" (FFCV reads it as any BytesField;\n\tffcvfeed --fields path delivers it), so that ffcvfs mount serves the files under their own names and folders", Category: "file"},
 			&cli.StringFlag{Name: "classes-out", Usage: "write the class names, one per line in label order, to `FILE`", Category: "file"},
+			&cli.StringSliceFlag{Name: "from-stream", Usage: "read samples from `SRC` (a file, a FIFO, - for standard input, fd:N) instead of an ImageFolder tree; repeat for several producers, whose samples are merged by id", Category: "stream"},
+			&cli.StringFlag{Name: "max-sample-size", Value: "256MiB", Usage: "--from-stream: refuse a sample frame larger than `SIZE`", Category: "stream"},
 		},
 		Action: runWrite,
 	}
 }
 
 func runWrite(c *cli.Context) error {
-	if err := needArgs(c, "IMAGEFOLDER", "OUT.beton"); err != nil {
-		return err
-	}
 	pageSize, err := bytesize.Parse(c.String("page-size"))
 	if err != nil {
 		return usageError("--page-size: %v", err)
+	}
+	if len(c.StringSlice("from-stream")) > 0 {
+		return runWriteStream(c, pageSize)
+	}
+	if err := needArgs(c, "IMAGEFOLDER", "OUT.beton"); err != nil {
+		return err
 	}
 	opts := imagefolder.ConvertOptions{
 		Image: imagefolder.Options{
@@ -125,7 +154,11 @@ func runWrite(c *cli.Context) error {
 		}
 		bar.Set(int64(done))
 	}
-	res, err := imagefolder.Convert(ctx, root, out, opts)
+	dst, err := destination(ctx, c, out)
+	if err != nil {
+		return cli.Exit(err.Error(), 1)
+	}
+	res, err := imagefolder.ConvertTo(ctx, root, dst, opts)
 	bar.Finish()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -142,6 +175,131 @@ func runWrite(c *cli.Context) error {
 		out, res.Samples, len(res.Classes), res.Pages, bytesize.Format(pageSize), bytesize.Format(res.Bytes),
 		res.JPEG, res.Verbatim, res.Raw, float64(res.Samples)/res.Elapsed.Seconds())
 	return nil
+}
+
+// destination opens where a beton is written: a local file, or an S3
+// object by multipart upload.
+func destination(ctx context.Context, c *cli.Context, out string) (beton.Destination, error) {
+	if !strings.Contains(out, "://") {
+		return beton.NewFileDestination(out)
+	}
+	if strings.HasPrefix(out, "file://") {
+		return beton.NewFileDestination(strings.TrimPrefix(out, "file://"))
+	}
+	o := storage.Options{Logger: slog.Default(), Endpoint: c.String("s3-endpoint"), Region: c.String("s3-region"), PathStyle: c.Bool("s3-path-style")}
+	return storage.Create(ctx, out, o)
+}
+
+// imageFlags are the flags that say how an ImageFolder's images are
+// stored, which a stream's header says for itself.
+var imageFlags = []string{"mode", "max-resolution", "jpeg-quality", "restart-interval", "smart-threshold", "compress-probability", "seed", "keep-names", "classes-out"}
+
+// exitWithParentEnv, set to 1, stops a write (and aborts it) when the
+// process that started it exits, however it exits: the Python
+// DatasetWriter sets it.
+const exitWithParentEnv = "FFCVFS_EXIT_WITH_PARENT"
+
+// runWriteStream is write --from-stream.
+func runWriteStream(c *cli.Context, pageSize int64) error {
+	if err := needArgs(c, "OUT.beton"); err != nil {
+		return err
+	}
+	for _, f := range imageFlags {
+		if c.IsSet(f) {
+			return usageError("--%s is for ImageFolder trees: with --from-stream, the stream's header says how each field is stored", f)
+		}
+	}
+	maxFrame, err := bytesize.Parse(c.String("max-sample-size"))
+	if err != nil || maxFrame < 1<<20 || maxFrame > 1<<32-1 {
+		return usageError("--max-sample-size: want a size from 1MiB to 4GiB, got %q", c.String("max-sample-size"))
+	}
+	if c.Int("workers") < 1 || c.Int("workers") > 4096 {
+		return usageError("--workers: want 1 to 4096, got %d", c.Int("workers"))
+	}
+	srcs, err := openStreams(c.StringSlice("from-stream"))
+	if err != nil {
+		return usageError("--from-stream: %v", err)
+	}
+	closeAll := func() {
+		for _, s := range srcs {
+			s.R.(io.Closer).Close()
+		}
+	}
+	defer closeAll()
+	out := c.Args().Get(0)
+	ctx := c.Context
+	if os.Getenv(exitWithParentEnv) == "1" {
+		ctx, _ = lifeline.WithParent(ctx)
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	dst, err := destination(ctx, c, out)
+	if err != nil {
+		return cli.Exit(err.Error(), 1)
+	}
+	var bar *progress.Bar
+	opts := stream.Options{
+		Workers: c.Int("workers"), MaxFrame: maxFrame, PageSize: pageSize,
+		Progress: func(done, total int) {
+			if bar == nil {
+				bar = progress.New(os.Stderr, "write", int64(total), "samples")
+			}
+			bar.Set(int64(done))
+		},
+	}
+	res, err := stream.Write(ctx, dst, srcs, opts)
+	bar.Finish()
+	if err != nil {
+		closeAll()
+		if ctx.Err() != nil {
+			return cli.Exit(fmt.Sprintf("interrupted; %s was not written", out), 130)
+		}
+		return cli.Exit(fmt.Sprintf("%v; %s was not written", err, out), 1)
+	}
+	fmt.Printf("%s: %d samples, %d pages of %s (%s); images: jpg %d (%d stored verbatim), raw %d; %.0f samples/s\n",
+		out, res.Samples, res.Pages, bytesize.Format(pageSize), bytesize.Format(res.Bytes),
+		res.JPEG, res.Verbatim, res.Raw, float64(res.Samples)/res.Elapsed.Seconds())
+	return nil
+}
+
+// openStreams opens --from-stream's sources.
+func openStreams(names []string) ([]stream.Source, error) {
+	var srcs []stream.Source
+	fail := func(err error) ([]stream.Source, error) {
+		for _, s := range srcs {
+			s.R.(io.Closer).Close()
+		}
+		return nil, err
+	}
+	for _, name := range names {
+		var f *os.File
+		switch {
+		case name == "-":
+			f = os.Stdin
+			name = "standard input"
+		case strings.HasPrefix(name, "fd:"):
+			n, err := strconv.Atoi(name[3:])
+			if err != nil || n < 0 || n > 1<<20 {
+				return fail(fmt.Errorf("%q: want fd:N, N a file descriptor", name))
+			}
+			var st syscall.Stat_t
+			if err := syscall.Fstat(n, &st); err != nil {
+				return fail(fmt.Errorf("%s: %v (no such descriptor open)", name, err))
+			}
+			f = os.NewFile(uintptr(n), name)
+		default:
+			var err error
+			if f, err = os.Open(name); err != nil {
+				return fail(err)
+			}
+			if st, err := f.Stat(); err == nil && st.IsDir() {
+				f.Close()
+				return fail(fmt.Errorf("%s is a folder, not a stream (an ImageFolder is written without --from-stream)", name))
+			}
+		}
+		srcs = append(srcs, stream.Source{Name: name, R: f})
+	}
+	return srcs, nil
 }
 
 func writeClasses(path string, classes []string) error {

@@ -5,6 +5,9 @@
   mount's cache), resumable mid-epoch with ``state_dict()``.
 - :class:`Loader`: the client of ``ffcvfeed serve``, batches from shared
   memory without copying, resumable with ``state_dict()``.
+- :class:`DatasetWriter` (:mod:`ffcvfs.writer`) and the fields of
+  :mod:`ffcvfs.fields`: FFCV's writer, a drop-in, writing through
+  ``ffcvfs write --from-stream``.
 
 Each is imported on first use: the samplers need torch, the Loader NumPy.
 The modules ``ffcvfs_sampler`` and ``ffcvfeed`` are the old names of
@@ -13,7 +16,8 @@ The modules ``ffcvfs_sampler`` and ``ffcvfeed`` are the old names of
 
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["QuasiRandomSampler", "RandomSampler", "NotAnFfcvfsMountError", "Loader", "FeedError", "Ragged"]
+__all__ = ["QuasiRandomSampler", "RandomSampler", "NotAnFfcvfsMountError", "Loader", "FeedError", "Ragged",
+           "DatasetWriter", "WriteError"]
 
 _WHERE = {
     "QuasiRandomSampler": "sampler",
@@ -22,11 +26,14 @@ _WHERE = {
     "Loader": "feed",
     "FeedError": "feed",
     "Ragged": "feed",
+    "DatasetWriter": "writer",
+    "WriteError": "writer",
 }
 
 if TYPE_CHECKING:
     from .feed import FeedError, Loader, Ragged
     from .sampler import NotAnFfcvfsMountError, QuasiRandomSampler, RandomSampler
+    from .writer import DatasetWriter, WriteError
 
 
 def __getattr__(name: str) -> Any:

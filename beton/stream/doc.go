@@ -1,0 +1,64 @@
+// Package stream writes a beton from samples that another program sends,
+// framed, over pipes or files: the samples of any dataset, with fields of
+// every type (ints, floats, RGB images given as files or as pixels, bytes,
+// JSON, arrays), so that a writer in any language only fetches samples
+// and leaves decoding, resizing, encoding and packing pages to this
+// package, on all cores. `ffcvfs write --from-stream` runs it; the Python
+// package's DatasetWriter is one producer.
+//
+// # The format (version 1)
+//
+// A stream is a sequence of frames. Numbers are little-endian. Every
+// frame is
+//
+//	u32 size   the bytes that follow in this frame, 1 ≤ size ≤ Options.MaxFrame
+//	u8  kind   'H', 'S' or 'E'
+//	...        size-1 bytes of body
+//
+// The first frame of a stream, and only it, is the header ('H'): UTF-8
+// JSON (at most 1 MiB), as Header describes:
+//
+//	{"format": "ffcvfs-stream", "version": 1, "samples": 3,
+//	 "page_size": 8388608, "seed": 0,
+//	 "fields": [{"name": "image", "type": "rgb_image", "write_mode": "jpg",
+//	             "max_resolution": 256, "jpeg_quality": 90},
+//	            {"name": "label", "type": "int"},
+//	            {"name": "boxes", "type": "ndarray", "dtype": "<f4", "shape": [4, 4]}]}
+//
+// Field types: int, float, rgb_image, bytes, json, ndarray, torch_tensor
+// (FFCV's seven). An rgb_image field takes FFCV's RGBImageField arguments
+// (write_mode raw, jpg, smart or proportion; max_resolution;
+// smart_threshold, where absent means never a JPEG in smart mode, as in
+// FFCV; jpeg_quality; compress_probability) and restart_interval;
+// ndarray and torch_tensor take a NumPy type string and a shape.
+//
+// A sample ('S'): u64 id, then one value per field, in field order:
+//
+//	int                                    i64
+//	float                                  f64
+//	bytes, json, ndarray, torch_tensor     u32 n, n bytes
+//	rgb_image                              u8 form, u32 width, u32 height, u32 n, n bytes
+//
+// JSON values are the text without a trailing NUL (the beton adds it);
+// arrays are their bytes in C order as their type string says. An image
+// of form 0 is an image file (JPEG, PNG, ...; width and height are
+// ignored): a JPEG that fits the field is kept byte for byte, as `ffcvfs
+// write` keeps them; form 1 is width×height RGB pixels, row by row.
+//
+// An error the producer met ('E'): u64 id, u16 field index (0xFFFF: none),
+// UTF-8 message. The write stops with it, naming the sample and field.
+//
+// The samples' ids run from 0 to samples-1. One stream carries them in
+// order; several streams (one per producer process) each carry theirs in
+// increasing order, and together each id once: the writer merges them by
+// id, so that the beton is the same bytes for any number of streams. A
+// stream ends at a frame's end (EOF) after its last sample. Every stream
+// starts with the same header.
+//
+// # Memory
+//
+// A frame is read into memory as its bytes arrive (a size word is not an
+// allocation); at most one frame per stream waits to be merged and
+// 4×Options.Workers samples are being prepared, whatever the dataset's
+// size.
+package stream

@@ -1,0 +1,432 @@
+package stream
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/beton/imagefolder"
+)
+
+// Options configures Write.
+type Options struct {
+	// Workers prepare images in parallel; 0: all cores.
+	Workers int
+	// MaxFrame bounds one frame's size in bytes; 0: DefaultMaxFrame.
+	MaxFrame int64
+	// PageSize is the page size when the header gives none; 0:
+	// beton.DefaultPageSize.
+	PageSize int64
+	// Progress, if set, is called from Write's goroutine with the samples
+	// written so far and the header's count.
+	Progress func(done, total int)
+}
+
+// Result describes a finished write.
+type Result struct {
+	Samples  int
+	JPEG     int // images stored as JPEG
+	Verbatim int // of which the file sent, byte for byte
+	Raw      int // images stored as pixels
+	Pages    int
+	Bytes    int64
+	Elapsed  time.Duration
+}
+
+// Source is one stream and the name its errors give it.
+type Source struct {
+	Name string
+	R    io.Reader
+}
+
+// Write reads the streams' headers and samples and writes the beton to
+// dst, which it owns: committed when every sample is written, aborted on
+// any error, a cancelled ctx included. Errors name the sample and field.
+func Write(ctx context.Context, dst beton.Destination, srcs []Source, opts Options) (Result, error) {
+	start := time.Now()
+	res, err := write(ctx, dst, srcs, &opts)
+	if err != nil {
+		dst.Abort()
+		return res, err
+	}
+	res.Elapsed = time.Since(start)
+	return res, nil
+}
+
+func write(ctx context.Context, dst beton.Destination, srcs []Source, opts *Options) (Result, error) {
+	if opts.Workers == 0 {
+		opts.Workers = runtime.NumCPU()
+	}
+	if opts.MaxFrame == 0 {
+		opts.MaxFrame = DefaultMaxFrame
+	}
+	if opts.Workers < 0 || opts.MaxFrame < 16 || opts.MaxFrame > 1<<32-1 {
+		return Result{}, fmt.Errorf("stream options: %d workers, frames of at most %d bytes", opts.Workers, opts.MaxFrame)
+	}
+	if len(srcs) == 0 {
+		return Result{}, errors.New("no stream to read")
+	}
+	readers := make([]*frameReader, len(srcs))
+	var h *Header
+	var raw []byte
+	for i, s := range srcs {
+		readers[i] = &frameReader{r: bufio.NewReaderSize(s.R, 1<<20), name: s.Name, maxFrame: opts.MaxFrame}
+		hi, err := readers[i].readHeader()
+		if err != nil {
+			return Result{}, err
+		}
+		b, _ := json.Marshal(hi)
+		if h == nil {
+			h, raw = hi, b
+		} else if string(b) != string(raw) {
+			return Result{}, fmt.Errorf("%s: its header differs from %s's", s.Name, srcs[0].Name)
+		}
+	}
+	fields, err := h.check()
+	if err != nil {
+		return Result{}, fmt.Errorf("%s: %w", srcs[0].Name, err)
+	}
+	pageSize := h.PageSize
+	if pageSize == 0 {
+		pageSize = opts.PageSize
+	}
+	bf := make([]beton.Field, len(fields))
+	for i := range fields {
+		bf[i] = fields[i].beton
+	}
+	w, err := beton.NewWriter(dst, bf, int(h.Samples), beton.WriterOptions{PageSize: pageSize})
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{Samples: int(h.Samples)}
+	if err := run(ctx, w, readers, fields, h, opts, &res); err != nil {
+		w.Abort()
+		return res, err
+	}
+	res.Pages = w.Pages()
+	if err := w.Close(); err != nil {
+		return res, err
+	}
+	res.Bytes = w.Size()
+	return res, nil
+}
+
+// batch is what a stream's reader hands on at once: the samples it parsed
+// from the bytes it had (at most batchSamples, or batchBytes of frames),
+// or the error or end that stopped it.
+type batch struct {
+	samples []*sample
+	err     error // errEnd at the stream's end
+}
+
+// Batching bounds: a reader hands on, and a worker prepares, this many
+// samples or bytes of frames at once, so that the channels' cost is not
+// paid per sample (a CIFAR image is 3 KB).
+const (
+	batchSamples = 64
+	batchBytes   = 1 << 20
+)
+
+// readStream parses r's frames into batches on out until its end, an
+// error, or ctx's end.
+func readStream(ctx context.Context, r *frameReader, fields []field, out chan<- batch) {
+	send := func(b batch) bool {
+		select {
+		case out <- b:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	var cur []*sample
+	bytes := 0
+	for {
+		kind, body, err := r.next()
+		var s *sample
+		switch {
+		case err != nil:
+		case kind == KindError:
+			err = parseError(body, fields)
+		case kind != KindSample:
+			err = fmt.Errorf("%s: a frame of kind %q after the header (want 'S' or 'E')", r.name, kind)
+		default:
+			if s, err = parseSample(body, fields); err != nil {
+				err = fmt.Errorf("%s: %w", r.name, err)
+			}
+		}
+		if err != nil {
+			if len(cur) > 0 && !send(batch{samples: cur}) {
+				return
+			}
+			send(batch{err: err})
+			return
+		}
+		cur = append(cur, s)
+		bytes += len(body)
+		// Hand on what is parsed when the batch is full, or when no more
+		// bytes are at hand (the producer is slower than this).
+		if len(cur) == batchSamples || bytes >= batchBytes || r.buffered() == 0 {
+			if !send(batch{samples: cur}) {
+				return
+			}
+			cur, bytes = nil, 0
+		}
+	}
+}
+
+// job is a run of consecutive samples to prepare, seq-th of the write.
+type job struct {
+	seq     int64
+	samples []*sample
+}
+
+// run merges the streams by id, prepares samples on opts.Workers
+// goroutines and writes them in id order.
+func run(ctx context.Context, w *beton.Writer, readers []*frameReader, fields []field, h *Header, opts *Options, res *Result) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	n := h.Samples
+	window := int64(2 * opts.Workers)
+
+	// One reader goroutine per stream, at most two batches ahead. A
+	// reader blocked in a read that never ends stays so until its stream
+	// is closed (Write's caller does that).
+	ins := make([]chan batch, len(readers))
+	for i, r := range readers {
+		ins[i] = make(chan batch, 1)
+		go readStream(ctx, r, fields, ins[i])
+	}
+
+	jobs := make(chan job)
+	results := make(chan job, window)
+	var wg sync.WaitGroup
+	for range opts.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var scratch imagefolder.Scratch
+			for j := range jobs {
+				for _, s := range j.samples {
+					prepareSample(s, fields, h.Seed, &scratch)
+				}
+				select {
+				case results <- j:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	defer func() {
+		cancel()
+		close(jobs)
+		wg.Wait()
+	}()
+
+	// The merge: each stream's queue of parsed samples, in increasing id
+	// order; the next id is at the head of one of them.
+	queues := make([][]*sample, len(readers))
+	ended := make([]bool, len(readers))
+	last := make([]int64, len(readers))
+	for i := range last {
+		last[i] = -1
+	}
+	// fill receives stream i's next batch into its queue.
+	fill := func(i int) error {
+		var b batch
+		select {
+		case b = <-ins[i]:
+		case <-ctx.Done():
+			return errors.Join(ctx.Err(), errors.New("stopped"))
+		}
+		if b.err == errEnd {
+			ended[i] = true
+			return nil
+		}
+		if b.err != nil {
+			return b.err
+		}
+		for _, s := range b.samples {
+			switch {
+			case s.id >= n:
+				return fmt.Errorf("%s: sample %d; the header says %d samples", readers[i].name, s.id, n)
+			case s.id <= last[i]:
+				return fmt.Errorf("%s: sample %d after sample %d: a stream's samples come in increasing order", readers[i].name, s.id, last[i])
+			}
+			last[i] = s.id
+		}
+		queues[i] = append(queues[i], b.samples...)
+		return nil
+	}
+	// take returns the next run of consecutive samples from next on, at
+	// most batchSamples or batchBytes of them, filling queues as needed.
+	next := int64(0)
+	take := func() ([]*sample, error) {
+		for {
+			for i, q := range queues {
+				if len(q) == 0 || q[0].id != next {
+					continue
+				}
+				k, bytes := 0, 0
+				for k < len(q) && k < batchSamples && q[k].id == next+int64(k) && (k == 0 || bytes < batchBytes) {
+					bytes += q[k].size
+					k++
+				}
+				run := q[:k:k]
+				queues[i] = q[k:]
+				next += int64(k)
+				return run, nil
+			}
+			waiting := false
+			for i, q := range queues {
+				if len(q) == 0 && !ended[i] {
+					waiting = true
+					if err := fill(i); err != nil {
+						return nil, err
+					}
+				}
+			}
+			if !waiting {
+				return nil, missing(next, readers, queues, ended)
+			}
+		}
+	}
+
+	pending := map[int64]job{} // prepared, not yet written
+	var sent, written int64    // jobs
+	var samples int64
+	var stats struct{ jpeg, verbatim, raw int }
+	var held []*sample // taken, not yet handed to a worker
+	for samples < n {
+		var jobCh chan job
+		if held == nil && next < n && sent < written+window {
+			run, err := take()
+			if err != nil {
+				return err
+			}
+			held = run
+		}
+		if held != nil {
+			jobCh = jobs
+		}
+		select {
+		case jobCh <- job{seq: sent, samples: held}:
+			sent++
+			held = nil
+		case r := <-results:
+			pending[r.seq] = r
+			for {
+				r, ok := pending[written]
+				if !ok {
+					break
+				}
+				delete(pending, written)
+				for _, s := range r.samples {
+					if s.err != nil {
+						return s.err
+					}
+					if err := w.WriteSample(s.values); err != nil {
+						return err
+					}
+					for i := range fields {
+						if fields[i].beton.Type == beton.TypeRGBImage {
+							if s.values[i].Mode == beton.ModeRaw {
+								stats.raw++
+							} else {
+								stats.jpeg++
+							}
+						}
+					}
+					if s.verbatim {
+						stats.verbatim++
+					}
+				}
+				samples += int64(len(r.samples))
+				written++
+				if opts.Progress != nil {
+					opts.Progress(int(samples), int(n))
+				}
+			}
+		case <-ctx.Done():
+			return errors.Join(ctx.Err(), fmt.Errorf("stopped after %d of %d samples", samples, n))
+		}
+	}
+	res.JPEG, res.Verbatim, res.Raw = stats.jpeg, stats.verbatim, stats.raw
+	return nil
+}
+
+// missing says which sample no stream has.
+func missing(next int64, readers []*frameReader, queues [][]*sample, ended []bool) error {
+	var at []string
+	for i, q := range queues {
+		if len(q) > 0 {
+			at = append(at, fmt.Sprintf("%s is at sample %d", readers[i].name, q[0].id))
+		} else if ended[i] {
+			at = append(at, readers[i].name+" has ended")
+		}
+	}
+	slices.Sort(at)
+	return fmt.Errorf("no stream has sample %d (%s): a producer stopped early or skipped it", next, strings.Join(at, "; "))
+}
+
+// prepareSample checks s's values and prepares its images.
+func prepareSample(s *sample, fields []field, seed int64, scratch *imagefolder.Scratch) {
+	for i := range fields {
+		f := &fields[i]
+		v := &s.values[i]
+		name := func() string { return fmt.Sprintf("sample %d, field %q", s.id, f.spec.Name) }
+		switch f.beton.Type {
+		case beton.TypeRGBImage:
+			var p imagefolder.Prepared
+			var err error
+			rnd := rand.New(rand.NewPCG(uint64(seed), uint64(s.id)<<8|uint64(i)))
+			if s.forms[i] == FormPixels {
+				if v.Width <= 0 || v.Height <= 0 || v.Width > 1<<16 || v.Height > 1<<16 || len(v.Data) != v.Width*v.Height*3 {
+					s.err = fmt.Errorf("%s: %dx%d RGB pixels need %d bytes, the frame has %d", name(), v.Width, v.Height, v.Width*v.Height*3, len(v.Data))
+					return
+				}
+				p, err = imagefolder.PreparePixels(v.Data, v.Width, v.Height, f.image, rnd, scratch)
+			} else {
+				p, err = imagefolder.Prepare(name(), v.Data, f.image, rnd, scratch)
+			}
+			if err != nil {
+				s.err = fmt.Errorf("%s: %w", name(), trimPrefix(err, name()))
+				return
+			}
+			*v = beton.Value{Mode: p.Mode(), Width: p.Width, Height: p.Height, Data: p.Data}
+			s.verbatim = s.verbatim || p.Verbatim
+		case beton.TypeJSON:
+			if !json.Valid(v.Data) || slices.Contains(v.Data, 0) {
+				s.err = fmt.Errorf("%s: %d bytes that are not JSON text", name(), len(v.Data))
+				return
+			}
+		case beton.TypeNDArray, beton.TypeTorchTensor:
+			if uint64(len(v.Data)) != f.size {
+				s.err = fmt.Errorf("%s: %d bytes; shape %v of %s takes %d", name(), len(v.Data), f.spec.Shape, f.spec.DType, f.size)
+				return
+			}
+		}
+	}
+}
+
+// trimPrefix drops the "imagefolder: NAME: " that Prepare's errors start
+// with, which the caller says again.
+func trimPrefix(err error, name string) error {
+	msg := err.Error()
+	for _, p := range []string{"imagefolder: " + name + ": ", "imagefolder: "} {
+		if len(msg) > len(p) && msg[:len(p)] == p {
+			return errors.New(msg[len(p):])
+		}
+	}
+	return err
+}
