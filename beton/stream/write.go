@@ -274,6 +274,9 @@ func run(ctx context.Context, w *beton.Writer, readers []*frameReader, fields []
 	take := func() ([]*sample, error) {
 		for {
 			for i, q := range queues {
+				if len(q) > 0 && q[0].id < next {
+					return nil, fmt.Errorf("%s: sample %d came twice", readers[i].name, q[0].id)
+				}
 				if len(q) == 0 || q[0].id != next {
 					continue
 				}
@@ -307,14 +310,18 @@ func run(ctx context.Context, w *beton.Writer, readers []*frameReader, fields []
 	var samples int64
 	var stats struct{ jpeg, verbatim, raw int }
 	var held []*sample // taken, not yet handed to a worker
+	// A merge error waits for the samples before it to be prepared and
+	// written: an error of theirs (a bad image) is the first to tell.
+	var mergeErr error
 	for samples < n {
+		if mergeErr != nil && written == sent {
+			return mergeErr
+		}
 		var jobCh chan job
-		if held == nil && next < n && sent < written+window {
-			run, err := take()
-			if err != nil {
-				return err
+		if held == nil && mergeErr == nil && next < n && sent < written+window {
+			if held, mergeErr = take(); mergeErr != nil {
+				continue
 			}
-			held = run
 		}
 		if held != nil {
 			jobCh = jobs
@@ -359,6 +366,18 @@ func run(ctx context.Context, w *beton.Writer, readers []*frameReader, fields []
 			}
 		case <-ctx.Done():
 			return errors.Join(ctx.Err(), fmt.Errorf("stopped after %d of %d samples", samples, n))
+		}
+	}
+	// Every stream must end here: nothing may follow the samples.
+	for i, q := range queues {
+		for len(q) == 0 && !ended[i] {
+			if err := fill(i); err != nil {
+				return err
+			}
+			q = queues[i]
+		}
+		if len(q) > 0 {
+			return fmt.Errorf("%s: sample %d came twice", readers[i].name, q[0].id)
 		}
 	}
 	res.JPEG, res.Verbatim, res.Raw = stats.jpeg, stats.verbatim, stats.raw
