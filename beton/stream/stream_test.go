@@ -256,7 +256,11 @@ func TestWriteHostile(t *testing.T) {
 		{"bad mode", [][]byte{hdr(func(h *Header) { h.Fields[0].WriteMode = "png" })}, `"png"`},
 		{"bad quality", [][]byte{hdr(func(h *Header) { h.Fields[1].JPEGQuality = 101 })}, "quality 101"},
 		{"bad page size", [][]byte{hdr(func(h *Header) { h.PageSize = 12345 })}, "page size 12345"},
-		{"unknown key", [][]byte{func() []byte { var e enc; e.frame(KindHeader, []byte(`{"format":"ffcvfs-stream","version":1,"samples":1,"fields":[{"name":"a","type":"int"}],"x":1}`)); return e.Bytes() }()}, `unknown field "x"`},
+		{"unknown key", [][]byte{func() []byte {
+			var e enc
+			e.frame(KindHeader, []byte(`{"format":"ffcvfs-stream","version":1,"samples":1,"fields":[{"name":"a","type":"int"}],"x":1}`))
+			return e.Bytes()
+		}()}, `unknown field "x"`},
 		{"huge header", [][]byte{append([]byte{0xff, 0xff, 0xff, 0x7f, 'H'}, good[5:]...)}, "not an ffcvfs sample stream"},
 		{"headers differ", [][]byte{good, hdr(func(h *Header) { h.Samples = 5 })}, "stream 1: its header differs"},
 		{"huge frame", [][]byte{cat(good[:headerLen], []byte{0xff, 0xff, 0xff, 0xff, 'S'})}, "frames hold 1 to"},
