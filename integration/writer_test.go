@@ -284,11 +284,164 @@ DatasetWriter("s3://betons/killed.beton", {"image": RGBImageField(), "label": In
 	deadline := time.Now().Add(testenv.Patience)
 	for uploads() != 0 {
 		if time.Now().After(deadline) {
-			t.Fatal("the upload of the killed writer is still open")
+			ps, _ := exec.Command("ps", "-eo", "pid,ppid,stat,args").Output()
+			t.Fatalf("the upload of the killed writer is still open; processes:\n%s", ps)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	if _, err := srv.Client().HeadObject(context.Background(), &s3.HeadObjectInput{Bucket: aws.String("betons"), Key: aws.String("killed.beton")}); err == nil {
 		t.Error("the killed writer left an object")
+	}
+}
+
+// readmeBlockWith returns the README's Python block that holds s.
+func readmeBlockWith(t *testing.T, s string) string {
+	t.Helper()
+	for _, b := range readREADME(t).blocks {
+		if b.lang == "python" && strings.Contains(b.text, s) {
+			return b.text
+		}
+	}
+	t.Fatalf("no Python block of the README holds %q", s)
+	return ""
+}
+
+// TestReadmeWriterBlocks runs the README's two DatasetWriter blocks: the
+// CIFAR-10 one with torchvision's CIFAR10 standing for a small local
+// dataset of the same kind (PIL images and labels; no download), and the
+// detection one over fixture photos, written to a local file instead of
+// its bucket. Both betons hold what was given.
+func TestReadmeWriterBlocks(t *testing.T) {
+	py := installedPython(t, "numpy", "torchvision", "PIL")
+	dir := t.TempDir()
+	cifar := `
+import numpy as np, torchvision
+from PIL import Image
+
+class SmallCIFAR10:
+    def __init__(self, root, train=True, download=False):
+        self.n = 120 if train else 40
+    def __len__(self):
+        return self.n
+    def __getitem__(self, i):
+        return Image.fromarray(np.full((32, 32, 3), i % 256, np.uint8)), i % 10
+
+torchvision.datasets.CIFAR10 = SmallCIFAR10
+` + readmeBlockWith(t, "cifar_{split}.beton")
+	cmd := exec.Command(py, "-c", cifar)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the CIFAR-10 block: %v\n%s", err, out)
+	}
+	for split, n := range map[string]int{"train": 120, "test": 40} {
+		f, err := beton.OpenFile(filepath.Join(dir, "cifar_"+split+".beton"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.NumSamples() != n {
+			t.Errorf("%s: %d samples, want %d", split, f.NumSamples(), n)
+		}
+		for i := range n {
+			img, err := f.Image(i, 0)
+			if err != nil || img.Mode != beton.ModeRaw || img.Width != 32 || img.Height != 32 || f.Int(i, 1) != int64(i%10) {
+				t.Errorf("%s sample %d: %+v, label %d, %v", split, i, img, f.Int(i, 1), err)
+			}
+		}
+		f.Close()
+	}
+
+	photos := testenv.Fixture(t, "imagefolder-small")
+	det := fmt.Sprintf(`
+import glob
+records = [{"file": p, "boxes": [[1, 2, 30, 40]] * (i %% 3), "labels": [i %% 7] * (i %% 3)}
+           for i, p in enumerate(sorted(glob.glob(%q + "/*/*.jpg"))[:30])]
+`, photos) + strings.Replace(readmeBlockWith(t, "class Detection"), `"s3://my-bucket/det/train.beton"`, `"det.beton"`, 1)
+	cmd = exec.Command(py, "-c", det)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the detection block: %v\n%s", err, out)
+	}
+	f, err := beton.OpenFile(filepath.Join(dir, "det.beton"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if f.NumSamples() != 30 {
+		t.Fatalf("%d samples", f.NumSamples())
+	}
+	for i := range 30 {
+		if f.Int(i, 1) != int64(i%3) {
+			t.Errorf("sample %d: count %d", i, f.Int(i, 1))
+		}
+		boxes, err := f.ReadData(i, 2, nil)
+		if err != nil || len(boxes) != 32*4*4 {
+			t.Errorf("sample %d: boxes of %d bytes, %v", i, len(boxes), err)
+		}
+	}
+}
+
+// TestWriteFromStreamFlags: ffcvfs write --from-stream refuses bad flags
+// and sources with a sentence (exit 2), writes a stream given on standard
+// input (exit 0), and refuses a stream that is not one (exit 1), leaving
+// nothing.
+func TestWriteFromStreamFlags(t *testing.T) {
+	ffcvfs := binary(t, "ffcvfs")
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out.beton")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--from-stream", "fd:abc", out}, `"fd:abc": want fd:N`},
+		{[]string{"--from-stream", "fd:-1", out}, "want fd:N"},
+		{[]string{"--from-stream", "fd:999999999", out}, "want fd:N"},
+		{[]string{"--from-stream", "fd:977", out}, "fd:977: bad file descriptor (no such descriptor open)"},
+		{[]string{"--from-stream", filepath.Join(dir, "missing"), out}, "no such file or directory"},
+		{[]string{"--from-stream", dir, out}, "is a folder, not a stream"},
+		{[]string{"--from-stream", "-", "--mode", "raw", out}, "--mode is for ImageFolder trees"},
+		{[]string{"--from-stream", "-", "--max-sample-size", "1PiB", out}, "--max-sample-size: want a size from 1MiB to 4GiB"},
+		{[]string{"--from-stream", "-", "--max-sample-size", "-5", out}, "--max-sample-size"},
+		{[]string{"--from-stream", "-", "--workers", "0", out}, "--workers: want 1 to 4096"},
+		{[]string{"--from-stream", "-"}, "needs 1 argument(s)"},
+		{[]string{"--from-stream", "-", "--page-size", "3MiB", out}, ""},
+	} {
+		cmd := exec.Command(ffcvfs, append([]string{"write"}, c.args...)...)
+		cmd.Stdin = strings.NewReader("")
+		b, err := cmd.CombinedOutput()
+		code := cmd.ProcessState.ExitCode()
+		if c.want == "" {
+			if code != 1 || !strings.Contains(string(b), "no header") {
+				t.Errorf("%v: exit %d, %s; want exit 1 and no header", c.args, code, b)
+			}
+		} else if code != 2 || !strings.Contains(string(b), c.want) {
+			t.Errorf("%v: exit %d (%v), %s; want exit 2 and %q", c.args, code, err, b, c.want)
+		}
+	}
+	// A JPEG given as a stream; then a one-sample stream on stdin.
+	jpg := filepath.Join(testenv.Fixture(t, "imagefolder-small"), "class000", "img00000.jpg")
+	_, stderr := run(t, 1, ffcvfs, "write", "--from-stream", jpg, out)
+	if !strings.Contains(stderr, "not an ffcvfs sample stream") || !strings.Contains(stderr, "was not written") {
+		t.Errorf("a JPEG as a stream: %s", stderr)
+	}
+	header := `{"format": "ffcvfs-stream", "version": 1, "samples": 1, "fields": [{"name": "label", "type": "int"}]}`
+	var in []byte
+	in = append(in, byte(len(header)+1), 0, 0, 0, 'H')
+	in = append(in, header...)
+	in = append(in, 17, 0, 0, 0, 'S', 0, 0, 0, 0, 0, 0, 0, 0, 42, 0, 0, 0, 0, 0, 0, 0)
+	cmd := exec.Command(ffcvfs, "write", "--from-stream", "-", out)
+	cmd.Stdin = strings.NewReader(string(in))
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, b)
+	}
+	f, err := beton.OpenFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if f.NumSamples() != 1 || f.Int(0, 0) != 42 {
+		t.Errorf("%d samples, label %d", f.NumSamples(), f.Int(0, 0))
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("left behind: %v", ents)
 	}
 }

@@ -5,6 +5,11 @@
 #   scripts/bench.sh write [N]    ffcvfs write throughput (images/s) on N images
 #                                 (default 2000) built from the shared fixture
 #                                 photos, vs reading the same files
+#   scripts/bench.sh writer [N]   FFCV's DatasetWriter vs ffcvfs.DatasetWriter (2 workers
+#                                 each, alternating): N CIFAR-like 32x32 arrays (default
+#                                 50000) written raw; 5,000 real photos the dataset gives
+#                                 as JPEG bytes (FFCV: as PIL images); the photos as PIL
+#                                 images, beside merely iterating the dataset; peak RSS
 #   scripts/bench.sh cache        the page cache on a 1 GiB synthetic beton, file
 #                                 source with 5 ms added per read, budget 10 %:
 #                                 quasi-random plan for 1 and 2 epochs and random
@@ -451,6 +456,27 @@ page_cache_mib() {
 # by ffcvfeed on one beton of N images cut from the feed bench's photos,
 # beside the limit: the same bytes copied and mirrored by a plain loop
 # (tools/rawcopy). All three take turns, RUNS times.
+# bench_writer [N]: FFCV's DatasetWriter and ffcvfs.DatasetWriter on the
+# same data and workers, alternating (scripts/writer_bench.py): N CIFAR-like
+# arrays, and the 5,000 photos of make-bench-data.sh as JPEG bytes and as
+# PIL images, the latter beside merely iterating the dataset.
+bench_writer() {
+	local n=${1:-50000}
+	[[ $n =~ ^[0-9]+$ ]] && ((n >= 1000)) || die "N must be a whole number, at least 1000, got '$n'"
+	local base=${BENCH_DIR:-${FFCVFS_CACHE:-$HOME/.cache/ffcvfs}/bench}
+	local photos=$base/feed-5000 out
+	ensure_apt python3-pil
+	scripts/make-bench-data.sh 5000 "$photos" >&2 || die "make-bench-data.sh failed"
+	go build -o bin/ffcvfs ./cmd/ffcvfs || die "go build ./cmd/ffcvfs failed"
+	local ffcv
+	ffcv=$(ffcv_src)
+	[[ -n $ffcv ]] || die "FFCV did not build here: the writer bench needs it as its baseline"
+	out=$(mktemp -d)
+	FFCVFS="$PWD/bin/ffcvfs" /usr/bin/python3 scripts/writer_bench.py --ffcv "$ffcv" --runs "$RUNS" --cifar "$n" \
+		"$photos/imagefolder" "$out" || die "writer_bench.py failed"
+	rm -rf "$out"
+}
+
 bench_cifar() {
 	local n=${1:-50000}
 	[[ $n =~ ^[0-9]+$ ]] && ((n >= 1000)) || die "N must be a whole number, at least 1000, got '$n'"
@@ -1213,8 +1239,13 @@ write)
 	shift
 	bench_write "$@"
 	;;
+writer)
+	ensure_go
+	shift
+	bench_writer "$@"
+	;;
 *)
-	echo "usage: scripts/bench.sh write [N] | cache | mount [N] | legacy [N] | metrics [N] | scan [N] | feed [N] | cifar [N] | storage [N] | disk [N] | cluster" >&2
+	echo "usage: scripts/bench.sh write [N] | writer [N] | cache | mount [N] | legacy [N] | metrics [N] | scan [N] | feed [N] | cifar [N] | storage [N] | disk [N] | cluster" >&2
 	exit 2
 	;;
 esac

@@ -229,6 +229,10 @@ func runWriteStream(c *cli.Context, pageSize int64) error {
 	out := c.Args().Get(0)
 	ctx := c.Context
 	if os.Getenv(exitWithParentEnv) == "1" {
+		// Standard error is a pipe the parent reads: once the parent
+		// is gone, a write to it must fail, not kill this process
+		// (SIGPIPE) before the upload is aborted.
+		signal.Ignore(syscall.SIGPIPE)
 		ctx, _ = lifeline.WithParent(ctx)
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
