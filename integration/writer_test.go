@@ -445,3 +445,78 @@ func TestWriteFromStreamFlags(t *testing.T) {
 		t.Errorf("left behind: %v", ents)
 	}
 }
+
+// TestDatasetWriterWebDataset writes three tar shards through
+// from_webdataset(shards, pipeline), with two workers: the samples in
+// shard order. Debian has no webdataset package, so a module of that name
+// stands in for it, reading a tar as webdataset does (members grouped by
+// basename into dicts of extension: bytes).
+func TestDatasetWriterWebDataset(t *testing.T) {
+	py := installedPython(t, "numpy")
+	dir := t.TempDir()
+	stub := `
+import os, tarfile
+class WebDataset:
+    def __init__(self, shard):
+        self.shard = shard
+    def __iter__(self):
+        cur, key = {}, None
+        with tarfile.open(self.shard) as tf:
+            for m in tf:
+                base, ext = os.path.splitext(m.name)
+                if key is not None and base != key:
+                    yield cur
+                    cur = {}
+                key = base
+                cur["__key__"] = base
+                cur[ext[1:]] = tf.extractfile(m).read()
+        if cur:
+            yield cur
+`
+	if err := os.WriteFile(filepath.Join(dir, "webdataset.py"), []byte(stub), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := `
+import io, json, os, sys, tarfile
+from ffcvfs.fields import BytesField, IntField
+from ffcvfs.writer import DatasetWriter
+
+shards = []
+n = 0
+for s, count in enumerate((5, 0, 7, 3)):
+    path = os.path.join(sys.argv[1], "shard-%d.tar" % s)
+    with tarfile.open(path, "w") as tf:
+        for k in range(count):
+            for ext, data in (("cls", str(n).encode()), ("txt", ("sample %d" % n).encode())):
+                info = tarfile.TarInfo("%06d.%s" % (n, ext))
+                info.size = len(data)
+                tf.addfile(info, io.BytesIO(data))
+            n += 1
+    shards.append(path)
+
+def pipeline(ds):
+    return ((int(d["cls"]), d["txt"]) for d in ds)
+
+DatasetWriter(sys.argv[2], {"label": IntField(), "text": BytesField()}, num_workers=2).from_webdataset(shards, pipeline)
+`
+	out := filepath.Join(dir, "wds.beton")
+	cmd := exec.Command(py, "-c", script, dir, out)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+dir)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, b)
+	}
+	f, err := beton.OpenFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if f.NumSamples() != 15 {
+		t.Fatalf("%d samples, want 15", f.NumSamples())
+	}
+	for i := range 15 {
+		text, err := f.ReadData(i, 1, nil)
+		if f.Int(i, 0) != int64(i) || err != nil || string(text) != fmt.Sprintf("sample %d", i) {
+			t.Errorf("sample %d: label %d, text %q, %v", i, f.Int(i, 0), text, err)
+		}
+	}
+}

@@ -6,6 +6,12 @@
 // package, on all cores. `ffcvfs write --from-stream` runs it; the Python
 // package's DatasetWriter is one producer.
 //
+// The format is its own, written by hand, because a producer in any
+// language writes it in a few lines without a library (a length word, a
+// kind byte, fixed little-endian numbers, JSON once), and an image's bytes
+// cross it as they are; a general encoding (protobuf, msgpack) would need
+// a library on each side and copy every image once more.
+//
 // # The format (version 1)
 //
 // A stream is a sequence of frames. Numbers are little-endian. Every
@@ -57,8 +63,9 @@
 //
 // # Memory
 //
-// A frame is read into memory as its bytes arrive (a size word is not an
-// allocation); at most one frame per stream waits to be merged and
-// 4×Options.Workers samples are being prepared, whatever the dataset's
-// size.
+// A frame of up to 1 MiB is read into a buffer of its size; a larger one
+// as its bytes arrive, so that a size word alone allocates little. Each
+// stream's reader is at most two batches ahead (a batch: 64 samples or
+// 1 MiB of frames, or one larger frame), and 2×Options.Workers batches
+// are being prepared or wait to be written, whatever the dataset's size.
 package stream

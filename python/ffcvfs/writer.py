@@ -98,7 +98,9 @@ class DatasetWriter:
         self.seed = int(seed)
         names = []
         for name in self.fields:
-            cut = name.encode("ascii")[:16].decode("ascii")
+            if not isinstance(name, str) or not name or not name.isascii():
+                raise ValueError(f"field name {name!r}: want a non-empty ASCII string, as FFCV's")
+            cut = name[:16]
             if cut in names:
                 raise ValueError(f"field {name!r}: cut to 16 bytes, its name is {cut!r}, as another field's")
             names.append(cut)
