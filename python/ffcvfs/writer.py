@@ -173,8 +173,14 @@ class DatasetWriter:
             args += ["--from-stream", f"fd:{r}"]
         args.append(self.fname)
         env = dict(os.environ, FFCVFS_EXIT_WITH_PARENT="1")
-        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
-                                pass_fds=[r for r, _ in pipes])
+        try:
+            proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                                    pass_fds=[r for r, _ in pipes])
+        except OSError as e:
+            for r, w in pipes:
+                os.close(r)
+                os.close(w)
+            raise WriteError(f"cannot start {exe}: {e}") from e
         tail = _Tail(proc.stderr)
         for r, _ in pipes:
             os.close(r)
