@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 	"github.com/ffcvfs/ffcvfs/beton/stream"
 	"github.com/ffcvfs/ffcvfs/control"
 	"github.com/ffcvfs/ffcvfs/internal/bytesize"
+	"github.com/ffcvfs/ffcvfs/internal/cacheflags"
 	"github.com/ffcvfs/ffcvfs/internal/lifeline"
 	"github.com/ffcvfs/ffcvfs/internal/progress"
 	"github.com/ffcvfs/ffcvfs/storage"
@@ -66,7 +66,7 @@ Examples:
    ffcvfs write --restart-interval 4 ~/data/train train.beton
    ffcvfs write ~/data/train s3://my-bucket/imagenet/train.beton
    my-producer | ffcvfs write --from-stream - data.beton`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "mode", Value: "jpg", Usage: "how images are stored: jpg, raw, smart or proportion", Category: "images"},
 			&cli.IntFlag{Name: "max-resolution", Usage: "resize images whose longer side exceeds `N` pixels (0: keep sizes)", Category: "images"},
 			&cli.IntFlag{Name: "jpeg-quality", Value: 90, Usage: "JPEG quality `Q` (1-100) for images that are (re-)encoded", Category: "images"},
@@ -76,14 +76,11 @@ Examples:
 			&cli.Int64Flag{Name: "seed", Usage: "random seed for proportion mode", Category: "images"},
 			&cli.StringFlag{Name: "page-size", Value: "8MiB", Usage: "page `SIZE`: a power of two, 2MiB ≤ SIZE < 4GiB; every sample must fit in one page", Category: "file"},
 			&cli.IntFlag{Name: "workers", Value: runtime.NumCPU(), DefaultText: "the cores", Usage: "`N` images decoded and encoded in parallel", Category: "file"},
-			&cli.StringFlag{Name: "s3-endpoint", Usage: "S3 endpoint `URL`, for a server other than AWS (default: $AWS_ENDPOINT_URL, else AWS)", Category: "s3"},
-			&cli.StringFlag{Name: "s3-region", Usage: "S3 region (default: $AWS_REGION, else the AWS config)", Category: "s3"},
-			&cli.BoolFlag{Name: "s3-path-style", Usage: "address S3 buckets by path (endpoint/bucket/key); an endpoint given by IP address or as localhost is addressed so anyway", Category: "s3"},
 			&cli.BoolFlag{Name: "keep-names", Usage: "keep each file's path relative to IMAGEFOLDER in a bytes field \"path\" (FFCV reads it as any BytesField;\n\tffcvfeed --fields path delivers it), so that ffcvfs mount serves the files under their own names and folders", Category: "file"},
 			&cli.StringFlag{Name: "classes-out", Usage: "write the class names, one per line in label order, to `FILE`", Category: "file"},
 			&cli.StringSliceFlag{Name: "from-stream", Usage: "read samples from `SRC` (a file, a FIFO, - for standard input, fd:N) instead of an ImageFolder tree; repeat for several producers, whose samples are merged by id", Category: "stream"},
 			&cli.StringFlag{Name: "max-sample-size", Value: "256MiB", Usage: "--from-stream: refuse a sample frame larger than `SIZE`", Category: "stream"},
-		},
+		}, cacheflags.S3Flags("s3 output")...),
 		Action: runWrite,
 	}
 }
@@ -186,8 +183,7 @@ func destination(ctx context.Context, c *cli.Context, out string) (beton.Destina
 	if strings.HasPrefix(out, "file://") {
 		return beton.NewFileDestination(strings.TrimPrefix(out, "file://"))
 	}
-	o := storage.Options{Logger: slog.Default(), Endpoint: c.String("s3-endpoint"), Region: c.String("s3-region"), PathStyle: c.Bool("s3-path-style")}
-	return storage.Create(ctx, out, o)
+	return storage.Create(ctx, out, cacheflags.SourceOptions(c))
 }
 
 // imageFlags are the flags that say how an ImageFolder's images are

@@ -22,19 +22,27 @@ import (
 	"github.com/ffcvfs/ffcvfs/storage"
 )
 
-// SourceFlags are the flags that say how to reach a source: S3's
-// endpoint, region and addressing, and the timeouts of S3 and HTTP.
-func SourceFlags(category string) []cli.Flag {
+// S3Flags are the flags that say where S3 is: its endpoint, region and
+// addressing; ffcvfs write's for an s3:// output.
+func S3Flags(category string) []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "s3-endpoint", Usage: "S3 endpoint `URL`, for a server other than AWS (default: $AWS_ENDPOINT_URL, else AWS)", Category: category},
 		&cli.StringFlag{Name: "s3-region", Usage: "S3 region (default: $AWS_REGION, else the AWS config)", Category: category},
 		&cli.BoolFlag{Name: "s3-path-style", Usage: "address S3 buckets by path (endpoint/bucket/key), as most servers other than AWS want; an endpoint given by IP address or as localhost is addressed so anyway", Category: category},
-		&cli.DurationFlag{Name: "attempt-timeout", Value: storage.DefaultAttemptTimeout, Usage: "S3, HTTP: cancel and retry a request that receives nothing for this long", Category: category},
-		&cli.DurationFlag{Name: "read-deadline", Value: storage.DefaultReadDeadline, Usage: "S3, HTTP: give up a read of the storage, retries included, after this long (a mount answers EIO to that read alone)", Category: category},
 	}
 }
 
-// SourceOptions turns the flags of SourceFlags into storage.Options.
+// SourceFlags are the flags that say how to reach a source: S3Flags, and
+// the timeouts of S3 and HTTP.
+func SourceFlags(category string) []cli.Flag {
+	return append(S3Flags(category),
+		&cli.DurationFlag{Name: "attempt-timeout", Value: storage.DefaultAttemptTimeout, Usage: "S3, HTTP: cancel and retry a request that receives nothing for this long", Category: category},
+		&cli.DurationFlag{Name: "read-deadline", Value: storage.DefaultReadDeadline, Usage: "S3, HTTP: give up a read of the storage, retries included, after this long (a mount answers EIO to that read alone)", Category: category},
+	)
+}
+
+// SourceOptions turns the flags of SourceFlags (or S3Flags alone) into
+// storage.Options.
 func SourceOptions(c *cli.Context) storage.Options {
 	o := storage.Options{
 		Logger:   slog.Default(),
