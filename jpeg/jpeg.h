@@ -77,4 +77,8 @@ int ffj_add_restarts(const unsigned char *src, size_t n, int target,
 int ffj_rst_scan(const unsigned char *src, size_t len, size_t scan, int n,
                  int32_t *starts, int32_t *ends, int *how);
 
+/* The code used on this CPU: 1 x86-64-v3 (AVX2: the entropy decoder's and
+ * IDCT's clones, the restart scan), 0 portable. */
+int ffj_path(void);
+
 #endif

@@ -329,3 +329,12 @@ int ffj_rst_scan(const unsigned char *src, size_t len, size_t scan, int n,
 	*how = FFJ_RST_BAD; /* the data ended first */
 	return r.count;
 }
+
+int ffj_path(void) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("x86-64-v3") ? 1 : 0;
+#else
+	return 0;
+#endif
+}

@@ -241,3 +241,13 @@ func (d *Decoder) restartCrop(src []byte, x, y, w, h, m int, f Size) (sub []byte
 	d.sub, ox, oy = ix.sub(d.sub, src, i0, i1, r0, r1)
 	return d.sub, ox, oy, true
 }
+
+// CPUPath names the code the decoder uses on this CPU: "x86-64-v3" (AVX2
+// clones of the entropy decoder and the IDCT, the AVX2 restart scan) or
+// "portable", for `version`.
+func CPUPath() string {
+	if C.ffj_path() == 1 {
+		return "x86-64-v3"
+	}
+	return "portable"
+}

@@ -165,3 +165,14 @@ void ffc_lut32(const uint8_t *restrict src, uint32_t *restrict out, size_t n, co
 	}
 	interleaved32(src, out, 3 * n, lut);
 }
+
+int ffc_path(void) {
+#ifdef FFC_VBMI
+	__builtin_cpu_init();
+	if (have)
+		return 2;
+	return __builtin_cpu_supports("x86-64-v3") ? 1 : 0;
+#else
+	return 0;
+#endif
+}

@@ -51,3 +51,15 @@ func convertPixels(out, src []byte, n int, planar bool, lut16 *[3][256]uint16, l
 	runtime.KeepAlive(lut16)
 	runtime.KeepAlive(lut32)
 }
+
+// CPUPath names the conversion to batches used on this CPU: "AVX-512
+// VBMI", "x86-64-v3" (AVX2) or "portable", for `version`.
+func CPUPath() string {
+	switch C.ffc_path() {
+	case 2:
+		return "AVX-512 VBMI"
+	case 1:
+		return "x86-64-v3"
+	}
+	return "portable"
+}

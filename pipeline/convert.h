@@ -11,6 +11,10 @@ void ffc_planar_u8(const uint8_t *src, uint8_t *out, size_t n);
 void ffc_lut16(const uint8_t *src, uint16_t *out, size_t n, const uint16_t *lut, int planar);
 void ffc_lut32(const uint8_t *src, uint32_t *out, size_t n, const uint32_t *lut, int planar);
 
+/* The conversion used on this CPU: 2 AVX-512 VBMI, 1 x86-64-v3 (AVX2),
+ * 0 portable. */
+int ffc_path(void);
+
 /* Makes ffc_lut16 keep to its portable path, for tests. */
 void ffc_no_vbmi(void);
 

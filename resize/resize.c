@@ -506,3 +506,11 @@ void ffr_resize(unsigned char *dst, int dst_stride, int out_w, int out_h,
 		hpass(d, acc, out_w, kx, hx, hw);
 	}
 }
+
+int ffr_path(void) {
+#if defined(FFR_AVX2)
+	return ffr_have_avx512 ? 2 : ffr_have_avx2 ? 1 : 0;
+#else
+	return 0;
+#endif
+}

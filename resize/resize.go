@@ -378,3 +378,15 @@ func bytesPtr(b []byte) *C.uchar {
 
 // maxCInt is the largest C int: strides and sizes handed to C stay below it.
 const maxCInt = 1<<31 - 1
+
+// CPUPath names the passes the resizer uses on this CPU: "AVX-512",
+// "AVX2" or "portable", for `version`.
+func CPUPath() string {
+	switch C.ffr_path() {
+	case 2:
+		return "AVX-512"
+	case 1:
+		return "AVX2"
+	}
+	return "portable"
+}

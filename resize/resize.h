@@ -29,4 +29,7 @@ int ffr_use_avx2(int on);
  * on. Not safe while a resize runs. */
 int ffr_use_avx512(int on);
 
+/* The passes used on this CPU: 2 AVX-512, 1 AVX2, 0 the portable ones. */
+int ffr_path(void);
+
 #endif

@@ -18,7 +18,7 @@ import (
 
 func main() {
 	cli.VersionFlag = &cli.BoolFlag{Name: "version", Usage: "print the version and exit"}
-	cli.VersionPrinter = func(*cli.Context) { fmt.Print(version.String("ffcvfeed")) }
+	cli.VersionPrinter = func(*cli.Context) { fmt.Print(versionReport()) }
 	app := &cli.App{
 		Name:    "ffcvfeed",
 		Version: version.Release,

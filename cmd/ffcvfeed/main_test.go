@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -275,12 +276,15 @@ func TestOwnedFolderChecks(t *testing.T) {
 }
 
 // TestVersion: ffcvfeed version and --version print the release, the
-// commit and the toolchain; version takes no arguments.
+// commit, the toolchain and the C code's paths on this CPU; version takes no arguments.
 func TestVersion(t *testing.T) {
 	for _, args := range [][]string{{"version"}, {"--version"}} {
 		out, code := runFfcvfeed(t, args...)
 		if code != 0 || !strings.HasPrefix(out, "ffcvfeed "+version.Release+" (commit ") || !strings.Contains(out, "built with go") {
 			t.Errorf("ffcvfeed %v: exit %d, %q", args, code, out)
+		}
+		if !regexp.MustCompile(`\non this CPU: jpeg (x86-64-v3|portable), resize (AVX-512|AVX2|portable), convert (AVX-512 VBMI|x86-64-v3|portable)\n`).MatchString(out) {
+			t.Errorf("ffcvfeed %v: no line of the CPU paths: %q", args, out)
 		}
 	}
 	if out, code := runFfcvfeed(t, "version", "extra"); code != 2 || !strings.Contains(out, "version takes no arguments") {

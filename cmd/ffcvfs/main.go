@@ -10,8 +10,11 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/ffcvfs/ffcvfs/internal/version"
 	"github.com/urfave/cli/v2"
+
+	"github.com/ffcvfs/ffcvfs/internal/version"
+	"github.com/ffcvfs/ffcvfs/jpeg"
+	"github.com/ffcvfs/ffcvfs/resize"
 )
 
 func main() {
@@ -65,19 +68,25 @@ Examples:
 // release, the commit, the toolchain) and take no -v, which is --verbose.
 func setVersionFlag(program string) {
 	cli.VersionFlag = &cli.BoolFlag{Name: "version", Usage: "print the version and exit"}
-	cli.VersionPrinter = func(*cli.Context) { fmt.Print(version.String(program)) }
+	cli.VersionPrinter = func(*cli.Context) { fmt.Print(versionReport(program)) }
+}
+
+// versionReport is version.String with the paths the C code of ffcvfs
+// write takes on this CPU.
+func versionReport(program string) string {
+	return version.String(program, fmt.Sprintf("on this CPU: jpeg %s, resize %s", jpeg.CPUPath(), resize.CPUPath()))
 }
 
 // versionCommand is `PROGRAM version`, which --version does too.
 func versionCommand(program string) *cli.Command {
 	return &cli.Command{
 		Name:  "version",
-		Usage: "print the version, the commit and the Go toolchain of this build",
+		Usage: "print the version, the commit, the Go toolchain of this build and the paths its C code takes on this CPU",
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return usageError("version takes no arguments")
 			}
-			fmt.Print(version.String(program))
+			fmt.Print(versionReport(program))
 			return nil
 		},
 	}
