@@ -58,6 +58,15 @@ class BuildPy(build_py):
         super().run()
         if os.environ.get("FFCVFS_NO_BINARIES") == "1":
             return
+        prebuilt = os.environ.get("FFCVFS_PREBUILT")
+        if prebuilt:
+            # scripts/wheel.sh: static programs built beforehand, for
+            # another architecture perhaps.
+            out = os.path.join(os.path.abspath(self.build_lib), "ffcvfs", "bin")
+            os.makedirs(out, exist_ok=True)
+            for name in ("ffcvfs", "ffcvfeed"):
+                shutil.copy2(os.path.join(prebuilt, name), os.path.join(out, name))
+            return
         src = go_source()
         if src is None:
             raise SystemExit("ffcvfs: the Go source (go.mod, cmd/) is not beside python/: set FFCVFS_GO_SOURCE "
@@ -84,4 +93,25 @@ class PlatformDistribution(Distribution):
         return os.environ.get("FFCVFS_NO_BINARIES") != "1"
 
 
-setup(cmdclass={"build_py": BuildPy}, distclass=PlatformDistribution)
+cmdclass = {"build_py": BuildPy}
+try:
+    from wheel.bdist_wheel import bdist_wheel
+
+    class BdistWheel(bdist_wheel):
+        """With FFCVFS_PLATFORM (scripts/wheel.sh), the wheel is tagged
+        py3-none-PLATFORM: its programs are static, linked against no
+        library of the system (not even the C library), so any Python 3
+        on any Linux of that architecture runs them; manylinux_2_17 is
+        the oldest tag pip knows for it."""
+
+        def get_tag(self):
+            plat = os.environ.get("FFCVFS_PLATFORM")
+            if plat:
+                return "py3", "none", plat
+            return super().get_tag()
+
+    cmdclass["bdist_wheel"] = BdistWheel
+except ImportError:  # no wheel package: sdists and plain installs only
+    pass
+
+setup(cmdclass=cmdclass, distclass=PlatformDistribution)

@@ -1,7 +1,12 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
+	"slices"
+	"sync"
 	"log/slog"
 	"runtime"
 	"time"
@@ -9,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/fields"
 	"github.com/ffcvfs/ffcvfs/jpeg"
 	"github.com/ffcvfs/ffcvfs/pipeline"
 )
@@ -20,7 +26,8 @@ func benchCommand() *cli.Command {
 		Name:      "bench",
 		Usage:     "run the pipeline with no consumer and print images/s",
 		UsageText: "ffcvfeed bench --data SRC|MOUNT [options]",
-		Flags:     pipelineFlags(),
+		Flags: append(pipelineFlags(),
+			&cli.BoolFlag{Name: "checksum", Usage: "print a SHA-256 of every batch delivered, in epoch and batch order (each field's bytes of the batch's samples): the same data, order and seed give the same sum on every build and CPU, with --exact", Category: "output"}),
 		Action: func(c *cli.Context) error {
 			fd, err := openPipeline(c)
 			if err != nil {
@@ -28,11 +35,17 @@ func benchCommand() *cli.Command {
 			}
 			defer fd.close()
 			p := fd.p
-			sink, err := pipeline.NewDiscardSink(p, 4)
+			discard, err := pipeline.NewDiscardSink(p, 4)
 			if err != nil {
 				return err
 			}
-			defer sink.Close()
+			defer discard.Close()
+			var sink pipeline.Sink = discard
+			var sums *checksumSink
+			if c.Bool("checksum") {
+				sums = &checksumSink{DiscardSink: discard, specs: p.Fields(), sums: map[[2]int][32]byte{}}
+				sink = sums
+			}
 			total, start := 0, time.Now()
 			for e := 0; e < c.Int("epochs"); e++ {
 				t := time.Now()
@@ -50,6 +63,9 @@ func benchCommand() *cli.Command {
 			}
 			el := time.Since(start).Seconds()
 			fmt.Printf("total: ffcvfeed bench: %d images in %.2f s: %.0f images/s (errors %d)\n", total, el, float64(total)/el, p.Errors.Load())
+			if sums != nil {
+				fmt.Printf("checksum: sha256 %s (%d batches)\n", sums.sum(), len(sums.sums))
+			}
 			return nil
 		},
 	}
@@ -139,4 +155,68 @@ func decodeBenchCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// checksumSink hashes each batch as it is published (batches come in any
+// order), for bench --checksum.
+type checksumSink struct {
+	*pipeline.DiscardSink
+	specs []fields.Spec
+
+	mu   sync.Mutex
+	sums map[[2]int][32]byte // by epoch and batch
+}
+
+// Publish hashes the batch's bytes, field by field: the samples' rows of
+// fixed-size fields, the filled part of variable-size ones.
+func (s *checksumSink) Publish(slot, epoch, batch, size int) error {
+	bufs := s.Buffers(slot)
+	h := sha256.New()
+	ends := map[string]int{}
+	for i, spec := range s.specs {
+		if spec.Ends != "" {
+			continue
+		}
+		per := fields.DTypes[spec.DType]
+		for _, d := range spec.Shape[1:] {
+			per *= d
+		}
+		n := min(size*per, len(bufs[i]))
+		h.Write(bufs[i][:n])
+		if spec.DType == "int64" && len(spec.Shape) == 1 && size > 0 {
+			ends[spec.Name] = int(binary.LittleEndian.Uint64(bufs[i][8*(size-1):]))
+		}
+	}
+	for i, spec := range s.specs {
+		if spec.Ends != "" {
+			n := min(ends[spec.Ends]*fields.DTypes[spec.DType], len(bufs[i]))
+			h.Write(bufs[i][:max(n, 0)])
+		}
+	}
+	var sum [32]byte
+	h.Sum(sum[:0])
+	s.mu.Lock()
+	s.sums[[2]int{epoch, batch}] = sum
+	s.mu.Unlock()
+	return s.DiscardSink.Publish(slot, epoch, batch, size)
+}
+
+// sum is the SHA-256 of the batches' sums in epoch and batch order.
+func (s *checksumSink) sum() string {
+	keys := make([][2]int, 0, len(s.sums))
+	for k := range s.sums {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b [2]int) int {
+		if a[0] != b[0] {
+			return a[0] - b[0]
+		}
+		return a[1] - b[1]
+	})
+	h := sha256.New()
+	for _, k := range keys {
+		v := s.sums[k]
+		h.Write(v[:])
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }

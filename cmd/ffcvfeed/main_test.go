@@ -419,3 +419,27 @@ func TestHostileIDFiles(t *testing.T) {
 	}
 	t.Logf("50 Mi ids from a 100 MiB file: peak RSS %d MiB", rss>>20)
 }
+
+// TestBenchChecksum: bench --checksum sums the batches in order, so that
+// one or two workers give the same sum (with --exact and without), and
+// another seed another one.
+func TestBenchChecksum(t *testing.T) {
+	data := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
+	re := regexp.MustCompile(`checksum: sha256 ([0-9a-f]{64}) \((\d+) batches\)`)
+	sum := func(args ...string) string {
+		out, code := runFfcvfeed(t, append([]string{"bench", "--data", data, "--epochs", "2", "--batch-size", "32", "--order", "random", "--checksum"}, args...)...)
+		m := re.FindStringSubmatch(out)
+		if code != 0 || m == nil || m[2] != "14" {
+			t.Fatalf("bench %v: exit %d, %s", args, code, out)
+		}
+		return m[1]
+	}
+	for _, exact := range [][]string{{"--exact"}, nil} {
+		a := sum(append([]string{"--workers", "1", "--seed", "7"}, exact...)...)
+		b := sum(append([]string{"--workers", "2", "--seed", "7"}, exact...)...)
+		c := sum(append([]string{"--workers", "2", "--seed", "8"}, exact...)...)
+		if a != b || a == c {
+			t.Errorf("%v: seed 7 with 1 and 2 workers %.12s, %.12s; seed 8 %.12s", exact, a, b, c)
+		}
+	}
+}
