@@ -5,10 +5,10 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"slices"
-	"sync"
 	"log/slog"
 	"runtime"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/urfave/cli/v2"
