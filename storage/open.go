@@ -172,21 +172,18 @@ func Open(ctx context.Context, url string, opts Options) (Source, error) {
 	if url == "" {
 		return nil, errors.New("open source: empty path or URL")
 	}
-	scheme, rest, ok := splitScheme(url)
-	if !ok {
-		return OpenFile(url, opts)
-	}
-	switch scheme {
-	case "file":
-		p, err := filePath(url)
+	if p, ok, err := LocalPath(url); ok {
 		if err != nil {
 			return nil, err
 		}
 		return OpenFile(p, opts)
+	}
+	scheme, rest, _ := splitScheme(url)
+	switch scheme {
 	case "s3":
-		bucket, key, _ := strings.Cut(rest, "/")
-		if bucket == "" || key == "" {
-			return nil, fmt.Errorf("open %s: an S3 URL is s3://bucket/key", url)
+		bucket, key, err := s3Object(url, rest)
+		if err != nil {
+			return nil, fmt.Errorf("open %w", err)
 		}
 		return OpenS3(ctx, bucket, key, opts)
 	case "http", "https":
@@ -220,6 +217,30 @@ func splitScheme(s string) (scheme, rest string, ok bool) {
 		}
 	}
 	return strings.ToLower(s[:i]), s[i+3:], true
+}
+
+// LocalPath reports whether url names a local file, a path or a file://
+// URL, and returns its path (an error for a file:// URL naming another
+// host or no path).
+func LocalPath(url string) (path string, ok bool, err error) {
+	scheme, _, isURL := splitScheme(url)
+	switch {
+	case !isURL:
+		return url, true, nil
+	case scheme == "file":
+		p, err := filePath(url)
+		return p, true, err
+	}
+	return "", false, nil
+}
+
+// s3Object splits the rest of an s3:// URL into bucket and key.
+func s3Object(url, rest string) (bucket, key string, err error) {
+	bucket, key, _ = strings.Cut(rest, "/")
+	if bucket == "" || key == "" {
+		return "", "", fmt.Errorf("%s: an S3 URL is s3://bucket/key", url)
+	}
+	return bucket, key, nil
 }
 
 // filePath returns the path of a file:// URL.

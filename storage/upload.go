@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -280,9 +279,9 @@ func Create(ctx context.Context, url string, opts Options) (*S3Upload, error) {
 	if !ok || scheme != "s3" {
 		return nil, fmt.Errorf("writing %s: only s3://bucket/key URLs are written over the network; write to a local file and upload it", redactURL(url))
 	}
-	bucket, key, _ := strings.Cut(rest, "/")
-	if bucket == "" || key == "" {
-		return nil, fmt.Errorf("writing %s: an S3 URL is s3://bucket/key", url)
+	bucket, key, err := s3Object(url, rest)
+	if err != nil {
+		return nil, fmt.Errorf("writing %w", err)
 	}
 	return CreateS3(ctx, bucket, key, opts)
 }

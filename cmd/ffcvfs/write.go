@@ -177,11 +177,11 @@ func runWrite(c *cli.Context) error {
 // destination opens where a beton is written: a local file, or an S3
 // object by multipart upload.
 func destination(ctx context.Context, c *cli.Context, out string) (beton.Destination, error) {
-	if !strings.Contains(out, "://") {
-		return beton.NewFileDestination(out)
-	}
-	if strings.HasPrefix(out, "file://") {
-		return beton.NewFileDestination(strings.TrimPrefix(out, "file://"))
+	if p, ok, err := storage.LocalPath(out); ok {
+		if err != nil {
+			return nil, err
+		}
+		return beton.NewFileDestination(p)
 	}
 	return storage.Create(ctx, out, cacheflags.SourceOptions(c))
 }
