@@ -213,7 +213,7 @@ func (s *S3Source) openError(ctx context.Context, err error) error {
 		}
 		return permanent(fmt.Errorf("no object %q in bucket %q: %w", s.key, s.bucket, err))
 	case http.StatusForbidden:
-		return permanent(fmt.Errorf("access denied (check the credentials, the region and the bucket policy): %w", err))
+		return permanent(fmt.Errorf("%s: %w", accessDenied, err))
 	case http.StatusMovedPermanently:
 		return permanent(fmt.Errorf("the bucket is in another region than %q: set the region: %w", s.client.Options().Region, err))
 	case http.StatusBadRequest:
@@ -221,6 +221,9 @@ func (s *S3Source) openError(ctx context.Context, err error) error {
 	}
 	return err
 }
+
+// accessDenied says what an S3 403 means.
+const accessDenied = "access denied (check the credentials, the region and the bucket policy)"
 
 // httpStatus returns the HTTP status of a failed S3 call, or 0.
 func httpStatus(err error) int {

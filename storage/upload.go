@@ -111,7 +111,7 @@ func uploadError(err error) error {
 	case 404:
 		return fmt.Errorf("the bucket does not exist: %w", err)
 	case 403:
-		return fmt.Errorf("access denied (check the credentials, the region and the bucket policy): %w", err)
+		return fmt.Errorf("%s: %w", accessDenied, err)
 	}
 	return err
 }

@@ -163,7 +163,7 @@ func (h *Header) check() ([]field, error) {
 
 // frameReader reads the frames of one stream.
 type frameReader struct {
-	r        io.Reader
+	r        *bufio.Reader
 	name     string
 	maxFrame int64
 	word     [5]byte
@@ -174,12 +174,7 @@ type frameReader struct {
 const smallFrame = 1 << 20
 
 // buffered returns the bytes at hand without a read.
-func (f *frameReader) buffered() int {
-	if b, ok := f.r.(*bufio.Reader); ok {
-		return b.Buffered()
-	}
-	return 0
-}
+func (f *frameReader) buffered() int { return f.r.Buffered() }
 
 // errEnd is the end of a stream at a frame boundary.
 var errEnd = errors.New("end of stream")

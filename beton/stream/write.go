@@ -308,7 +308,6 @@ func run(ctx context.Context, w *beton.Writer, readers []*frameReader, fields []
 	pending := map[int64]job{} // prepared, not yet written
 	var sent, written int64    // jobs
 	var samples int64
-	var stats struct{ jpeg, verbatim, raw int }
 	var held []*sample // taken, not yet handed to a worker
 	// A merge error waits for the samples before it to be prepared and
 	// written: an error of theirs (a bad image) is the first to tell.
@@ -348,14 +347,14 @@ func run(ctx context.Context, w *beton.Writer, readers []*frameReader, fields []
 					for i := range fields {
 						if fields[i].beton.Type == beton.TypeRGBImage {
 							if s.values[i].Mode == beton.ModeRaw {
-								stats.raw++
+								res.Raw++
 							} else {
-								stats.jpeg++
+								res.JPEG++
 							}
 						}
 					}
 					if s.verbatim {
-						stats.verbatim++
+						res.Verbatim++
 					}
 				}
 				samples += int64(len(r.samples))
@@ -380,7 +379,6 @@ func run(ctx context.Context, w *beton.Writer, readers []*frameReader, fields []
 			return fmt.Errorf("%s: sample %d came twice", readers[i].name, q[0].id)
 		}
 	}
-	res.JPEG, res.Verbatim, res.Raw = stats.jpeg, stats.verbatim, stats.raw
 	return nil
 }
 

@@ -234,13 +234,9 @@ class RGBImageField(Field):
     def _jpeg_here(self, w, h):
         """Whether the worker encodes the JPEG itself: when the image is
         stored as a JPEG without resizing (see encode)."""
-        if self.write_mode == "jpg":
-            pass
-        elif self.write_mode == "smart" and self.smart_threshold is not None and w * h * 3 > self.smart_threshold:
-            pass
-        else:
-            return False
-        return (not self.max_resolution or max(w, h) <= self.max_resolution) and w <= 65535 and h <= 65535
+        jpeg = self.write_mode == "jpg" or (
+            self.write_mode == "smart" and self.smart_threshold is not None and w * h * 3 > self.smart_threshold)
+        return jpeg and (not self.max_resolution or max(w, h) <= self.max_resolution) and w <= 65535 and h <= 65535
 
     def _send_jpeg(self, image, out):
         """Encodes a PIL RGB image as ffcvfs write's encoder does and sends
@@ -279,8 +275,7 @@ class RGBImageField(Field):
             out.append(_IMG.pack(FORM_FILE, 0, 0, len(data)))
             out.append(data)
             return
-        tobytes = getattr(image, "tobytes", None)
-        if tobytes is not None and hasattr(image, "convert") and hasattr(image, "size"):  # a PIL image
+        if all(hasattr(image, a) for a in ("tobytes", "convert", "size", "mode")):  # a PIL image
             if image.mode != "RGB":
                 image = image.convert("RGB")
             w, h = image.size
