@@ -88,7 +88,7 @@ func TestEntropyMatchesLibjpeg(t *testing.T) {
 			}
 			rs := testRegions(rng, w, h, 3)
 			rs = append(rs[:1], rs[len(rs)-5:]...) // whole, an edge, three anywhere
-			for m := 1; m <= 8; m++ {
+			for _, m := range testScales() {
 				for _, r := range rs {
 					win := ScaledWindow(r.x, r.y, r.w, r.h, w, h, m)
 					for _, whole := range []bool{true, false} {
@@ -257,6 +257,15 @@ func fastPathBacksOut(b []byte) bool {
 	return false
 }
 
+// damagesPerJPEG is how many damaged copies TestEntropyRandomDamage makes
+// of each JPEG: 100, or 30 with -short.
+func damagesPerJPEG() int {
+	if testing.Short() {
+		return 30
+	}
+	return 100
+}
+
 // TestEntropyRandomDamage: bytes of the entropy-coded data overwritten,
 // inserted and cut at random, in plain JPEGs and with restart intervals:
 // the two decoders agree (agree) on every one.
@@ -272,7 +281,7 @@ func TestEntropyRandomDamage(t *testing.T) {
 			if restartIndex(src.data, &x) {
 				scan = x.scan
 			}
-			for range 100 {
+			for range damagesPerJPEG() {
 				b := bytes.Clone(src.data)
 				at := scan + rng.IntN(len(b)-scan)
 				switch rng.IntN(4) {

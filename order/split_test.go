@@ -34,7 +34,11 @@ func splitUnitsByScan(units []unit, worldSize int) []unit {
 // rank by rank.
 func TestSplitUnitsMatchesScan(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	for trial := range 2000 {
+	trials := 2000
+	if testing.Short() {
+		trials = 200
+	}
+	for trial := range trials {
 		var units []unit
 		next := uint32(0)
 		for range rng.IntN(12) {

@@ -3,6 +3,7 @@ package pagecache
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -21,10 +22,16 @@ import (
 )
 
 // rawPhotos writes the fixture photos as a raw-pixel beton of 2 MiB pages,
-// no side longer than res, and returns its path and bytes.
+// no side longer than res, and returns its path and bytes: converted once
+// per test binary and resolution, since the tests only read it.
 func rawPhotos(t *testing.T, res int) (string, []byte) {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "raw.beton")
+	rawMu.Lock()
+	defer rawMu.Unlock()
+	if b, ok := rawBetons[res]; ok {
+		return b.path, b.data
+	}
+	out := filepath.Join(rawDir(t), fmt.Sprintf("raw-%d.beton", res))
 	_, err := imagefolder.Convert(context.Background(), testenv.Fixture(t, "imagefolder-small"), out,
 		imagefolder.ConvertOptions{Image: imagefolder.Options{Mode: "raw", MaxResolution: res}, PageSize: beton.MinPageSize, Workers: 2})
 	if err != nil {
@@ -34,7 +41,40 @@ func rawPhotos(t *testing.T, res int) (string, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rawBetons[res] = rawBeton{out, data}
 	return out, data
+}
+
+// rawBetons holds rawPhotos' betons by resolution, converted once per test
+// binary, in rawDir (removed by TestMain).
+var (
+	rawMu      sync.Mutex
+	rawBetons  = map[int]rawBeton{}
+	rawDirPath string
+)
+
+type rawBeton struct {
+	path string
+	data []byte
+}
+
+func rawDir(t *testing.T) string {
+	if rawDirPath == "" {
+		d, err := os.MkdirTemp("", "pagecache-test-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rawDirPath = d
+	}
+	return rawDirPath
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if rawDirPath != "" {
+		os.RemoveAll(rawDirPath)
+	}
+	os.Exit(code)
 }
 
 func openTiered(t *testing.T, path string, opts Options) (*Cache, *beton.File) {

@@ -36,6 +36,15 @@ FFCVFS_APT_TEST=(
 	tmux
 	curl
 	git
+	file
+)
+# FFCVFS_APT_ARM64: building for linux/arm64 without emulation (Debian's
+# cross compiler and, from the arm64 architecture added to dpkg, the arm64
+# libjpeg-turbo to link), and qemu-user-static to run arm64 tests here.
+FFCVFS_APT_ARM64=(
+	gcc-aarch64-linux-gnu
+	libjpeg62-turbo-dev:arm64
+	qemu-user-static
 )
 FFCVFS_APT_PACKAGES=("${FFCVFS_APT_BUILD[@]}" "${FFCVFS_APT_PYTHON[@]}" "${FFCVFS_APT_TEST[@]}")
 
@@ -95,6 +104,17 @@ ensure_apt() {
 	fi
 	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >&2 ||
 		die "could not install ${missing[*]}"
+}
+
+# ensure_arm64: what building and testing for linux/arm64 needs
+# (FFCVFS_APT_ARM64), adding arm64 to dpkg's architectures first.
+ensure_arm64() {
+	if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+		log "adding Debian's arm64 architecture (multiarch) for libjpeg62-turbo-dev:arm64"
+		as_root dpkg --add-architecture arm64 || die "dpkg --add-architecture arm64 failed"
+		unset _FFCVFS_APT_UPDATED # the arm64 package lists are not there yet
+	fi
+	ensure_apt "${FFCVFS_APT_ARM64[@]}"
 }
 
 # ensure_go: make sure a Go toolchain ≥ FFCVFS_MIN_GO is on PATH, adding
@@ -212,6 +232,7 @@ ensure_staticcheck() {
 # FFCVFS_APT_PACKAGES, Go, the Go modules of go.mod, versitygw and toxiproxy.
 ensure_deps() {
 	ensure_apt "${FFCVFS_APT_PACKAGES[@]}"
+	ensure_arm64
 	ensure_go
 	(cd "$(repo_root)" && go mod download) || die "go mod download failed"
 	ensure_versitygw

@@ -8,6 +8,13 @@
 #                                   # occupy two cores, as on a training
 #                                   # machine (or a slow, shared CI host)
 #
+# Everything is: go test of every package; go test -race -short of the
+# library packages; the JPEG decoder's tests under AddressSanitizer; beside
+# those, the wheels of scripts/wheel.sh for linux/amd64 and linux/arm64,
+# then the packages with C code cross-compiled for linux/arm64 and run by
+# qemu-user-static with -short (ARM64_PACKAGES below); last, integration's
+# TestWheel* over those wheels (FFCVFS_WHEELS).
+#
 # With CI=true in the environment, tests fail instead of skipping when a
 # prerequisite (a fixture, a tool, /dev/fuse) is missing. Tests wait on
 # conditions, never on time, so they pass on a busy machine; go test's
@@ -21,6 +28,12 @@ if [[ "${1:-}" == "--busy" ]]; then
 	shift
 fi
 timeout=${FFCVFS_TEST_TIMEOUT:-30m}
+# The packages with C code (cgo), or that run it, tested on arm64 under
+# emulation, about 20 times slower than here: -short, the same tests over
+# less data (testenv.Photos gives 3 photos; jpeg's tests of regions decode
+# at scales 1/8, 3/8 and 8/8; pipeline/decode's TestFidelity makes 200
+# crops; beton/imagefolder's TestReferenceFixtures takes every 7th sample).
+ARM64_PACKAGES=(./jpeg ./resize ./pipeline ./pipeline/decode ./beton ./beton/imagefolder ./order ./pagecache)
 
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -69,27 +82,64 @@ if ((busy)); then
 		bash -c 'while :; do :; done' &
 		hogs+=($!)
 	done
-	trap 'kill "${hogs[@]}" 2>/dev/null || true' EXIT
 	echo "busy loops: ${hogs[*]}"
 fi
+wheels= arm64=
+cleanup() {
+	if ((busy)); then kill "${hogs[@]}" 2>/dev/null || true; fi
+	if [[ -n $arm64 ]]; then kill -- -"$arm64" 2>/dev/null || true; fi
+	if [[ -n $wheels ]]; then rm -rf "$wheels" "$wheels.log"; fi
+}
+trap cleanup EXIT
 
 start=$SECONDS
+skip=()
+if (($# == 0)); then
+	# Beside the tests here, which leave a core idle much of the time: the
+	# wheels, then the arm64 tests. Static test programs, as the wheel's
+	# (so no arm64 C library is needed to run them), with the wheel's build
+	# flags (so its compiled packages are reused). Their output comes
+	# after the other passes; TestWheel* run once the wheels are there.
+	wheels=$(mktemp -d)
+	step "beside the tests: wheels for linux/amd64 and linux/arm64 (scripts/wheel.sh), then go test -short on linux/arm64 under qemu-aarch64-static (${ARM64_PACKAGES[*]}); output in $wheels.log"
+	set -m # a process group of its own, to end it with the script
+	(
+		bash scripts/wheel.sh "$wheels/dist" &&
+			CGO_ENABLED=1 GOARCH=arm64 CC=aarch64-linux-gnu-gcc PKG_CONFIG_PATH=/usr/lib/aarch64-linux-gnu/pkgconfig \
+				go test -short -count=1 -timeout "$timeout" -exec qemu-aarch64-static -trimpath -tags netgo,osusergo \
+				-ldflags '-linkmode external -extldflags -static' "${ARM64_PACKAGES[@]}"
+	) >"$wheels.log" 2>&1 &
+	arm64=$!
+	set +m
+	skip=(-skip '^TestWheel')
+fi
 step "go test (timeout $timeout)"
-go test ./... -count=1 -timeout "$timeout" "$@"
+go test ./... -count=1 -timeout "$timeout" "${skip[@]}" "$@"
 
 if (($# == 0)); then
 	# The integration tests run other processes, built without the race
 	# detector; the library packages are where a race would be. jpeg,
 	# resize and pipeline/decode are kernels a goroutine runs alone (the
 	# race detector sees none of their C, which the -asan pass checks):
-	# pipeline's tests run them from many goroutines under -race.
-	step "go test -race (every package but integration and the kernels)"
-	go test -race -count=1 -timeout "$timeout" $(go list ./... | grep -Ev '/(integration|jpeg|resize|pipeline/decode)$')
+	# pipeline's tests run them from many goroutines under -race. -short:
+	# the same tests over less data (fewer photos, trials, samples).
+	step "go test -race -short (every package but integration and the kernels)"
+	go test -race -short -count=1 -timeout "$timeout" $(go list ./... | grep -Ev '/(integration|jpeg|resize|pipeline/decode)$')
 	# The JPEG decoder's C (huff.c, idct.c, jpeg.c, restart.c) reads
 	# untrusted bytes: its tests of damaged JPEGs and restart intervals, the
 	# fuzz seeds among them, once more under AddressSanitizer (leak checks
 	# off: the Go heap is outside their view).
 	step "go test -asan (jpeg)"
 	ASAN_OPTIONS=detect_leaks=0 go test -asan -count=1 -timeout "$timeout" -run 'Entropy|Corrupt|Restart|InPlace|Frame' ./jpeg
+
+	step "the wheels and the linux/arm64 tests (${ARM64_PACKAGES[*]})"
+	status=0
+	wait "$arm64" || status=$?
+	arm64=
+	cat "$wheels.log"
+	rm -f "$wheels.log"
+	((status == 0)) || die "building the wheels or the arm64 tests failed (exit $status)"
+	step "go test -run '^TestWheel' ./integration (the wheels in a venv, an empty chroot, under qemu)"
+	FFCVFS_WHEELS=$wheels/dist go test -count=1 -timeout "$timeout" -run '^TestWheel' ./integration
 fi
 echo "tests took $((SECONDS - start)) s"

@@ -30,12 +30,7 @@ for arch in $arches; do
 	amd64) cc=gcc plat=manylinux_2_17_x86_64 libdir=/usr/lib/x86_64-linux-gnu ;;
 	arm64)
 		cc=aarch64-linux-gnu-gcc plat=manylinux_2_17_aarch64 libdir=/usr/lib/aarch64-linux-gnu
-		if ! dpkg --print-foreign-architectures | grep -qx arm64; then
-			log "adding Debian's arm64 architecture (multiarch) for libjpeg62-turbo-dev:arm64"
-			dpkg --add-architecture arm64
-			apt-get update -qq
-		fi
-		ensure_apt gcc-aarch64-linux-gnu libjpeg62-turbo-dev:arm64
+		ensure_arm64
 		;;
 	*) die "unknown architecture $arch (amd64 or arm64)" ;;
 	esac

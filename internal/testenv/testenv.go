@@ -174,6 +174,9 @@ func gunzipTo(t testing.TB, path, out string) {
 	}
 }
 
+// ShortPhotos is how many photos Photos returns at most under -short.
+const ShortPhotos = 3
+
 // Photo is one of the fixture photos: its path under imagefolder-small
 // (CLASS/NAME.jpg) and its bytes.
 type Photo struct {
@@ -182,9 +185,14 @@ type Photo struct {
 }
 
 // Photos returns n of the fixture photos of testdata/imagefolder-small,
-// spread over its classes (all of them for n ≤ 0), in name order.
+// spread over its classes (all of them for n ≤ 0), in name order. With
+// go test -short (the arm64 tests under emulation) it returns at most
+// ShortPhotos of them: the same checks over fewer photos.
 func Photos(t testing.TB, n int) []Photo {
 	t.Helper()
+	if testing.Short() && (n <= 0 || n > ShortPhotos) {
+		n = ShortPhotos
+	}
 	dir := Fixture(t, "imagefolder-small")
 	paths, err := filepath.Glob(filepath.Join(dir, "*", "*.jpg"))
 	if err != nil || len(paths) == 0 {
