@@ -89,9 +89,15 @@ as_root() {
 # on stdout may call it.
 ensure_apt() {
 	local missing=() pkg
+	local native
+	native=$(dpkg --print-architecture)
 	for pkg in "$@"; do
-		if [[ "$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null)" != "install ok installed" ]]; then
-			missing+=("$pkg")
+		# One line per architecture installed (multiarch): a name without
+		# one wants this machine's own (or an architecture-free package).
+		if [[ $pkg == *:* ]]; then
+			dpkg-query -W -f='${Status}\n' "$pkg" 2>/dev/null | grep -qx "install ok installed" || missing+=("$pkg")
+		else
+			dpkg-query -W -f='${Status} ${Architecture}\n' "$pkg" 2>/dev/null | grep -Eqx "install ok installed ($native|all)" || missing+=("$pkg")
 		fi
 	done
 	((${#missing[@]})) || return 0
