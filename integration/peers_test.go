@@ -2,11 +2,14 @@ package integration
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
+	"github.com/ffcvfs/ffcvfs/peer"
 )
 
 // Peer tier tests: mounts of one beton in versitygw as nodes of a cluster
@@ -89,6 +93,8 @@ func TestPeerTier(t *testing.T) {
 		if st.Corrupt != 0 || st.PeerErrors != 0 {
 			t.Errorf("%s: %+v, want no corrupt values and no peer errors", p.mnt, st)
 		}
+		// Every storage read is its node's share of the pages.
+		checkStorageReasons(t, p.mnt, *st, peer.ReasonOwned)
 	}
 	if served == 0 {
 		t.Error("no node served another")
@@ -100,6 +106,9 @@ func TestPeerTier(t *testing.T) {
 		if line := fmt.Sprintf("\n%s %d\n", name, want); !strings.Contains(exposition, line) && !strings.Contains(exposition, fmt.Sprintf("\n%s %g\n", name, float64(want))) {
 			t.Errorf("metrics: no line %q", strings.TrimSpace(line))
 		}
+	}
+	if line := fmt.Sprintf("\nffcvfs_peer_storage_reads_total{reason=\"owned\"} %d\n", st.StorageReasons[peer.ReasonOwned]); !strings.Contains(exposition, line) {
+		t.Errorf("metrics: no line %q", strings.TrimSpace(line))
 	}
 
 	// Without the secret, or with another: refused.
@@ -139,15 +148,45 @@ func TestPeerTier(t *testing.T) {
 	}
 	<-started
 	<-started
+	owned := mustStorageStats(t, nodes[2].mnt).Peers.PagesOwned
+	before := peerStorageBytes(t, nodes[:2]...)
 	nodes[2].cmd.Process.Kill()
 	<-nodes[2].exited
 	forceUnmount(nodes[2].mnt)
 	wg.Wait()
+	// The dead node's pages: from storage once for the cluster, by the
+	// node next on the ring, not once per survivor.
+	got := peerStorageBytes(t, nodes[:2]...) - before
+	t.Logf("after a node owning %d pages was killed, the survivors read %d bytes from S3 (%.2f pages)", owned, got, float64(got)/float64(2<<20))
+	if owned == 0 || got > uint64(owned)*(2<<20) {
+		t.Errorf("after a node owning %d pages of 2 MiB was killed, the survivors read %d bytes from S3, want at most its pages' %d", owned, got, owned*(2<<20))
+	}
 	for _, p := range nodes[:2] {
 		checkReadsAll(t, p.mnt, r.files, 1)
-		if st := mustStorageStats(t, p.mnt); st.Reads.Errors != 0 {
+		st := mustStorageStats(t, p.mnt)
+		if st.Reads.Errors != 0 {
 			t.Errorf("%s: %d reads failed after a peer was killed", p.mnt, st.Reads.Errors)
 		}
+		checkStorageReasons(t, p.mnt, *st.Peers, peer.ReasonOwned, peer.ReasonOwnerGone)
+	}
+}
+
+// checkStorageReasons fails the test unless st's storage reasons name
+// every reason, sum to its storage reads, and count reads for no reason
+// but those allowed.
+func checkStorageReasons(t *testing.T, mnt string, st peer.Stats, allowed ...string) {
+	t.Helper()
+	var sum uint64
+	for _, why := range []string{peer.ReasonOwned, peer.ReasonOwnerTimeout, peer.ReasonOwnerGone, peer.ReasonOwnerError, peer.ReasonCorrupt} {
+		n, ok := st.StorageReasons[why]
+		if !ok || n > 0 && !slices.Contains(allowed, why) {
+			t.Errorf("%s: storage_reasons %v, want reads for %v alone (every reason named)", mnt, st.StorageReasons, allowed)
+			return
+		}
+		sum += n
+	}
+	if sum != st.StorageReads {
+		t.Errorf("%s: storage_reasons %v sum to %d, storage_reads %d", mnt, st.StorageReasons, sum, st.StorageReads)
 	}
 }
 
@@ -189,6 +228,11 @@ func TestPeerTierCorruptPeer(t *testing.T) {
 	if st.Corrupt == 0 || st.StorageBytes == 0 {
 		t.Errorf("after a peer sent garbage: %+v, want corrupt values caught and read from S3", st)
 	}
+	// Garbage, then (held down after it) gone until asked again.
+	if st.StorageReasons[peer.ReasonCorrupt] == 0 {
+		t.Errorf("after a peer sent garbage: storage_reasons %v, want corrupt_value counted", st.StorageReasons)
+	}
+	checkStorageReasons(t, p.mnt, *st, peer.ReasonOwned, peer.ReasonCorrupt, peer.ReasonOwnerGone)
 	p.stop(t)
 
 	// The same peer silent: past --peer-timeout the node reads from S3.
@@ -200,6 +244,10 @@ func TestPeerTierCorruptPeer(t *testing.T) {
 	st = mustStorageStats(t, p.mnt).Peers
 	if asked.Load() == 0 || st.PeerErrors == 0 {
 		t.Errorf("a silent peer asked %d times: %+v, want its requests timed out and counted", asked.Load(), st)
+	}
+	checkStorageReasons(t, p.mnt, *st, peer.ReasonOwned, peer.ReasonOwnerTimeout, peer.ReasonOwnerGone)
+	if st.StorageReasons[peer.ReasonOwnerTimeout] == 0 {
+		t.Errorf("a silent peer: storage_reasons %v, want owner_timeout counted", st.StorageReasons)
 	}
 	if ps := mustStorageStats(t, p.mnt); ps.Reads.Errors != 0 {
 		t.Errorf("%d reads failed with a silent peer", ps.Reads.Errors)
@@ -227,5 +275,165 @@ func TestPeerTierRefusesAllInterfaces(t *testing.T) {
 	_, stderr = run(t, 2, binary(t, "ffcvfs"), "mount", "--peer-listen", peerAddr(9), "--peers", peerURL(9), "--peer-secret-file", open, src, mnt)
 	if !strings.Contains(stderr, "readable by others") {
 		t.Errorf("a secret file others can read: %q, want it refused", stderr)
+	}
+}
+
+// TestPeerTLS: with --peer-tls-*, two nodes share pages over mutual TLS
+// (right bytes, values served, no failure). A client whose certificate
+// another CA signed, one without a certificate, and plain HTTP get no
+// page; a third node with the secret but another CA's certificate is
+// refused by both (they serve it nothing) and reads its pages from S3,
+// right bytes.
+func TestPeerTLS(t *testing.T) {
+	r := newStorageRig(t, testenv.Fixture(t, "imagefolder-small"), "peers-tls.beton", "2MiB")
+	secret := peerSecret(t)
+	ca := testenv.NewCA(t, "cluster")
+	https := func(n int) string { return "https://" + peerAddr(n) }
+	tlsFlags := func(ca *testenv.CA, n int) []string {
+		cert, key := ca.Issue(t, fmt.Sprintf("node%d", n), fmt.Sprintf("127.77.0.%d", n))
+		return []string{"--peer-tls-cert", cert, "--peer-tls-key", key, "--peer-tls-ca", ca.File}
+	}
+	peers := []string{https(1), https(2)}
+	nodes := []*mountProc{r.peerMount(t, 1, peers, secret, tlsFlags(ca, 1)...), r.peerMount(t, 2, peers, secret, tlsFlags(ca, 2)...)}
+	for _, p := range nodes {
+		checkReadsAll(t, p.mnt, r.files, 2)
+	}
+	var loads, served int64
+	for _, p := range nodes {
+		st := mustStorageStats(t, p.mnt).Peers
+		loads += st.PeerLoads
+		served += st.ServerRequests
+		if st.PeerErrors != 0 || st.Corrupt != 0 {
+			t.Errorf("%s over TLS: %+v, want no peer errors and no corrupt values", p.mnt, st)
+		}
+		checkStorageReasons(t, p.mnt, *st, peer.ReasonOwned)
+	}
+	if loads == 0 || served == 0 {
+		t.Fatalf("over TLS: %d values loaded from peers, %d requests served; want pages to cross", loads, served)
+	}
+
+	other := testenv.NewCA(t, "other")
+	pool := x509.NewCertPool()
+	b, _ := os.ReadFile(ca.File)
+	pool.AppendCertsFromPEM(b)
+	cert, key := other.Issue(t, "intruder", "127.0.0.1")
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, certs := range map[string][]tls.Certificate{"another CA's certificate": {pair}, "no certificate": nil} {
+		c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: certs}}}
+		resp, err := c.Get(https(1) + "/ffcvfs-peer/pages/x")
+		if err == nil {
+			resp.Body.Close()
+			t.Errorf("a client with %s: %s, want the handshake refused", name, resp.Status)
+		} else {
+			t.Logf("a client with %s: %v", name, err)
+		}
+	}
+	if resp, err := http.Get("http://" + peerAddr(1) + "/ffcvfs-peer/pages/x"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Errorf("plain HTTP to a TLS peer: %s", resp.Status)
+		}
+	}
+
+	intruder := r.peerMount(t, 3, []string{https(1), https(2), https(3)}, secret, tlsFlags(other, 3)...)
+	checkReadsAll(t, intruder.mnt, r.files, 2)
+	st := mustStorageStats(t, intruder.mnt).Peers
+	if st.PeerLoads != 0 || st.PeerErrors == 0 {
+		t.Errorf("a node with another CA's certificate: %+v, want every request to a peer refused", st)
+	}
+	checkStorageReasons(t, intruder.mnt, *st, peer.ReasonOwned, peer.ReasonOwnerGone)
+	var after int64
+	for _, p := range nodes {
+		after += mustStorageStats(t, p.mnt).Peers.ServerRequests
+	}
+	if after != served {
+		t.Errorf("the nodes served %d requests after the intruder came, want none", after-served)
+	}
+}
+
+// TestPeerMembership: three nodes follow a peers file. After a full epoch,
+// midway through the next, the file gains a fourth node and loses the
+// third, which then stops: the nodes take the new members, every byte is
+// right, and the storage reads after the change are no more than the
+// pages whose owner changed (+1 %): each read once, by its new owner.
+func TestPeerMembership(t *testing.T) {
+	r := newStorageRig(t, testenv.Fixture(t, "imagefolder-small"), "peers-members.beton", "2MiB")
+	secret := peerSecret(t)
+	file := filepath.Join(t.TempDir(), "peers.txt")
+	writePeers := func(ns ...int) {
+		var b strings.Builder
+		for _, n := range ns {
+			b.WriteString(peerURL(n) + "\n")
+		}
+		if err := os.WriteFile(file+".new", []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(file+".new", file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writePeers(1, 2, 3)
+	nodes := map[int]*mountProc{}
+	for n := 1; n <= 3; n++ {
+		nodes[n] = r.peerMount(t, n, []string{"@" + file}, secret)
+	}
+	for n := 1; n <= 3; n++ {
+		checkReadsAll(t, nodes[n].mnt, r.files, 2)
+	}
+	for _, sf := range r.files[:len(r.files)/2] {
+		for _, n := range []int{1, 2} {
+			if err := checkRead(nodes[n].mnt, sf); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	writePeers(1, 2, 4)
+	nodes[4] = r.peerMount(t, 4, []string{"@" + file}, secret)
+	deadline := time.Now().Add(testenv.Patience)
+	for _, n := range []int{1, 2} {
+		for {
+			st := mustStorageStats(t, nodes[n].mnt).Peers
+			if st.Members == 3 && st.MemberChanges == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d: %d members after %d changes, want 3 after 1", n, st.Members, st.MemberChanges)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	nodes[3].stop(t)
+	moved := mustStorageStats(t, nodes[1].mnt).Peers.PagesMoved
+	if m2 := mustStorageStats(t, nodes[2].mnt).Peers.PagesMoved; m2 != moved || moved == 0 {
+		t.Fatalf("pages moved: %d on node 1, %d on node 2", moved, m2)
+	}
+	live := []*mountProc{nodes[1], nodes[2], nodes[4]}
+	before := peerStorageBytes(t, live...)
+	for _, sf := range r.files[len(r.files)/2:] {
+		for _, n := range []int{1, 2} {
+			if err := checkRead(nodes[n].mnt, sf); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, p := range live {
+		checkReadsAll(t, p.mnt, r.files, 2)
+	}
+	got := peerStorageBytes(t, live...) - before
+	bound := uint64(moved) * (2 << 20) * 101 / 100
+	t.Logf("%d pages changed owner; the nodes read %d bytes (%.2f pages) from S3 after the change", moved, got, float64(got)/float64(2<<20))
+	if got > bound {
+		t.Errorf("after the members changed, the nodes read %d bytes from S3, want at most %d (%d pages moved, +1%%)", got, bound, moved)
+	}
+	for _, p := range live {
+		st := mustStorageStats(t, p.mnt)
+		if st.Reads.Errors != 0 || st.Peers.Corrupt != 0 {
+			t.Errorf("%s: %d read errors, %d corrupt values", p.mnt, st.Reads.Errors, st.Peers.Corrupt)
+		}
+		checkStorageReasons(t, p.mnt, *st.Peers, peer.ReasonOwned)
 	}
 }

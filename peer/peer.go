@@ -17,7 +17,10 @@
 // to the page's owner, whose getter takes them from the page. A peer that
 // is down, slow (Options.Timeout, for the whole answer) or sends a value
 // that fails its check makes this node read from storage instead, without
-// an error for the reader, and is not asked again for downHold.
+// an error for the reader, and is not asked again for downHold. Every read
+// from storage is counted with its reason (Stats.StorageReasons): the
+// node owns the page, or its owner timed out, was gone, answered an error
+// or sent a value that failed its check.
 //
 // # Trust
 //
@@ -36,6 +39,13 @@
 //     groupcache keeps it or anything reads it; values fill no tier of the
 //     node (RAM, disk) unchecked.
 //
+// With Options.TLSCert, TLSKey and TLSCA the peers speak mutual TLS
+// (crypto/tls, 1.2 at least): a node accepts only connections whose client
+// certificate its CA signed, and talks only to servers whose certificate
+// it signed and names the peer's address; the secret is still required,
+// so that a certificate alone opens nothing. Without them the traffic is
+// plain HTTP, for a private network.
+//
 // The listener binds to the address it is given only, serves at most
 // maxConns connections at once (others wait in the kernel's backlog), and
 // drops a connection that sends no request, or sends it too slowly, within
@@ -47,15 +57,18 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,9 +76,11 @@ import (
 	"time"
 
 	"github.com/golang/groupcache"
+	"github.com/golang/groupcache/consistenthash"
 	"golang.org/x/net/netutil"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/ffcvfs/ffcvfs/internal/readfile"
 	"github.com/ffcvfs/ffcvfs/storage"
 )
 
@@ -78,6 +93,13 @@ type Options struct {
 	// included; Self is this node's among them (default: http://Listen).
 	Peers []string
 	Self  string
+	// PeersFile, when set, is the file Peers came from: re-read when it
+	// changes (every pollEvery) and on Reload, the members follow it.
+	PeersFile string
+	// PeersDNS, NAME:PORT, makes the members every address NAME resolves
+	// to, at PORT, resolved every pollEvery (a headless service); Peers
+	// may then be empty.
+	PeersDNS string
 	// Secret is the shared secret every node sends and checks.
 	Secret string
 	// CacheBytes is the memory this node keeps pages in for the
@@ -88,6 +110,14 @@ type Options struct {
 	// node reads from storage.
 	Timeout time.Duration
 	Logger  *slog.Logger
+	// TLSCert, TLSKey and TLSCA are PEM files, all or none: this node's
+	// certificate (naming its address, for server and client use), its
+	// key (the owner's alone), and the CA that signs every node's. With
+	// them the peers speak mutual TLS (https:// URLs): a node talks only
+	// to nodes whose certificate the CA signed, beside the secret.
+	TLSCert, TLSKey, TLSCA string
+
+	tls *tls.Config // from the TLS files, by Validate
 }
 
 // DefaultTimeout is Options.Timeout's default.
@@ -136,27 +166,36 @@ func (o *Options) Validate() error {
 		return errors.New("the peer tier needs a shared secret (--peer-secret-file or FFCVFS_PEER_SECRET)")
 	case len(o.Secret) < 16:
 		return errors.New("the peer secret is shorter than 16 bytes")
-	case len(o.Peers) == 0:
+	case len(o.Peers) == 0 && o.PeersDNS == "":
 		return errors.New("the peer tier needs the list of peers")
-	case len(o.Peers) > maxPeers:
-		return fmt.Errorf("%d peers: at most %d", len(o.Peers), maxPeers)
 	case o.CacheBytes <= 0:
 		return fmt.Errorf("peer cache size %d: must be positive", o.CacheBytes)
 	}
-	if o.Self == "" {
-		o.Self = "http://" + o.Listen
-	}
-	self := false
-	for i, p := range o.Peers {
-		u, err := url.Parse(p)
-		if err != nil || u.Scheme != "http" || u.Host == "" || u.Path != "" && u.Path != "/" || u.User != nil {
-			return fmt.Errorf("peer %q: want http://HOST:PORT", p)
+	scheme := "http"
+	if o.TLSCert != "" || o.TLSKey != "" || o.TLSCA != "" {
+		cfg, err := loadTLS(o.TLSCert, o.TLSKey, o.TLSCA)
+		if err != nil {
+			return err
 		}
-		o.Peers[i] = "http://" + u.Host
-		self = self || o.Peers[i] == strings.TrimSuffix(o.Self, "/")
+		o.tls, scheme = cfg, "https"
+	}
+	if o.Self == "" {
+		o.Self = scheme + "://" + o.Listen
 	}
 	o.Self = strings.TrimSuffix(o.Self, "/")
-	if !self {
+	peers, err := normalizePeers(o.Peers, scheme)
+	if err != nil {
+		return err
+	}
+	o.Peers = peers
+	if o.PeersDNS != "" {
+		if _, _, err := parseDNS(o.PeersDNS); err != nil {
+			return err
+		}
+		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() && strings.HasSuffix(o.Self, "://"+o.Listen) {
+			return fmt.Errorf("--peers dns:%s with --peer-listen %s: give --peer-self, this node's URL as the name resolves to it (%s://IP:%s)", o.PeersDNS, o.Listen, scheme, port)
+		}
+	} else if !slices.Contains(o.Peers, o.Self) {
 		return fmt.Errorf("this node (%s) is not among the peers", o.Self)
 	}
 	if o.Timeout <= 0 {
@@ -166,6 +205,61 @@ func (o *Options) Validate() error {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return nil
+}
+
+// maxPEM bounds a certificate, key or CA file.
+const maxPEM = 1 << 20
+
+// loadTLS returns the mutual TLS configuration of a node: its certificate
+// and key, and the CA that every peer's certificate must chain to, as
+// server (clients must present one) and as client.
+func loadTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
+	var missing []string
+	for _, f := range []struct{ name, path string }{{"--peer-tls-cert", certFile}, {"--peer-tls-key", keyFile}, {"--peer-tls-ca", caFile}} {
+		if f.path == "" {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("mutual TLS between peers needs --peer-tls-cert, --peer-tls-key and --peer-tls-ca together; %s missing", strings.Join(missing, " and "))
+	}
+	read := func(flag, path string) ([]byte, error) {
+		b, err := readfile.Bounded(path, maxPEM)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", flag, err)
+		}
+		return b, nil
+	}
+	certPEM, err := read("--peer-tls-cert", certFile)
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := read("--peer-tls-key", keyFile)
+	if err != nil {
+		return nil, err
+	}
+	if st, err := os.Stat(keyFile); err == nil && st.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("--peer-tls-key %s: readable by others (mode %v); chmod 600 it", keyFile, st.Mode().Perm())
+	}
+	caPEM, err := read("--peer-tls-ca", caFile)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("--peer-tls-cert %s and --peer-tls-key %s: %v", certFile, keyFile, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("--peer-tls-ca %s: no PEM certificate in it", caFile)
+	}
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		Certificates: []tls.Certificate{cert},
+		RootCAs:      pool,
+		ClientCAs:    pool,
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+	}, nil
 }
 
 // node is the process's member of the tier: groupcache allows one pool
@@ -178,6 +272,10 @@ var node struct {
 	ln   net.Listener
 
 	pages, ranges *groupcache.Group
+	members       *members
+	// down holds the nodes (base URLs) that failed lately, with the time
+	// until which they are not asked.
+	down sync.Map
 
 	// reqKey signs requests, valueKey tags values; both derive from the
 	// secret.
@@ -198,7 +296,81 @@ type Stats struct {
 	PeerErrors     int64  `json:"peer_errors"`     // requests to peers that failed
 	ServerRequests int64  `json:"server_requests"` // requests peers sent this node
 	CacheBytes     int64  `json:"cache_bytes"`     // bytes kept for the cluster
+	// StorageReasons counts the storage reads by why they went to
+	// storage (the Reason* names, each present); they sum to StorageReads.
+	StorageReasons map[string]uint64 `json:"storage_reasons"`
+	// Members is how many nodes the pages are sharded over now;
+	// MemberChanges how often that set changed (peers file, DNS);
+	// PagesMoved how many of the beton's pages changed owner at the last
+	// change.
+	Members       int    `json:"members"`
+	MemberChanges uint64 `json:"member_changes"`
+	PagesMoved    int64  `json:"pages_moved"`
+	// PagesOwned is how many of the beton's pages this node owns now.
+	PagesOwned int64 `json:"pages_owned"`
 }
+
+// Why a read went to storage (Stats.StorageReasons).
+const (
+	// ReasonOwned: this node owns the page; the cluster's one read of it.
+	ReasonOwned = "owned"
+	// ReasonOwnerTimeout: the owner did not answer in Options.Timeout.
+	ReasonOwnerTimeout = "owner_timeout"
+	// ReasonOwnerGone: the owner could not be reached (refused, reset, no
+	// route), or failed within downHold and was not asked.
+	ReasonOwnerGone = "owner_gone"
+	// ReasonOwnerError: the owner answered with an error (its own storage
+	// read failed, or it refused this node's request).
+	ReasonOwnerError = "owner_error"
+	// ReasonCorrupt: a value failed its check (tag, length).
+	ReasonCorrupt = "corrupt_value"
+)
+
+// reasons are the Reason* names, in the order of Source.why.
+var reasons = [...]string{ReasonOwned, ReasonOwnerTimeout, ReasonOwnerGone, ReasonOwnerError, ReasonCorrupt}
+
+// reason indexes reasons.
+type reason int
+
+const (
+	owned reason = iota
+	ownerTimeout
+	ownerGone
+	ownerError
+	corruptValue
+)
+
+// trail carries, in a read's context, why its owner failed it: the
+// transport records it, and the storage read that follows counts it.
+type trail struct{ why atomic.Int32 } // reason+1; 0: none
+
+type trailKey struct{}
+
+func withTrail(ctx context.Context) (context.Context, *trail) {
+	t := new(trail)
+	return context.WithValue(ctx, trailKey{}, t), t
+}
+
+// noteFailure records why a request to an owner failed, in its context's
+// trail, unless an earlier failure is there: the first is the cause (a
+// range's page asked next of the same owner, held down by then, is not).
+func noteFailure(ctx context.Context, r reason) {
+	if t, ok := ctx.Value(trailKey{}).(*trail); ok {
+		t.why.CompareAndSwap(0, int32(r)+1)
+	}
+}
+
+// failure returns the reason a trail holds, and whether it holds one.
+func (t *trail) failure() (reason, bool) {
+	if t == nil {
+		return 0, false
+	}
+	w := t.why.Load()
+	return reason(w - 1), w > 0
+}
+
+// errCorruptValue marks an answer whose value failed its check.
+var errCorruptValue = errors.New("fails its check")
 
 // Source reads an object through the peer tier.
 type Source struct {
@@ -208,6 +380,7 @@ type Source struct {
 	block  int64  // page size: the unit of the tier
 
 	reads, bytesRead, storageReads, storageBytes, corrupt atomic.Uint64
+	why                                                   [len(reasons)]atomic.Uint64
 }
 
 // Wrap returns src read through the tier in pages of pageSize bytes
@@ -251,48 +424,86 @@ func start(opts Options) error {
 	node.valueKey = derive(opts.Secret, "ffcvfs peer value")
 	node.pool = groupcache.NewHTTPPoolOpts(opts.Self, &groupcache.HTTPPoolOptions{
 		BasePath: basePath,
-		// Points per node on the hash ring: with groupcache's 50 the
-		// nodes' shares of the pages differ by a fifth and more, and a
-		// node's budget must cover its share.
-		Replicas: 256,
-		// A range's key hashes as its page's, so that its owner has the
-		// page.
-		HashFn: func(b []byte) uint32 {
-			if i := strings.IndexByte(string(b), '@'); i >= 0 {
-				b = b[:i]
-			}
-			return crc32.ChecksumIEEE(b)
-		},
+		Replicas: replicas,
+		HashFn:   ringHash,
 	})
 	tr := &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: opts.Timeout}).DialContext,
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
+		TLSClientConfig:     opts.tls,
+		TLSHandshakeTimeout: opts.Timeout,
 	}
-	var down sync.Map // host → time.Time until which it is not asked
+	// ask sends r to its node, unless that node failed lately, and notes
+	// why it failed in r's trail.
+	ask := func(r *http.Request) (*http.Response, error) {
+		base := r.URL.Scheme + "://" + r.URL.Host
+		if until, ok := node.down.Load(base); ok && time.Now().Before(until.(time.Time)) {
+			noteFailure(r.Context(), ownerGone)
+			return nil, fmt.Errorf("peer %s failed lately; not asked until %s", r.URL.Host, until.(time.Time).Format(time.TimeOnly))
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), opts.Timeout)
+		defer cancel()
+		resp, err := fetch(ctx, tr, r)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			noteFailure(r.Context(), ownerError)
+		}
+		if err != nil {
+			switch {
+			case errors.Is(err, errCorruptValue):
+				noteFailure(r.Context(), corruptValue)
+			case ctx.Err() != nil && r.Context().Err() == nil:
+				noteFailure(r.Context(), ownerTimeout)
+			default:
+				noteFailure(r.Context(), ownerGone)
+			}
+			if r.Context().Err() == nil {
+				// Down, silent, slow, or sending what fails its
+				// check: its pages go elsewhere for a while,
+				// without a wait per read.
+				node.down.Store(base, time.Now().Add(downHold))
+				opts.Logger.Debug("peer tier: a peer failed", "peer", r.URL.Host, "err", err)
+			}
+			return nil, err
+		}
+		node.down.Delete(base)
+		return resp, nil
+	}
 	node.pool.Transport = func(context.Context) http.RoundTripper {
 		return roundTripper(func(r *http.Request) (*http.Response, error) {
-			if until, ok := down.Load(r.URL.Host); ok && time.Now().Before(until.(time.Time)) {
-				return nil, fmt.Errorf("peer %s failed lately; not asked until %s", r.URL.Host, until.(time.Time).Format(time.TimeOnly))
+			resp, err := ask(r)
+			if err == nil || r.Context().Err() != nil {
+				return resp, err
 			}
-			ctx, cancel := context.WithTimeout(r.Context(), opts.Timeout)
-			defer cancel()
-			resp, err := fetch(ctx, tr, r)
-			if err != nil {
-				if r.Context().Err() == nil {
-					// Down, silent, slow, or sending what fails its
-					// check: its pages come from storage for a while,
-					// without a wait per read.
-					down.Store(r.URL.Host, time.Now().Add(downHold))
-					opts.Logger.Debug("peer tier: a peer failed", "peer", r.URL.Host, "err", err)
-				}
+			// The owner failed: the key's owner without the nodes down,
+			// the same on every node, fills it from storage once for the
+			// cluster. When that is this node, groupcache's local load
+			// does.
+			_, key, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, basePath), "/")
+			alt := node.members.successor(key, downNodes())
+			if alt == opts.Self || alt == r.URL.Scheme+"://"+r.URL.Host {
 				return nil, err
 			}
-			down.Delete(r.URL.Host)
-			return resp, nil
+			u, perr := url.Parse(alt)
+			if perr != nil {
+				return nil, err
+			}
+			r2 := r.Clone(r.Context())
+			r2.URL.Scheme, r2.URL.Host, r2.Host = u.Scheme, u.Host, ""
+			return ask(r2)
 		})
 	}
-	node.pool.Set(opts.Peers...)
+	node.members = &members{
+		self: opts.Self, scheme: strings.SplitN(opts.Self, "://", 2)[0], file: opts.PeersFile, dns: opts.PeersDNS,
+		logger: opts.Logger, set: func(nodes []string) { node.pool.Set(nodes...) }, reload: make(chan struct{}, 1), moved: movedPages,
+	}
+	if opts.PeersDNS != "" {
+		node.members.refresh(context.Background())
+	}
+	if node.members.count() == 0 {
+		node.members.apply(opts.Peers)
+	}
+	go node.members.watch(context.Background())
 	node.pages = groupcache.NewGroup("pages", opts.CacheBytes, groupcache.GetterFunc(getPage))
 	node.ranges = groupcache.NewGroup("ranges", 0, groupcache.GetterFunc(getRange))
 	mux := http.NewServeMux()
@@ -307,9 +518,60 @@ func start(opts Options) error {
 		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
 	}
-	go node.srv.Serve(netutil.LimitListener(ln, maxConns))
-	opts.Logger.Info("peer tier: serving", "listen", ln.Addr().String(), "self", opts.Self, "peers", len(opts.Peers))
+	served := netutil.LimitListener(ln, maxConns)
+	if opts.tls != nil {
+		// The handshake runs within the server's read timeouts.
+		served = tls.NewListener(served, opts.tls)
+	}
+	go node.srv.Serve(served)
+	opts.Logger.Info("peer tier: serving", "listen", ln.Addr().String(), "self", opts.Self, "peers", node.members.count(), "tls", opts.tls != nil)
 	return nil
+}
+
+// downNodes returns the nodes that failed lately.
+func downNodes() []string {
+	var out []string
+	now := time.Now()
+	node.down.Range(func(k, v any) bool {
+		if now.Before(v.(time.Time)) {
+			out = append(out, k.(string))
+		}
+		return true
+	})
+	return out
+}
+
+// movedPages returns how many pages of the sources read through the tier
+// have another owner on ring b than on ring a.
+func movedPages(a, b *consistenthash.Map) int64 {
+	node.mu.Lock()
+	srcs := make([]*Source, 0, len(node.sources))
+	for _, s := range node.sources {
+		srcs = append(srcs, s)
+	}
+	node.mu.Unlock()
+	var n int64
+	for _, s := range srcs {
+		for p := range (s.Size() + s.block - 1) / s.block {
+			if k := pageKey(s.prefix, p); a.Get(k) != b.Get(k) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// Reload re-reads the peers file (Options.PeersFile) or resolves the
+// peers' name (Options.PeersDNS) now, as on SIGHUP; the tier's members
+// follow them. It does nothing before the tier started or without either.
+func Reload() {
+	if node.members == nil {
+		return
+	}
+	select {
+	case node.members.reload <- struct{}{}:
+	default:
+	}
 }
 
 // derive returns a key of the secret for one use.
@@ -361,7 +623,7 @@ func fetch(ctx context.Context, tr http.RoundTripper, r *http.Request) (*http.Re
 	}
 	if _, ok := open(key, value); !ok {
 		s.corrupt.Add(1)
-		return nil, fmt.Errorf("peer tier: the value for %s/%s fails its check", group, key)
+		return nil, fmt.Errorf("peer tier: the value for %s/%s %w", group, key, errCorruptValue)
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	resp.ContentLength = int64(len(body))
@@ -515,15 +777,29 @@ func strip(v []byte) ([]byte, bool) {
 	return v[:len(v)-tagLen], true
 }
 
-// fromStorage reads [off, off+n) of the object from storage.
-func (s *Source) fromStorage(ctx context.Context, dst []byte, off int64) error {
+// fromStorage reads [off, off+n) of the object from storage, for why.
+func (s *Source) fromStorage(ctx context.Context, dst []byte, off int64, why reason) error {
 	s.storageReads.Add(1)
+	s.why[why].Add(1)
 	n, err := s.Source.ReadAt(ctx, dst, off)
 	s.storageBytes.Add(uint64(n))
 	if err != nil && !(errors.Is(err, io.EOF) && n == len(dst)) {
 		return err
 	}
 	return nil
+}
+
+// fillReason returns why this node fills key from storage: it owns the
+// key, or the owner's failure its context's trail holds.
+func fillReason(ctx context.Context, key string) reason {
+	t, _ := ctx.Value(trailKey{}).(*trail)
+	if r, failed := t.failure(); failed {
+		return r
+	}
+	if _, remote := node.pool.PickPeer(key); remote {
+		return ownerGone // asked of no one: a failure without a trail
+	}
+	return owned
 }
 
 // getPage fills a page's value from storage: this node owns it, or its
@@ -534,31 +810,34 @@ func getPage(ctx context.Context, key string, dest groupcache.Sink) error {
 		return err
 	}
 	buf := make([]byte, s.pageLen(p), s.pageLen(p)+tagLen)
-	if err := s.fromStorage(ctx, buf, p*s.block); err != nil {
+	if err := s.fromStorage(ctx, buf, p*s.block, fillReason(ctx, key)); err != nil {
 		return err
 	}
 	return dest.SetBytes(sealed(key, buf))
 }
 
-// getRange fills a range's value: from the page where this node owns it,
-// else (its owner could not be asked) from storage.
+// getRange fills a range's value from its page: this node owns the page,
+// or its owner failed and this node (or the one next on the ring without
+// the nodes down, through the page's Get) fills it for the cluster, so that
+// the page, not each range, is read from storage once. Failing that, the
+// range comes from storage.
 func getRange(ctx context.Context, key string, dest groupcache.Sink) error {
 	s, p, off, n, err := parseKey(key)
 	if err != nil {
 		return err
 	}
 	buf := make([]byte, n, n+tagLen)
-	if _, remote := node.pool.PickPeer(pageKey(s.prefix, p)); !remote {
-		var v []byte
-		if err := node.pages.Get(ctx, pageKey(s.prefix, p), groupcache.AllocatingByteSliceSink(&v)); err == nil {
-			if b, ok := strip(v); ok && int64(len(b)) == s.pageLen(p) {
-				copy(buf, b[off:off+n])
-				return dest.SetBytes(sealed(key, buf))
-			}
-			s.corrupt.Add(1)
+	why := fillReason(ctx, key)
+	var v []byte
+	if err := node.pages.Get(ctx, pageKey(s.prefix, p), groupcache.AllocatingByteSliceSink(&v)); err == nil {
+		if b, ok := strip(v); ok && int64(len(b)) == s.pageLen(p) {
+			copy(buf, b[off:off+n])
+			return dest.SetBytes(sealed(key, buf))
 		}
+		s.corrupt.Add(1)
+		why = corruptValue
 	}
-	if err := s.fromStorage(ctx, buf, p*s.block+off); err != nil {
+	if err := s.fromStorage(ctx, buf, p*s.block+off, why); err != nil {
 		return err
 	}
 	return dest.SetBytes(sealed(key, buf))
@@ -592,18 +871,23 @@ func (s *Source) ReadAt(ctx context.Context, b []byte, off int64) (int, error) {
 			key, group = rangeKey(s.prefix, p, in, n), node.ranges
 		}
 		var v []byte
-		err := group.Get(ctx, key, groupcache.AllocatingByteSliceSink(&v))
+		gctx, tr := withTrail(ctx)
+		err := group.Get(gctx, key, groupcache.AllocatingByteSliceSink(&v))
 		got, ok := strip(v)
 		if err == nil && ok && len(got) == len(dst) {
 			copy(dst, got)
 		} else {
+			why, failed := tr.failure()
 			if err == nil {
 				s.corrupt.Add(1)
+				why = corruptValue
+			} else if !failed {
+				why = ownerError // the fill itself failed
 			}
 			if ctx.Err() != nil {
 				return done, ctx.Err()
 			}
-			if err := s.fromStorage(ctx, dst, pos); err != nil {
+			if err := s.fromStorage(ctx, dst, pos, why); err != nil {
 				return done, err
 			}
 		}
@@ -620,12 +904,20 @@ func (s *Source) ReadAt(ctx context.Context, b []byte, off int64) (int, error) {
 // groupcache figures.
 func (s *Source) Stats() Stats {
 	st := Stats{
-		Reads:        s.reads.Load(),
-		BytesRead:    s.bytesRead.Load(),
-		StorageReads: s.storageReads.Load(),
-		StorageBytes: s.storageBytes.Load(),
-		Corrupt:      s.corrupt.Load(),
+		Reads:          s.reads.Load(),
+		BytesRead:      s.bytesRead.Load(),
+		StorageReads:   s.storageReads.Load(),
+		StorageBytes:   s.storageBytes.Load(),
+		Corrupt:        s.corrupt.Load(),
+		StorageReasons: make(map[string]uint64, len(reasons)),
 	}
+	for i, name := range reasons {
+		st.StorageReasons[name] = s.why[i].Load()
+	}
+	st.Members = node.members.count()
+	st.MemberChanges = node.members.changes.Load()
+	st.PagesMoved = node.members.lastMoved.Load()
+	st.PagesOwned = node.members.owned(s)
 	for _, g := range []*groupcache.Group{node.pages, node.ranges} {
 		st.PeerLoads += g.Stats.PeerLoads.Get()
 		st.PeerErrors += g.Stats.PeerErrors.Get()

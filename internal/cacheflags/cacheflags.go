@@ -124,11 +124,14 @@ func existing(dir string) string {
 func PeerFlags(category string) []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "peer-listen", Usage: "join the cluster's peer tier, serving peers on `HOST:PORT` (this node's address on the cluster's network, e.g. 10.0.0.1:7480; 0.0.0.0:PORT binds every interface)", Category: category},
-		&cli.StringFlag{Name: "peers", Usage: "every node of the peer tier, this one included: `URLS` http://HOST:PORT separated by commas, or @FILE with one per line (default: $FFCVFS_PEERS)", Category: category},
-		&cli.StringFlag{Name: "peer-self", Usage: "this node's `URL` among --peers (default: http:// and --peer-listen)", Category: category},
+		&cli.StringFlag{Name: "peers", Usage: "every node of the peer tier, this one included: `URLS` http://HOST:PORT (https:// with --peer-tls-*) separated by commas; or @FILE with one per line, re-read when it changes and on SIGHUP; or dns:NAME:PORT, every address NAME resolves to, every 2 s (a headless service) (default: $FFCVFS_PEERS)", Category: category},
+		&cli.StringFlag{Name: "peer-self", Usage: "this node's `URL` among --peers (default: http://, or https:// with --peer-tls-*, and --peer-listen)", Category: category},
 		&cli.StringFlag{Name: "peer-secret-file", Usage: "`FILE` holding the secret every node of the peer tier shares, at least 16 bytes (default: $FFCVFS_PEER_SECRET)", Category: category},
 		&cli.StringFlag{Name: "peer-cache-size", Value: "1GiB", Usage: "RAM this node keeps pages in for the cluster, beyond --cache-size; the nodes' together should hold the beton", Category: category},
 		&cli.DurationFlag{Name: "peer-timeout", Value: peer.DefaultTimeout, Usage: "read from storage when a peer has not answered within this long", Category: category},
+		&cli.StringFlag{Name: "peer-tls-cert", Usage: "mutual TLS between peers, with --peer-tls-key and --peer-tls-ca: this node's certificate, a PEM `FILE` naming its address (IP or DNS name), for server and client use", Category: category},
+		&cli.StringFlag{Name: "peer-tls-key", Usage: "the PEM `FILE` of --peer-tls-cert's key, readable by its owner alone", Category: category},
+		&cli.StringFlag{Name: "peer-tls-ca", Usage: "the PEM `FILE` of the CA that signs every node's certificate; a peer without one is refused", Category: category},
 	}
 }
 
@@ -137,7 +140,7 @@ func PeerFlags(category string) []cli.Flag {
 func PeerOptions(c *cli.Context) (o peer.Options, ok bool, err error) {
 	o.Listen = c.String("peer-listen")
 	if o.Listen == "" {
-		for _, f := range []string{"peers", "peer-self", "peer-secret-file"} {
+		for _, f := range []string{"peers", "peer-self", "peer-secret-file", "peer-tls-cert", "peer-tls-key", "peer-tls-ca"} {
 			if c.IsSet(f) {
 				return o, false, fmt.Errorf("--%s needs --peer-listen", f)
 			}
@@ -153,7 +156,10 @@ func PeerOptions(c *cli.Context) (o peer.Options, ok bool, err error) {
 		if err != nil {
 			return o, false, fmt.Errorf("--peers: %w", err)
 		}
-		list = string(b)
+		list, o.PeersFile = string(b), rest
+	}
+	if rest, isDNS := strings.CutPrefix(list, "dns:"); isDNS {
+		list, o.PeersDNS = "", rest
 	}
 	o.Peers = strings.FieldsFunc(list, func(r rune) bool { return r == ',' || r == '\n' || r == ' ' || r == '\t' || r == '\r' })
 	o.Self = c.String("peer-self")
@@ -172,6 +178,7 @@ func PeerOptions(c *cli.Context) (o peer.Options, ok bool, err error) {
 		return o, false, fmt.Errorf("--peer-cache-size: want a positive size such as 4GiB, got %q", c.String("peer-cache-size"))
 	}
 	o.Timeout = c.Duration("peer-timeout")
+	o.TLSCert, o.TLSKey, o.TLSCA = c.String("peer-tls-cert"), c.String("peer-tls-key"), c.String("peer-tls-ca")
 	o.Logger = slog.Default()
 	if err := o.Validate(); err != nil {
 		return o, false, err

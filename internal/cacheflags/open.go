@@ -1,6 +1,11 @@
 package cacheflags
 
 import (
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+
 	"context"
 	"errors"
 	"fmt"
@@ -70,6 +75,9 @@ func Open(c *cli.Context, location string, base pagecache.Options) (*Opened, err
 			return nil, cli.Exit(err.Error(), 1)
 		}
 		o.Source, o.Peers = ps, ps.Stats
+		if popts.PeersFile != "" || popts.PeersDNS != "" {
+			reloadOnHangup()
+		}
 	}
 	if o.Cache, err = pagecache.New(o.Source, f, copts); err != nil {
 		o.Source.Close()
@@ -81,4 +89,20 @@ func Open(c *cli.Context, location string, base pagecache.Options) (*Opened, err
 // usage is a mistake in how the command was called: exit status 2.
 func usage(format string, args ...any) error {
 	return cli.Exit(fmt.Sprintf(format, args...), 2)
+}
+
+var hangup sync.Once
+
+// reloadOnHangup makes SIGHUP re-read the peers file (or resolve their
+// name) at once, for the life of the process.
+func reloadOnHangup() {
+	hangup.Do(func() {
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, syscall.SIGHUP)
+		go func() {
+			for range sigs {
+				peer.Reload()
+			}
+		}()
+	})
 }

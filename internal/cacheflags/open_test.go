@@ -71,6 +71,60 @@ func TestOpenErrors(t *testing.T) {
 	}
 }
 
+// TestPeerTLSFlags: the TLS flags of the peer tier come all three or not
+// at all, their files are read with care (bounded, the key the owner's
+// alone), and the peers' URLs say https:// with them, http:// without;
+// each mistake exits 2 with a sentence naming it.
+func TestPeerTLSFlags(t *testing.T) {
+	beton := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
+	t.Setenv("FFCVFS_PEER_SECRET", "0123456789abcdef0123")
+	ca := testenv.NewCA(t, "peers")
+	cert, key := ca.Issue(t, "node", "127.0.0.1")
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "garbage.pem")
+	openKey := filepath.Join(dir, "open-key.pem")
+	b, _ := os.ReadFile(key)
+	if err := os.WriteFile(garbage, []byte("not PEM\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(openKey, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	peers := func(scheme string) []string {
+		return []string{"--peer-listen", "127.0.0.1:7", "--peers", scheme + "://127.0.0.1:7"}
+	}
+	tlsArgs := func(c, k, a string) []string {
+		return []string{"--peer-tls-cert", c, "--peer-tls-key", k, "--peer-tls-ca", a}
+	}
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"--peer-tls-cert", cert}, "--peer-tls-cert needs --peer-listen"},
+		{append(peers("https"), "--peer-tls-cert", cert), "--peer-tls-key and --peer-tls-ca missing"},
+		{append(peers("https"), "--peer-tls-cert", cert, "--peer-tls-key", key), "--peer-tls-ca missing"},
+		{append(peers("https"), tlsArgs(cert, openKey, ca.File)...), "readable by others"},
+		{append(peers("https"), tlsArgs(garbage, key, ca.File)...), "--peer-tls-cert " + garbage},
+		{append(peers("https"), tlsArgs(cert, key, garbage)...), "--peer-tls-ca " + garbage + ": no PEM certificate"},
+		{append(peers("https"), tlsArgs(filepath.Join(dir, "missing.pem"), key, ca.File)...), "--peer-tls-cert: "},
+		{append(peers("https"), tlsArgs(cert, key, "/dev/zero")...), "--peer-tls-ca: "},
+		{append(peers("https"), tlsArgs(cert, key, dir)...), "--peer-tls-ca: "},
+		{append(peers("http"), tlsArgs(cert, key, ca.File)...), "every peer is https://"},
+		{peers("https"), "https:// needs --peer-tls-cert"},
+	} {
+		o, err := open(t, beton, c.args...)
+		if err == nil {
+			o.Close()
+			t.Errorf("%v: opened", c.args)
+			continue
+		}
+		var ec cli.ExitCoder
+		if !errors.As(err, &ec) || ec.ExitCode() != 2 || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("%v: %v (exit %v), want exit 2 and %q", c.args, err, ec, c.msg)
+		}
+	}
+}
+
 func TestOpen(t *testing.T) {
 	path := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
 	o, err := open(t, path, "--cache-size", "16MiB")

@@ -1,6 +1,9 @@
 package metrics
 
 import (
+	"maps"
+	"slices"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ffcvfs/ffcvfs/pagecache"
@@ -31,6 +34,9 @@ func Cache(ns string, c *pagecache.Cache, src storage.Source) prometheus.Collect
 func EmitPeers(e *Emitter, st peer.Stats) {
 	e.Counter("peer_read_bytes_total", "Bytes the cache read through the peer tier (from peers, this node's share of the cluster's pages, or storage).", float64(st.BytesRead))
 	e.Counter("peer_storage_read_bytes_total", "Bytes this node read from storage for the peer tier: the pages it owns, and what peers could not serve.", float64(st.StorageBytes))
+	for _, why := range slices.Sorted(maps.Keys(st.StorageReasons)) {
+		e.Counter("peer_storage_reads_total", "Reads this node sent to storage for the peer tier, by reason: owned (its share of the cluster's pages), owner_timeout, owner_gone, owner_error, corrupt_value (what its owner could not serve).", float64(st.StorageReasons[why]), "reason", why)
+	}
 	e.Counter("peer_loads_total", "Values (pages and ranges) peers served to this node.", float64(st.PeerLoads))
 	e.Counter("peer_errors_total", "Requests to peers that failed (down, slow, refused); read from storage instead.", float64(st.PeerErrors))
 	e.Counter("peer_corrupt_total", "Values from peers or this node's tier memory that failed their CRC; read from storage instead.", float64(st.Corrupt))
