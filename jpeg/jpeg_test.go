@@ -39,6 +39,15 @@ func loadFixtures(t testing.TB, n int) []fixture {
 	return fs
 }
 
+// shortOr returns n, or with -short (the arm64 tests under emulation)
+// short.
+func shortOr(n, short int) int {
+	if testing.Short() {
+		return short
+	}
+	return n
+}
+
 // testScales returns the scales m/8 a test of regions decodes at: all of
 // them, or with -short (the arm64 tests under emulation) the smallest,
 // one between and the whole (TestIDCTMatchesLibjpeg still checks every

@@ -64,7 +64,7 @@ func TestRestartCropExact(t *testing.T) {
 	d := newDecoder(t)
 	rng := rand.New(rand.NewPCG(13, 14))
 	used := 0
-	for _, f := range append(loadFixtures(t, restartFixtures), layoutFixtures(t, restartFixtures/3)...) {
+	for _, f := range append(loadFixtures(t, shortOr(restartFixtures, 1)), layoutFixtures(t, shortOr(restartFixtures/3, 1))...) {
 		for _, target := range []int{1, 4} {
 			rst, _, err := AddRestarts(f.data, target)
 			if err != nil {
@@ -229,7 +229,11 @@ func BenchmarkRestartIndex(b *testing.B) {
 func TestDecodeInPlace(t *testing.T) {
 	d := newDecoder(t)
 	rng := rand.New(rand.NewPCG(15, 16))
-	for _, f := range append(loadFixtures(t, restartFixtures/2), layoutFixtures(t, restartFixtures/3)...) {
+	fixtures := append(loadFixtures(t, restartFixtures/2), layoutFixtures(t, restartFixtures/3)...)
+	if testing.Short() {
+		fixtures = append(loadFixtures(t, 1), layoutFixtures(t, 1)...)
+	}
+	for _, f := range fixtures {
 		rst, _, err := AddRestarts(f.data, 4)
 		if err != nil {
 			t.Fatal(err)

@@ -536,6 +536,9 @@ func TestNoPanic(t *testing.T) {
 
 func TestScratchReuseAndConcurrency(t *testing.T) {
 	paths := fixtureSamples(t)[:24]
+	if testing.Short() {
+		paths = paths[:6]
+	}
 	opts := []Options{{Mode: WriteRaw, MaxResolution: 150}, {Mode: WriteJPG, MaxResolution: 200}, {Mode: WriteRaw}}
 	// Reference results, each with a fresh Scratch.
 	want := make([][]Prepared, len(paths))
