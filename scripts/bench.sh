@@ -82,7 +82,7 @@
 #                                 beton as a local file (epochs 2 and 3). Images/s,
 #                                 bytes fetched from S3 per byte read, ratio to local.
 #   scripts/bench.sh cluster [N]  N mounts on this machine stand for N nodes (NODES,
-#                                 default "2 4") of 2 ranks, over storage's set-up (S3
+#                                 default "3 8"; BUSY=2 keeps two cores busy) of 2 ranks, over storage's set-up (S3
 #                                 behind a 100 MB/s link), each mount with a RAM cache and
 #                                 a --disk-cache a little larger than 1/N of the beton:
 #                                 the share of the beton fetched from S3 in epochs 1-3,
@@ -1119,8 +1119,18 @@ bench_cluster() {
 	echo "global + peers: no disk cache, the peer tier (--peer-listen 127.77.1.K, --peer-cache-size 1.3/N of the"
 	echo "beton) instead. Ranks read their quasi-random orders (storagebench, 2 readers, batches of"
 	echo "$STORAGE_BATCH). Share of the beton fetched from S3 by all nodes, per epoch, and the images/s of all ranks:"
-	printf '%-6s %-22s %9s %9s %9s %9s %9s %9s\n' "nodes" "order" "epoch 1" "epoch 2" "epoch 3" "img/s 1" "img/s 2" "img/s 3"
-	for nodes in ${NODES:-2 4}; do
+	local hogs=()
+	if ((${BUSY:-0} > 0)); then
+		echo "BUSY=$BUSY: that many busy loops keep cores busy throughout, as other work on a training machine does."
+		for ((k = 0; k < BUSY; k++)); do
+			bash -c 'while :; do :; done' &
+			hogs+=($!)
+		done
+		trap 'kill "${hogs[@]}" 2>/dev/null; storage_cleanup' EXIT INT TERM
+	fi
+	echo "mem/node: the most any node held, MiB: its RAM cache's budget and, over the peer tier, peers.cache_bytes."
+	printf '%-6s %-22s %9s %9s %9s %9s %9s %9s %9s\n' "nodes" "order" "epoch 1" "epoch 2" "epoch 3" "img/s 1" "img/s 2" "img/s 3" "mem/node"
+	for nodes in ${NODES:-3 8}; do
 		# A node's share, 15 % more, and the pages its ranks read at once.
 		share=$(((size / nodes + page - 1) / page))
 		cache=$(((share * 115 / 100 + 2 * ranks + 2) * (page >> 20)))MiB
@@ -1171,10 +1181,19 @@ bench_cluster() {
 				done
 				line+=$(printf ' %8.1f%%' "$(echo "100 * $total / $size" | bc -l)")
 			done
-			echo "$line$rates"
+			local mem
+			mem=$(/usr/bin/python3 -c '
+import json, sys
+most = 0
+for m in sys.argv[1:]:
+    s = json.load(open(m + "/.ffcvfs/stats.json"))
+    most = max(most, s["cache"]["budget_bytes"] + (s.get("peers") or {}).get("cache_bytes", 0))
+print(most >> 20)' "${mnts[@]}")
+			echo "$line$rates $(printf '%9s' "$mem")"
 			for m in "${mnts[@]}"; do bin/ffcvfs umount "$m" || die "ffcvfs umount $m failed"; done
 		done
 	done
+	if ((${#hogs[@]})); then kill "${hogs[@]}" 2>/dev/null || true; fi
 	storage_cleanup
 	trap - EXIT INT TERM
 }

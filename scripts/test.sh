@@ -8,12 +8,12 @@
 #                                   # occupy two cores, as on a training
 #                                   # machine (or a slow, shared CI host)
 #
-# Everything is: go test of every package; go test -race -short of the
-# library packages; the JPEG decoder's tests under AddressSanitizer; beside
-# those, the wheels of scripts/wheel.sh for linux/amd64 and linux/arm64,
-# then the packages with C code cross-compiled for linux/arm64 and run by
-# qemu-user-static with -short (ARM64_PACKAGES below); last, integration's
-# TestWheel* over those wheels (FFCVFS_WHEELS).
+# Everything is: go test of every package; beside it, go test -race -short
+# of the library packages and the JPEG decoder's tests under
+# AddressSanitizer, and the wheels of scripts/wheel.sh for linux/amd64 and
+# linux/arm64 followed by the packages with C code cross-compiled for
+# linux/arm64 and run by qemu-user-static with -short (ARM64_PACKAGES
+# below); last, integration's TestWheel* over those wheels (FFCVFS_WHEELS).
 #
 # With CI=true in the environment, tests fail instead of skipping when a
 # prerequisite (a fixture, a tool, /dev/fuse) is missing. Tests wait on
@@ -88,62 +88,90 @@ if ((busy)); then
 	done
 	echo "busy loops: ${hogs[*]}"
 fi
-wheels= arm64=
+# Left out of the race pass: heavy tests of code one goroutine runs
+# (parsers of hostile input, whole-file comparisons, fuzz seeds over large
+# inputs), which the first pass runs.
+RACE_SKIP='^(TestHostileIDFiles|TestFileSourceMatchesFile|FuzzMountedBeton|TestOpenImagenetSize|TestTruncateAnywhere|TestBenchChecksum|TestCorrupt|TestFuzzEncoding)$'
+
+work= beside_pids=()
 cleanup() {
 	if ((busy)); then kill "${hogs[@]}" 2>/dev/null || true; fi
-	if [[ -n $arm64 ]]; then kill -- -"$arm64" 2>/dev/null || true; fi
-	if [[ -n $wheels ]]; then rm -rf "$wheels" "$wheels.log"; fi
+	local pid
+	for pid in "${beside_pids[@]}"; do kill -- -"$pid" 2>/dev/null || true; done
+	if [[ -n $work ]]; then rm -rf "$work"; fi
 }
 trap cleanup EXIT
 
-start=$SECONDS
-skip=()
-if (($# == 0)); then
-	# Beside the tests here, which leave a core idle much of the time: the
-	# wheels, then the arm64 tests. Static test programs, as the wheel's
-	# (so no arm64 C library is needed to run them), with the wheel's build
-	# flags (so its compiled packages are reused). Their output comes
-	# after the other passes; TestWheel* run once the wheels are there.
-	wheels=$(mktemp -d)
-	step "beside the tests: wheels for linux/amd64 and linux/arm64 (scripts/wheel.sh), then go test -short on linux/arm64 under qemu-aarch64-static (${ARM64_PACKAGES[*]}); output in $wheels.log"
-	set -m # a process group of its own, to end it with the script
-	(
-		bash scripts/wheel.sh "$wheels/dist" &&
-			CGO_ENABLED=1 GOARCH=arm64 CC=aarch64-linux-gnu-gcc PKG_CONFIG_PATH=/usr/lib/aarch64-linux-gnu/pkgconfig \
-				go test -short -skip "$ARM64_SKIP" -count=1 -timeout "$timeout" -exec qemu-aarch64-static -trimpath -tags netgo,osusergo \
-				-ldflags '-linkmode external -extldflags -static' "${ARM64_PACKAGES[@]}"
-	) >"$wheels.log" 2>&1 &
-	arm64=$!
+# beside NAME LOG CMD...: runs CMD in a process group of its own, its output
+# in LOG, beside the first pass.
+beside() {
+	local name=$1 log=$2
+	shift 2
+	set -m
+	"$@" >"$log" 2>&1 &
+	beside_pids+=($!)
 	set +m
-	skip=(-skip '^TestWheel')
-fi
-step "go test (timeout $timeout)"
-go test ./... -count=1 -timeout "$timeout" "${skip[@]}" "$@"
+	echo "beside the tests: $name (pid $!)"
+}
 
-if (($# == 0)); then
+# finish PID LOG NAME: waits for a pass run beside, shows its output, and
+# fails when it failed.
+finish() {
+	local status=0
+	wait "$1" || status=$?
+	cat "$2"
+	((status == 0)) || die "$3 failed (exit $status)"
+}
+
+wheel_and_arm64() {
+	bash scripts/wheel.sh "$work/dist" &&
+		CGO_ENABLED=1 GOARCH=arm64 CC=aarch64-linux-gnu-gcc PKG_CONFIG_PATH=/usr/lib/aarch64-linux-gnu/pkgconfig \
+			go test -short -skip "$ARM64_SKIP" -count=1 -timeout "$timeout" -exec qemu-aarch64-static -trimpath -tags netgo,osusergo \
+			-ldflags '-linkmode external -extldflags -static' "${ARM64_PACKAGES[@]}"
+}
+
+race_and_asan() {
 	# The integration tests run other processes, built without the race
 	# detector; the library packages are where a race would be. jpeg,
 	# resize and pipeline/decode are kernels a goroutine runs alone (the
 	# race detector sees none of their C, which the -asan pass checks):
 	# pipeline's tests run them from many goroutines under -race. -short:
 	# the same tests over less data (fewer photos, trials, samples).
-	step "go test -race -short (every package but integration and the kernels)"
-	go test -race -short -count=1 -timeout "$timeout" $(go list ./... | grep -Ev '/(integration|jpeg|resize|pipeline/decode)$')
+	echo "==> go test -race -short (every package but integration and the kernels)"
+	go test -race -short -skip "$RACE_SKIP" -count=1 -timeout "$timeout" $(go list ./... | grep -Ev '/(integration|jpeg|resize|pipeline/decode)$') || return
 	# The JPEG decoder's C (huff.c, idct.c, jpeg.c, restart.c) reads
 	# untrusted bytes: its tests of damaged JPEGs and restart intervals, the
 	# fuzz seeds among them, once more under AddressSanitizer (leak checks
 	# off: the Go heap is outside their view).
-	step "go test -asan (jpeg)"
+	echo "==> go test -asan (jpeg)"
 	ASAN_OPTIONS=detect_leaks=0 go test -asan -count=1 -timeout "$timeout" -run 'Entropy|Corrupt|Restart|InPlace|Frame' ./jpeg
+}
 
-	step "the wheels and the linux/arm64 tests (${ARM64_PACKAGES[*]})"
-	status=0
-	wait "$arm64" || status=$?
-	arm64=
-	cat "$wheels.log"
-	rm -f "$wheels.log"
-	((status == 0)) || die "building the wheels or the arm64 tests failed (exit $status)"
+start=$SECONDS
+skip=()
+if (($# == 0)); then
+	# Beside the first pass, whose integration tests leave a core idle
+	# much of the time: the wheels, then the arm64 tests (static test
+	# programs, as the wheel's, so that no arm64 C library is needed to
+	# run them, and with its build flags, so that its compiled packages
+	# are reused); and the race and -asan passes. Their output follows the
+	# first pass's; TestWheel* run last, over the wheels.
+	work=$(mktemp -d)
+	step "beside the tests: the wheels, the arm64 tests under qemu-aarch64-static (${ARM64_PACKAGES[*]}), the race and -asan passes"
+	beside "the wheels for linux/amd64 and linux/arm64, then the arm64 tests" "$work/arm64.log" wheel_and_arm64
+	beside "go test -race -short, go test -asan" "$work/race.log" race_and_asan
+	skip=(-skip '^TestWheel')
+fi
+step "go test (timeout $timeout)"
+go test ./... -count=1 -timeout "$timeout" "${skip[@]}" "$@"
+
+if (($# == 0)); then
+	step "the race and -asan passes (run beside)"
+	finish "${beside_pids[1]}" "$work/race.log" "the race or -asan pass"
+	step "the wheels and the linux/arm64 tests (run beside)"
+	finish "${beside_pids[0]}" "$work/arm64.log" "building the wheels or the arm64 tests"
+	beside_pids=()
 	step "go test -run '^TestWheel' ./integration (the wheels in a venv, an empty chroot, under qemu)"
-	FFCVFS_WHEELS=$wheels/dist go test -count=1 -timeout "$timeout" -run '^TestWheel' ./integration
+	FFCVFS_WHEELS=$work/dist go test -count=1 -timeout "$timeout" -run '^TestWheel' ./integration
 fi
 echo "tests took $((SECONDS - start)) s"
