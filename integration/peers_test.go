@@ -93,8 +93,12 @@ func TestPeerTier(t *testing.T) {
 		if st.Corrupt != 0 || st.PeerErrors != 0 {
 			t.Errorf("%s: %+v, want no corrupt values and no peer errors", p.mnt, st)
 		}
-		// Every storage read is its node's share of the pages.
+		// Every storage read is its node's share of the pages, and its
+		// memory for the cluster holds those pages and no others.
 		checkStorageReasons(t, p.mnt, *st, peer.ReasonOwned)
+		if most := st.PagesOwned * (2<<20 + 128); st.CacheBytes > most { // a page, its tag and key
+			t.Errorf("%s: keeps %d bytes for the cluster, more than its %d pages' %d", p.mnt, st.CacheBytes, st.PagesOwned, most)
+		}
 	}
 	if served == 0 {
 		t.Error("no node served another")

@@ -410,6 +410,7 @@ func (r *storageRig) unavailableFault(t *testing.T) storageFault {
 // fault is gone; a replaced object gives EIO, never bytes of the new
 // version.
 func TestStorageFaults(t *testing.T) {
+	t.Parallel() // mostly waiting on faults: beside the other tests, with servers of its own
 	r := newStorageRig(t, testenv.Fixture(t, "imagefolder-small"), "small/train.beton", "2MiB")
 	if len(r.pages) < 3 {
 		t.Fatalf("the beton has %d data pages; these tests need at least 3", len(r.pages))
@@ -874,6 +875,7 @@ func peakRSS(pid int) (int64, error) {
 // while several readers keep it busy, also when their reads wait on a
 // storage that has stopped answering, and leaves no mount behind.
 func TestStorageSIGTERMWhileReading(t *testing.T) {
+	t.Parallel() // mostly waiting on a stalled server: beside the other tests, with servers of its own
 	r := newStorageRig(t, testenv.Fixture(t, "imagefolder-small"), "small/train.beton", "2MiB")
 	for _, stalled := range []bool{false, true} {
 		name := "busy"

@@ -5,7 +5,7 @@
 // what a cluster cache needs and nothing here re-implements: keys are
 // sharded over the nodes by consistent hashing, each key is filled once
 // across the cluster (its owner fills it, concurrent requests for it
-// wait for that fill), peers talk HTTP, and hot keys are mirrored. A page
+// wait for that fill), and peers talk HTTP. A page
 // of one object version never changes, which is the one kind of value
 // groupcache keeps: keys carry the object's identity (its URL, ETag and
 // size, as the disk tier's do) and the page number.
@@ -14,10 +14,16 @@
 // page asks the page's owner, which serves it from its groupcache memory
 // or reads it from storage once. A read of part of a page (a range, as a
 // random order makes) asks the owner for those bytes: its own key, hashed
-// to the page's owner, whose getter takes them from the page. A peer that
-// is down, slow (Options.Timeout, for the whole answer) or sends a value
-// that fails its check makes this node read from storage instead, without
-// an error for the reader, and is not asked again for downHold. Every read
+// to the page's owner, whose getter takes them from the page. A node asks
+// owners directly (the pool's peer for the key), not through the group's
+// Get, whose hot cache would keep one in ten values of other nodes and
+// push out pages this node owns: each node keeps the pages it owns (in
+// Options.CacheBytes) and no others. A peer that is down, slow
+// (Options.Timeout, for the whole answer) or sends a value that fails its
+// check is not asked again for downHold; its pages are asked of the node
+// next on the hash ring without it (members.go), the same node for every
+// node, which fills each from storage once, and failing that this node
+// reads from storage, without an error for the reader. Every read
 // from storage is counted with its reason (Stats.StorageReasons): the
 // node owns the page, or its owner timed out, was gone, answered an error
 // or sent a value that failed its check.
@@ -77,6 +83,7 @@ import (
 
 	"github.com/golang/groupcache"
 	"github.com/golang/groupcache/consistenthash"
+	"github.com/golang/groupcache/groupcachepb"
 	"golang.org/x/net/netutil"
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -102,9 +109,9 @@ type Options struct {
 	PeersDNS string
 	// Secret is the shared secret every node sends and checks.
 	Secret string
-	// CacheBytes is the memory this node keeps pages in for the
-	// cluster: the pages it owns, and copies of pages often read from
-	// others (groupcache's hot cache, at most a ninth of it).
+	// CacheBytes is the memory this node keeps the pages it owns in, for
+	// the cluster (and, while a node is down, the pages it fills for it);
+	// values of other nodes are not kept.
 	CacheBytes int64
 	// Timeout bounds a request to a peer (default 5 s); past it the
 	// node reads from storage.
@@ -380,6 +387,7 @@ type Source struct {
 	block  int64  // page size: the unit of the tier
 
 	reads, bytesRead, storageReads, storageBytes, corrupt atomic.Uint64
+	peerLoads, peerErrors                                 atomic.Int64 // asked of owners directly (ReadAt)
 	why                                                   [len(reasons)]atomic.Uint64
 }
 
@@ -872,7 +880,22 @@ func (s *Source) ReadAt(ctx context.Context, b []byte, off int64) (int, error) {
 		}
 		var v []byte
 		gctx, tr := withTrail(ctx)
-		err := group.Get(gctx, key, groupcache.AllocatingByteSliceSink(&v))
+		var err error
+		if owner, remote := node.pool.PickPeer(key); remote {
+			// Asked of its owner directly, not through the group's Get,
+			// which would keep one in ten such values in its hot cache
+			// and, to make room, push out pages this node owns: a node
+			// keeps the pages it owns and no others. When the owner (and
+			// the node next on the ring) fail, the group's Get fills it.
+			if v, err = askPeer(gctx, owner, group.Name(), key); err == nil {
+				s.peerLoads.Add(1)
+			} else if ctx.Err() == nil {
+				s.peerErrors.Add(1)
+				err = group.Get(gctx, key, groupcache.AllocatingByteSliceSink(&v))
+			}
+		} else {
+			err = group.Get(gctx, key, groupcache.AllocatingByteSliceSink(&v))
+		}
 		got, ok := strip(v)
 		if err == nil && ok && len(got) == len(dst) {
 			copy(dst, got)
@@ -900,6 +923,16 @@ func (s *Source) ReadAt(ctx context.Context, b []byte, off int64) (int, error) {
 	return want, nil
 }
 
+// askPeer asks a peer for the value of key in group; its transport (fetch)
+// has checked the value's tag.
+func askPeer(ctx context.Context, peer groupcache.ProtoGetter, group, key string) ([]byte, error) {
+	res := &groupcachepb.GetResponse{}
+	if err := peer.Get(ctx, &groupcachepb.GetRequest{Group: &group, Key: &key}, res); err != nil {
+		return nil, err
+	}
+	return res.Value, nil
+}
+
 // Stats returns what the tier did for this source, and the node's
 // groupcache figures.
 func (s *Source) Stats() Stats {
@@ -918,6 +951,7 @@ func (s *Source) Stats() Stats {
 	st.MemberChanges = node.members.changes.Load()
 	st.PagesMoved = node.members.lastMoved.Load()
 	st.PagesOwned = node.members.owned(s)
+	st.PeerLoads, st.PeerErrors = s.peerLoads.Load(), s.peerErrors.Load()
 	for _, g := range []*groupcache.Group{node.pages, node.ranges} {
 		st.PeerLoads += g.Stats.PeerLoads.Get()
 		st.PeerErrors += g.Stats.PeerErrors.Get()

@@ -13,7 +13,7 @@
 # AddressSanitizer, and the wheels of scripts/wheel.sh for linux/amd64 and
 # linux/arm64 followed by the packages with C code cross-compiled for
 # linux/arm64 and run by qemu-user-static with -short (ARM64_PACKAGES
-# below); last, integration's TestWheel* over those wheels (FFCVFS_WHEELS).
+# below), integration's TestWheel* over those wheels (FFCVFS_WHEELS) between.
 #
 # With CI=true in the environment, tests fail instead of skipping when a
 # prerequisite (a fixture, a tool, /dev/fuse) is missing. Tests wait on
@@ -125,6 +125,9 @@ finish() {
 
 wheel_and_arm64() {
 	bash scripts/wheel.sh "$work/dist" &&
+		echo "==> go test -run '^TestWheel' ./integration (the wheels in a venv, an empty chroot, under qemu)" &&
+		FFCVFS_WHEELS=$work/dist go test -count=1 -timeout "$timeout" -run '^TestWheel' ./integration &&
+		echo "==> go test -short on linux/arm64 under qemu-aarch64-static" &&
 		CGO_ENABLED=1 GOARCH=arm64 CC=aarch64-linux-gnu-gcc PKG_CONFIG_PATH=/usr/lib/aarch64-linux-gnu/pkgconfig \
 			go test -short -skip "$ARM64_SKIP" -count=1 -timeout "$timeout" -exec qemu-aarch64-static -trimpath -tags netgo,osusergo \
 			-ldflags '-linkmode external -extldflags -static' "${ARM64_PACKAGES[@]}"
@@ -154,11 +157,11 @@ if (($# == 0)); then
 	# much of the time: the wheels, then the arm64 tests (static test
 	# programs, as the wheel's, so that no arm64 C library is needed to
 	# run them, and with its build flags, so that its compiled packages
-	# are reused); and the race and -asan passes. Their output follows the
-	# first pass's; TestWheel* run last, over the wheels.
+	# are reused), after integration's TestWheel* over the wheels; and the
+	# race and -asan passes. Their output follows the first pass's.
 	work=$(mktemp -d)
 	step "beside the tests: the wheels, the arm64 tests under qemu-aarch64-static (${ARM64_PACKAGES[*]}), the race and -asan passes"
-	beside "the wheels for linux/amd64 and linux/arm64, then the arm64 tests" "$work/arm64.log" wheel_and_arm64
+	beside "the wheels for linux/amd64 and linux/arm64, TestWheel*, the arm64 tests" "$work/arm64.log" wheel_and_arm64
 	beside "go test -race -short, go test -asan" "$work/race.log" race_and_asan
 	skip=(-skip '^TestWheel')
 fi
@@ -168,10 +171,8 @@ go test ./... -count=1 -timeout "$timeout" "${skip[@]}" "$@"
 if (($# == 0)); then
 	step "the race and -asan passes (run beside)"
 	finish "${beside_pids[1]}" "$work/race.log" "the race or -asan pass"
-	step "the wheels and the linux/arm64 tests (run beside)"
-	finish "${beside_pids[0]}" "$work/arm64.log" "building the wheels or the arm64 tests"
+	step "the wheels, their tests and the linux/arm64 tests (run beside)"
+	finish "${beside_pids[0]}" "$work/arm64.log" "the wheels, their tests or the arm64 tests"
 	beside_pids=()
-	step "go test -run '^TestWheel' ./integration (the wheels in a venv, an empty chroot, under qemu)"
-	FFCVFS_WHEELS=$work/dist go test -count=1 -timeout "$timeout" -run '^TestWheel' ./integration
 fi
 echo "tests took $((SECONDS - start)) s"
