@@ -101,9 +101,9 @@ func normalizePeers(list []string, scheme string) ([]string, error) {
 	return slices.Compact(out), nil
 }
 
-// splitPeers splits a list of peers separated by commas, white space or
-// lines.
-func splitPeers(list string) []string {
+// SplitPeers splits a list of peers separated by commas, white space or
+// lines (--peers, a peers file).
+func SplitPeers(list string) []string {
 	return strings.FieldsFunc(list, func(r rune) bool { return r == ',' || r == '\n' || r == ' ' || r == '\t' || r == '\r' })
 }
 
@@ -235,7 +235,7 @@ func (m *members) refresh(ctx context.Context) {
 			return
 		}
 		text = string(b)
-		list = splitPeers(text)
+		list = SplitPeers(text)
 	case m.dns != "":
 		name, port, _ := parseDNS(m.dns)
 		rctx, cancel := context.WithTimeout(ctx, pollEvery)

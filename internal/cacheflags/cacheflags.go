@@ -161,7 +161,7 @@ func PeerOptions(c *cli.Context) (o peer.Options, ok bool, err error) {
 	if rest, isDNS := strings.CutPrefix(list, "dns:"); isDNS {
 		list, o.PeersDNS = "", rest
 	}
-	o.Peers = strings.FieldsFunc(list, func(r rune) bool { return r == ',' || r == '\n' || r == ' ' || r == '\t' || r == '\r' })
+	o.Peers = peer.SplitPeers(list)
 	o.Self = c.String("peer-self")
 	o.Secret = os.Getenv("FFCVFS_PEER_SECRET")
 	if p := c.String("peer-secret-file"); p != "" {
