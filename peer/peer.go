@@ -178,13 +178,18 @@ func (o *Options) Validate() error {
 	case o.CacheBytes <= 0:
 		return fmt.Errorf("peer cache size %d: must be positive", o.CacheBytes)
 	}
-	scheme := "http"
-	if o.TLSCert != "" || o.TLSKey != "" || o.TLSCA != "" {
+	// Validate runs twice (the flags', then start's): the files are read
+	// once.
+	if o.tls == nil && (o.TLSCert != "" || o.TLSKey != "" || o.TLSCA != "") {
 		cfg, err := loadTLS(o.TLSCert, o.TLSKey, o.TLSCA)
 		if err != nil {
 			return err
 		}
-		o.tls, scheme = cfg, "https"
+		o.tls = cfg
+	}
+	scheme := "http"
+	if o.tls != nil {
+		scheme = "https"
 	}
 	if o.Self == "" {
 		o.Self = scheme + "://" + o.Listen
