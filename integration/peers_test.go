@@ -441,3 +441,94 @@ func TestPeerMembership(t *testing.T) {
 		checkStorageReasons(t, p.mnt, *st.Peers, peer.ReasonOwned)
 	}
 }
+
+// TestPeerTierDisk: with --disk-cache and no --peer-cache-size, a node
+// keeps the pages it owns in its disk tier, first of all pages, and
+// serves its peers from its slots and that tier: the tier's memory holds
+// nothing, the three nodes' RAM together holds less than the beton, and
+// yet, after the first epoch reads each page from S3 once, the next reads
+// nothing from S3.
+func TestPeerTierDisk(t *testing.T) {
+	// The fixture's photos, four times each: 13 pages of 2 MiB.
+	src := filepath.Join(t.TempDir(), "photos")
+	fixture := testenv.Fixture(t, "imagefolder-small")
+	classes, err := os.ReadDir(fixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range classes {
+		photos, err := os.ReadDir(filepath.Join(fixture, c.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(src, c.Name()), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range photos {
+			b, err := os.ReadFile(filepath.Join(fixture, c.Name(), p.Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k := range 4 {
+				if err := os.WriteFile(filepath.Join(src, c.Name(), fmt.Sprintf("%d-%s", k, p.Name())), b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	r := newStorageRig(t, src, "peers-disk.beton", "2MiB")
+	size := uint64(len(r.data))
+	const ram = 6 << 20 // 3 pages: a slot and 2 fill buffers
+	if 3*ram >= size {
+		t.Fatalf("a beton of %d bytes: the nodes' RAM, 3 × %d, holds it", size, ram)
+	}
+	secret := peerSecret(t)
+	peers := []string{peerURL(1), peerURL(2), peerURL(3)}
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	var nodes []*mountProc
+	for n := 1; n <= 3; n++ {
+		args := []string{"--cache-size", fmt.Sprint(ram), "--disk-cache", t.TempDir(), "--disk-cache-size", "20MiB",
+			"--peer-listen", peerAddr(n), "--peers", strings.Join(peers, ","), "--peer-secret-file", secret}
+		if n == 1 {
+			args = append(args, "--metrics-addr", metricsAddr)
+		}
+		nodes = append(nodes, r.mount(t, r.srv.Endpoint(), r.key, args...))
+	}
+	for epoch := 1; epoch <= 2; epoch++ {
+		before := peerStorageBytes(t, nodes...)
+		for _, p := range nodes {
+			checkReadsAll(t, p.mnt, r.files, 2)
+		}
+		got := peerStorageBytes(t, nodes...) - before
+		t.Logf("epoch %d: the nodes read %d bytes from S3 for a beton of %d", epoch, got, size)
+		if epoch == 1 && got > size*105/100 {
+			t.Errorf("epoch 1: the nodes read %d bytes from S3, want at most 1.05× the beton's %d", got, size)
+		}
+		if epoch == 2 && got > size/100 {
+			t.Errorf("epoch 2: the nodes read %d bytes from S3, want at most 1%% of %d", got, size)
+		}
+	}
+	var held uint64
+	var owned, most int64
+	for _, p := range nodes {
+		st := mustStorageStats(t, p.mnt)
+		held += st.Peers.HeldReads
+		owned += st.Peers.PagesOwned
+		most = max(most, st.Peers.PagesOwned)
+		t.Logf("%s: owns %d pages, served %d values from its slots and disk tier; %d bytes in the tier's memory", p.mnt, st.Peers.PagesOwned, st.Peers.HeldReads, st.Peers.CacheBytes)
+		if st.Peers.CacheBytes != 0 || st.Peers.Corrupt != 0 || st.Peers.PeerErrors != 0 || st.Reads.Errors != 0 {
+			t.Errorf("%s: %+v, %d read errors: want no bytes in the tier's memory, no corrupt values, no errors", p.mnt, *st.Peers, st.Reads.Errors)
+		}
+		checkStorageReasons(t, p.mnt, *st.Peers, peer.ReasonOwned)
+	}
+	st := mustStorageStats(t, nodes[0].mnt).Peers
+	exposition := promtoolCheck(t, metricsAddr)
+	for _, line := range []string{fmt.Sprintf("\nffcvfs_peer_held_reads_total %d\n", st.HeldReads), "\nffcvfs_peer_cache_bytes 0\n"} {
+		if !strings.Contains(exposition, line) {
+			t.Errorf("metrics: no line %q", strings.TrimSpace(line))
+		}
+	}
+	if pages := int64(size+2<<20-1) / (2 << 20); held == 0 || owned != pages || most*(2<<20) <= ram {
+		t.Errorf("the nodes served %d values from their slots and disk tiers and own %d pages, at most %d each: want some, %d, and a node owning more than its %d bytes of RAM", held, owned, most, pages, ram)
+	}
+}

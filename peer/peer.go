@@ -111,7 +111,9 @@ type Options struct {
 	Secret string
 	// CacheBytes is the memory this node keeps the pages it owns in, for
 	// the cluster (and, while a node is down, the pages it fills for it);
-	// values of other nodes are not kept.
+	// values of other nodes are not kept. It may be 0 when the pages are
+	// kept by the node's cache instead (Source.HoldIn, with a disk or
+	// compressed RAM tier).
 	CacheBytes int64
 	// Timeout bounds a request to a peer (default 5 s); past it the
 	// node reads from storage.
@@ -175,8 +177,8 @@ func (o *Options) Validate() error {
 		return errors.New("the peer secret is shorter than 16 bytes")
 	case len(o.Peers) == 0 && o.PeersDNS == "":
 		return errors.New("the peer tier needs the list of peers")
-	case o.CacheBytes <= 0:
-		return fmt.Errorf("peer cache size %d: must be positive", o.CacheBytes)
+	case o.CacheBytes < 0:
+		return fmt.Errorf("peer cache size %d: must not be negative", o.CacheBytes)
 	}
 	// Validate runs twice (the flags', then start's): the files are read
 	// once.
@@ -307,7 +309,11 @@ type Stats struct {
 	PeerLoads      int64  `json:"peer_loads"`      // values a peer served
 	PeerErrors     int64  `json:"peer_errors"`     // requests to peers that failed
 	ServerRequests int64  `json:"server_requests"` // requests peers sent this node
-	CacheBytes     int64  `json:"cache_bytes"`     // bytes kept for the cluster
+	CacheBytes     int64  `json:"cache_bytes"`     // bytes kept for the cluster in the tier's memory
+	// HeldReads counts the values this node served, to peers or itself,
+	// from the pages its cache holds (slots and tiers: Source.HoldIn),
+	// without reading storage.
+	HeldReads uint64 `json:"held_reads"`
 	// StorageReasons counts the storage reads by why they went to
 	// storage (the Reason* names, each present); they sum to StorageReads.
 	StorageReasons map[string]uint64 `json:"storage_reasons"`
@@ -391,9 +397,49 @@ type Source struct {
 	prefix string // the key prefix: a hash of id
 	block  int64  // page size: the unit of the tier
 
-	reads, bytesRead, storageReads, storageBytes, corrupt atomic.Uint64
-	peerLoads, peerErrors                                 atomic.Int64 // asked of owners directly (ReadAt)
-	why                                                   [len(reasons)]atomic.Uint64
+	reads, bytesRead, storageReads, storageBytes, corrupt, held atomic.Uint64
+	peerLoads, peerErrors                                       atomic.Int64 // asked of owners directly (ReadAt)
+	why                                                         [len(reasons)]atomic.Uint64
+
+	holder atomic.Pointer[Holder] // HoldIn
+}
+
+// Holder is where a node keeps pages besides the tier's memory: its page
+// cache's slots and tiers (pagecache.Cache). Page numbers are absolute
+// (offset / page size).
+type Holder interface {
+	// ReadHeld copies bytes [off, off+len(b)) of page p to b if the node
+	// holds the page, without reading storage, and reports whether it
+	// did.
+	ReadHeld(p, off int64, b []byte) bool
+	// Keep offers page p, which this node read whole from storage, to
+	// keep; the caller gives b up.
+	Keep(ctx context.Context, p int64, b []byte)
+	// KeepFirst names the pages to give up last: those this node owns.
+	KeepFirst(keep func(p int64) bool)
+}
+
+// HoldIn makes the node serve its pages from h, and keep there the pages
+// it reads from storage for the cluster, the pages it owns before others:
+// a page is held once on the node, and with a disk tier a node owns as
+// many pages as its disk holds, beyond Options.CacheBytes.
+func (s *Source) HoldIn(h Holder) {
+	h.KeepFirst(s.Owns)
+	s.holder.Store(&h)
+}
+
+// Owns reports whether this node owns page p now.
+func (s *Source) Owns(p int64) bool {
+	_, remote := node.pool.PickPeer(pageKey(s.prefix, p))
+	return !remote
+}
+
+// holds returns what HoldIn gave, or nil.
+func (s *Source) holds() Holder {
+	if h := s.holder.Load(); h != nil {
+		return *h
+	}
+	return nil
 }
 
 // Wrap returns src read through the tier in pages of pageSize bytes
@@ -823,10 +869,19 @@ func getPage(ctx context.Context, key string, dest groupcache.Sink) error {
 		return err
 	}
 	buf := make([]byte, s.pageLen(p), s.pageLen(p)+tagLen)
+	h := s.holds()
+	if h != nil && h.ReadHeld(p, 0, buf) {
+		s.held.Add(1)
+		return dest.SetBytes(sealed(key, buf))
+	}
 	if err := s.fromStorage(ctx, buf, p*s.block, fillReason(ctx, key)); err != nil {
 		return err
 	}
-	return dest.SetBytes(sealed(key, buf))
+	v := sealed(key, buf) // the tag after buf's bytes, which Keep reads
+	if h != nil {
+		h.Keep(ctx, p, buf[:len(buf):len(buf)])
+	}
+	return dest.SetBytes(v) // a copy
 }
 
 // getRange fills a range's value from its page: this node owns the page,
@@ -840,6 +895,10 @@ func getRange(ctx context.Context, key string, dest groupcache.Sink) error {
 		return err
 	}
 	buf := make([]byte, n, n+tagLen)
+	if h := s.holds(); h != nil && h.ReadHeld(p, off, buf) {
+		s.held.Add(1)
+		return dest.SetBytes(sealed(key, buf))
+	}
 	why := fillReason(ctx, key)
 	var v []byte
 	if err := node.pages.Get(ctx, pageKey(s.prefix, p), groupcache.AllocatingByteSliceSink(&v)); err == nil {
@@ -947,6 +1006,7 @@ func (s *Source) Stats() Stats {
 		StorageReads:   s.storageReads.Load(),
 		StorageBytes:   s.storageBytes.Load(),
 		Corrupt:        s.corrupt.Load(),
+		HeldReads:      s.held.Load(),
 		StorageReasons: make(map[string]uint64, len(reasons)),
 	}
 	for i, name := range reasons {

@@ -37,7 +37,7 @@ ARM64_PACKAGES=(./jpeg ./resize ./pipeline ./pipeline/decode ./beton ./beton/ima
 # Left out there: tests of Go logic that no architecture changes (orders'
 # costs and layouts, the cache's tiers and budgets, concurrency, which the
 # race pass covers).
-ARM64_SKIP='^(TestScratchReuseAndConcurrency|TestResumeCostBounded|TestElasticResume|TestNodeAffine|TestCompressRAMHoldsMorePages|TestTiersBudgetAndWarmStart|TestDiskTier.*|TestBudgetHeldUnderConcurrency|TestRangesBudgetHeldUnderConcurrency)$'
+ARM64_SKIP='^(TestScratchReuseAndConcurrency|TestResumeCostBounded|TestElasticResume|TestNodeAffine|TestCompressRAMHoldsMorePages|TestTiersBudgetAndWarmStart|TestDiskTier.*|TestHeldPages|TestBudgetHeldUnderConcurrency|TestRangesBudgetHeldUnderConcurrency)$'
 
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"

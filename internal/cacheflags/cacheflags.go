@@ -5,6 +5,7 @@
 package cacheflags
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,8 +13,9 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/ffcvfs/ffcvfs/pagecache/tier"
 	"github.com/urfave/cli/v2"
+
+	"github.com/ffcvfs/ffcvfs/pagecache/tier"
 
 	"github.com/ffcvfs/ffcvfs/internal/bytesize"
 	"github.com/ffcvfs/ffcvfs/internal/readfile"
@@ -127,7 +129,7 @@ func PeerFlags(category string) []cli.Flag {
 		&cli.StringFlag{Name: "peers", Usage: "every node of the peer tier, this one included: `URLS` http://HOST:PORT (https:// with --peer-tls-*) separated by commas; or @FILE with one per line, re-read when it changes and on SIGHUP; or dns:NAME:PORT, every address NAME resolves to, every 2 s (a headless service) (default: $FFCVFS_PEERS)", Category: category},
 		&cli.StringFlag{Name: "peer-self", Usage: "this node's `URL` among --peers (default: http://, or https:// with --peer-tls-*, and --peer-listen)", Category: category},
 		&cli.StringFlag{Name: "peer-secret-file", Usage: "`FILE` holding the secret every node of the peer tier shares, at least 16 bytes (default: $FFCVFS_PEER_SECRET)", Category: category},
-		&cli.StringFlag{Name: "peer-cache-size", Value: "1GiB", Usage: "RAM this node keeps pages in for the cluster, beyond --cache-size; the nodes' together should hold the beton", Category: category},
+		&cli.StringFlag{Name: "peer-cache-size", Usage: "RAM this node keeps the pages it owns in for the cluster, beyond --cache-size; the nodes' together should hold the beton. 0: keep them in the cache's tiers alone, first of all pages (--disk-cache: a node owns as much as its disk holds; --compress-ram: within --cache-size) (default: 1GiB; 0 with --disk-cache)", Category: category},
 		&cli.DurationFlag{Name: "peer-timeout", Value: peer.DefaultTimeout, Usage: "read from storage when a peer has not answered within this long", Category: category},
 		&cli.StringFlag{Name: "peer-tls-cert", Usage: "mutual TLS between peers, with --peer-tls-key and --peer-tls-ca: this node's certificate, a PEM `FILE` naming its address (IP or DNS name), for server and client use", Category: category},
 		&cli.StringFlag{Name: "peer-tls-key", Usage: "the PEM `FILE` of --peer-tls-cert's key, readable by its owner alone", Category: category},
@@ -174,8 +176,19 @@ func PeerOptions(c *cli.Context) (o peer.Options, ok bool, err error) {
 		}
 		o.Secret = strings.TrimSpace(string(b))
 	}
-	if o.CacheBytes, err = bytesize.Parse(c.String("peer-cache-size")); err != nil || o.CacheBytes <= 0 {
-		return o, false, fmt.Errorf("--peer-cache-size: want a positive size such as 4GiB, got %q", c.String("peer-cache-size"))
+	size, tiers := c.String("peer-cache-size"), c.String("disk-cache") != "" || c.Bool("compress-ram")
+	if size == "" {
+		size = "1GiB"
+		if c.String("disk-cache") != "" {
+			size = "0" // the disk tier keeps them
+		}
+	}
+	o.CacheBytes, err = bytesize.Parse(size)
+	switch {
+	case err != nil || o.CacheBytes < 0:
+		return o, false, fmt.Errorf("--peer-cache-size: want a size such as 4GiB, got %q", size)
+	case o.CacheBytes == 0 && !tiers:
+		return o, false, errors.New("--peer-cache-size 0 keeps the pages this node owns in the cache's tiers alone, and there are none: give --disk-cache DIR (or --compress-ram), or a size")
 	}
 	o.Timeout = c.Duration("peer-timeout")
 	o.TLSCert, o.TLSKey, o.TLSCA = c.String("peer-tls-cert"), c.String("peer-tls-key"), c.String("peer-tls-ca")

@@ -83,6 +83,11 @@ func Open(c *cli.Context, location string, base pagecache.Options) (*Opened, err
 		o.Source.Close()
 		return nil, cli.Exit(fmt.Sprintf("%s: %v", o.Source.Name(), err), 1)
 	}
+	if ps, ok := o.Source.(*peer.Source); ok {
+		// The node serves peers from the cache's slots and tiers, and
+		// keeps the pages it owns there first.
+		ps.HoldIn(o.Cache)
+	}
 	return o, nil
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 	"github.com/ffcvfs/ffcvfs/pagecache"
+	"github.com/ffcvfs/ffcvfs/peer"
 )
 
 // open runs Open as a command whose flags are args would.
@@ -54,7 +55,10 @@ func TestOpenErrors(t *testing.T) {
 		{beton, []string{"--disk-cache-size", "1GiB"}, 2, "--disk-cache-size needs --disk-cache"},
 		{beton, []string{"--disk-cache", t.TempDir(), "--disk-cache-size", "-5"}, 2, "--disk-cache-size: want a positive size"},
 		{beton, []string{"--peers", "http://10.0.0.1:7480"}, 2, "--peers needs --peer-listen"},
-		{beton, []string{"--peer-listen", "127.0.0.1:0", "--peer-cache-size", "0"}, 2, "--peer-cache-size"},
+		{beton, []string{"--peer-listen", "127.0.0.1:0", "--peer-cache-size", "0"}, 2, "--peer-cache-size 0 keeps the pages this node owns in the cache's tiers alone, and there are none"},
+		{beton, []string{"--peer-listen", "127.0.0.1:0", "--peer-cache-size", "-5", "--disk-cache", t.TempDir()}, 2, "--peer-cache-size: want a size"},
+		{beton, []string{"--peer-listen", "127.0.0.1:0", "--peer-cache-size", "lots"}, 2, "--peer-cache-size: want a size"},
+		{beton, []string{"--peer-listen", "127.0.0.1:0", "--peer-cache-size", "99999999999PiB"}, 2, "--peer-cache-size: want a size"},
 		{filepath.Join(t.TempDir(), "missing.beton"), nil, 1, "missing.beton"},
 		{photo, nil, 1, "photo.jpg"},
 	} {
@@ -121,6 +125,42 @@ func TestPeerTLSFlags(t *testing.T) {
 		var ec cli.ExitCoder
 		if !errors.As(err, &ec) || ec.ExitCode() != 2 || !strings.Contains(err.Error(), c.msg) {
 			t.Errorf("%v: %v (exit %v), want exit 2 and %q", c.args, err, ec, c.msg)
+		}
+	}
+}
+
+// TestPeerCacheSize: the peer tier's memory is 1GiB by default, none with
+// a disk tier (which keeps the pages the node owns), and 0 only with a
+// tier to keep them in.
+func TestPeerCacheSize(t *testing.T) {
+	t.Setenv("FFCVFS_PEER_SECRET", "0123456789abcdef0123")
+	disk := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		want int64
+	}{
+		{nil, 1 << 30},
+		{[]string{"--disk-cache", disk}, 0},
+		{[]string{"--disk-cache", disk, "--peer-cache-size", "64MiB"}, 64 << 20},
+		{[]string{"--compress-ram", "--peer-cache-size", "0"}, 0},
+		{[]string{"--compress-ram"}, 1 << 30},
+	} {
+		var o peer.Options
+		var ok bool
+		var err error
+		app := &cli.App{
+			Flags: append(Flags("cache"), PeerFlags("peers")...),
+			Action: func(c *cli.Context) error {
+				o, ok, err = PeerOptions(c)
+				return nil
+			},
+		}
+		args := append([]string{"test", "--peer-listen", "127.0.0.1:7", "--peers", "http://127.0.0.1:7"}, c.args...)
+		if rerr := app.RunContext(context.Background(), args); rerr != nil {
+			t.Fatal(rerr)
+		}
+		if err != nil || !ok || o.CacheBytes != c.want {
+			t.Errorf("%v: peer cache of %d bytes (ok %v, %v), want %d", c.args, o.CacheBytes, ok, err, c.want)
 		}
 	}
 }

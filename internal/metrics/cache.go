@@ -37,11 +37,12 @@ func EmitPeers(e *Emitter, st peer.Stats) {
 	for _, why := range slices.Sorted(maps.Keys(st.StorageReasons)) {
 		e.Counter("peer_storage_reads_total", "Reads this node sent to storage for the peer tier, by reason: owned (its share of the cluster's pages), owner_timeout, owner_gone, owner_error, corrupt_value (what its owner could not serve).", float64(st.StorageReasons[why]), "reason", why)
 	}
+	e.Counter("peer_held_reads_total", "Values (pages and ranges) this node served, to peers or itself, from the pages its cache holds (slots, compressed RAM, disk) without reading storage.", float64(st.HeldReads))
 	e.Counter("peer_loads_total", "Values (pages and ranges) peers served to this node.", float64(st.PeerLoads))
 	e.Counter("peer_errors_total", "Requests to peers that failed (down, slow, refused); read from storage instead.", float64(st.PeerErrors))
 	e.Counter("peer_corrupt_total", "Values from peers or this node's tier memory that failed their CRC; read from storage instead.", float64(st.Corrupt))
 	e.Counter("peer_served_requests_total", "Requests other nodes sent this node.", float64(st.ServerRequests))
-	e.Gauge("peer_cache_bytes", "Bytes this node keeps for the cluster.", float64(st.CacheBytes))
+	e.Gauge("peer_cache_bytes", "Bytes this node keeps for the cluster in the peer tier's memory (--peer-cache-size), beside what its cache's tiers keep.", float64(st.CacheBytes))
 }
 
 // EmitCache sends the cache's metrics of st.

@@ -38,7 +38,9 @@
 // A Store is safe for concurrent use. Reads run in the callers'
 // goroutines; pages offered are encoded and written by one goroutine per
 // Store, from a queue of queueLen pages: an offer never waits, and a page
-// offered while the queue is full is not stored then. One mutex guards a
+// offered while the queue is full is not stored then (PutWait, for pages
+// a node keeps for its cluster, waits for room). A page taken is read from
+// the caller's buffer until it is stored. One mutex guards a
 // Store's state; it is held during no I/O and no call to the rank
 // function.
 //

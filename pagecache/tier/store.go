@@ -5,6 +5,7 @@ package tier
 
 import (
 	"container/list"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -124,8 +125,11 @@ type Store struct {
 	mu sync.Mutex
 	// Guarded by mu.
 	entries map[int32]*entry
-	pending map[int32]bool
-	lru     list.List // *entry, most recently used first
+	// pending holds the pages taken and not yet stored, readable
+	// meanwhile (the caller's buffers, until their done).
+	pending map[int32][]byte
+	room    chan struct{} // closed when the writer next takes a page; nil if nobody waits
+	lru     list.List     // *entry, most recently used first
 	used    int64
 	raw     int64
 	stored  int64 // the entries' bytes before rounding
@@ -148,7 +152,7 @@ func newStore(kind, dir string, geom Geometry, opts Options, id uint64, be backe
 	s := &Store{
 		kind: kind, dir: dir, geom: geom, opts: opts, id: id, be: be, shared: shared,
 		queue: make(chan putJob, queueLen), done: make(chan struct{}),
-		entries: map[int32]*entry{}, pending: map[int32]bool{},
+		entries: map[int32]*entry{}, pending: map[int32][]byte{},
 	}
 	go s.writer()
 	return s
@@ -173,7 +177,7 @@ func (s *Store) Wants(dp int32) bool {
 
 // wants is Wants, called with mu held.
 func (s *Store) wants(dp int32) bool {
-	return s.stores() && s.entries[dp] == nil && !s.pending[dp]
+	return s.stores() && s.entries[dp] == nil && s.pending[dp] == nil
 }
 
 // stores reports whether the Store takes pages at all: not when it reads
@@ -210,6 +214,14 @@ func (s *Store) Read(dp int32, lo int64, p []byte) bool {
 		s.mu.Unlock()
 		e = s.be.lookup(dp)
 		s.mu.Lock()
+	}
+	if pg := s.pending[dp]; e == nil && pg != nil && !s.closed && lo >= 0 && lo+int64(len(p)) <= int64(len(pg)) {
+		// Taken, not yet stored: from the page offered.
+		copy(p, pg[lo:])
+		s.st.Hits++
+		s.st.HitBytes += uint64(len(p))
+		s.mu.Unlock()
+		return true
 	}
 	if e == nil || s.closed {
 		s.st.Misses++
@@ -330,33 +342,76 @@ func (s *Store) drop(e *entry) {
 }
 
 // Put offers page dp for storing, and reports whether the Store took it:
-// then it calls done once it no longer needs page (after encoding it),
-// from its own goroutine. Put never waits: a page offered while the
-// queue is full is not taken.
+// then it calls done once it no longer needs page (after storing it), from
+// its own goroutine; until then Read serves it from page. Put never
+// waits: a page offered while the queue is full is not taken.
 func (s *Store) Put(dp int32, page []byte, done func()) bool {
-	s.mu.Lock()
-	if !s.wants(dp) {
+	return s.put(context.Background(), false, dp, page, done)
+}
+
+// PutWait is Put, but waits while the queue is full, until ctx ends: for
+// a page that would otherwise be read from storage again (a page this
+// node keeps for a cluster: package peer).
+func (s *Store) PutWait(ctx context.Context, dp int32, page []byte, done func()) bool {
+	return s.put(ctx, true, dp, page, done)
+}
+
+// put is Put, waiting for room in the queue (until ctx ends) if wait.
+func (s *Store) put(ctx context.Context, wait bool, dp int32, page []byte, done func()) bool {
+	for {
+		s.mu.Lock()
+		if !s.wants(dp) || int64(len(page)) != s.geom.PageSize {
+			s.mu.Unlock()
+			return false
+		}
+		select {
+		case s.queue <- putJob{dp: dp, page: page, done: done}:
+			s.pending[dp] = page
+			s.mu.Unlock()
+			return true
+		default:
+		}
+		if !wait {
+			s.st.Skipped++
+			s.mu.Unlock()
+			return false
+		}
+		if s.room == nil {
+			s.room = make(chan struct{})
+		}
+		room := s.room
 		s.mu.Unlock()
-		return false
-	}
-	defer s.mu.Unlock()
-	select {
-	case s.queue <- putJob{dp: dp, page: page, done: done}:
-		s.pending[dp] = true
-		return true
-	default:
-		s.st.Skipped++
-		return false
+		select {
+		case <-room:
+		case <-ctx.Done():
+			s.mu.Lock()
+			s.st.Skipped++
+			s.mu.Unlock()
+			return false
+		}
 	}
 }
 
 func (s *Store) writer() {
 	defer close(s.done)
+	defer func() {
+		s.mu.Lock()
+		if s.room != nil {
+			close(s.room) // closed: no PutWait waits on
+			s.room = nil
+		}
+		s.mu.Unlock()
+	}()
 	var buf []byte
 	for j := range s.queue {
+		s.mu.Lock()
+		if s.room != nil {
+			close(s.room) // a PutWait may queue its page
+			s.room = nil
+		}
+		s.mu.Unlock()
 		var err error
 		buf, err = encodeEntry(buf[:0], j.page, uint32(j.dp), s.id, s.geom.Layout(j.dp), s.opts.Compress)
-		j.done()
 		if err == nil {
 			s.store(j.dp, buf)
 		} else {
@@ -365,6 +420,7 @@ func (s *Store) writer() {
 		s.mu.Lock()
 		delete(s.pending, j.dp)
 		s.mu.Unlock()
+		j.done()
 		if s.opts.Stored != nil {
 			s.opts.Stored()
 		}

@@ -2,10 +2,12 @@ package tier
 
 import (
 	"bytes"
+	"context"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 )
@@ -292,5 +294,81 @@ func TestDiskFolderOpenToOthers(t *testing.T) {
 		if _, err := OpenDisk(other, src, geom, Options{Budget: 1 << 20}); err == nil || !strings.Contains(err.Error(), "belongs to user 65534") {
 			t.Errorf("OpenDisk of another user's folder: %v", err)
 		}
+	}
+}
+
+// TestPendingPages: a page taken is read from the buffer offered until it
+// is stored; Put does not wait for a full queue, PutWait does, until its
+// context ends.
+func TestPendingPages(t *testing.T) {
+	const ps = 64 << 10
+	pages := map[int32][]byte{}
+	var layouts [][]Chunk
+	for i := range 8 {
+		p, l := testPage(ps, uint64(30+i))
+		pages[int32(i)] = p
+		layouts = append(layouts, l)
+	}
+	geom := Geometry{PageSize: ps, NumPages: 8, Layout: func(dp int32) []Chunk { return layouts[dp] }}
+	stored := make(chan struct{}, 16)
+	enc, _ := encodeEntry(nil, pages[0], 0, 0, layouts[0], false)
+	s := NewMem(geom, Options{Budget: blocks(int64(len(enc))), Stored: func() { stored <- struct{}{} }})
+	defer s.Close()
+	if !s.Put(0, pages[0], func() {}) {
+		t.Fatal("page 0 not taken")
+	}
+	<-stored
+	// The writer, making room for page 1, waits in the rank function.
+	ranking, gate := make(chan struct{}, 1), make(chan struct{})
+	s.SetRank(func(int32) int {
+		select {
+		case ranking <- struct{}{}:
+		default:
+		}
+		<-gate
+		return Never
+	})
+	var done1 atomic.Bool
+	if !s.Put(1, pages[1], func() { done1.Store(true) }) {
+		t.Fatal("page 1 not taken")
+	}
+	<-ranking
+	got := make([]byte, 5000)
+	if !s.Read(1, 7000, got) || !bytes.Equal(got, pages[1][7000:12000]) {
+		t.Fatal("page 1, taken and not stored, was not read from its buffer")
+	}
+	if s.Wants(1) || done1.Load() {
+		t.Fatalf("page 1 pending: wanted %v, done %v", s.Wants(1), done1.Load())
+	}
+	for dp := int32(2); dp < 2+queueLen; dp++ {
+		if !s.Put(dp, pages[dp], func() {}) {
+			t.Fatalf("page %d not taken with room in the queue", dp)
+		}
+	}
+	if s.Put(6, pages[6], func() {}) {
+		t.Fatal("page 6 taken with the queue full")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if s.PutWait(ctx, 6, pages[6], func() {}) {
+		t.Fatal("PutWait took page 6 with the queue full and its context ended")
+	}
+	if s.Put(6, make([]byte, ps-1), func() {}) {
+		t.Fatal("a short page was taken")
+	}
+	waited := make(chan bool)
+	go func() { waited <- s.PutWait(context.Background(), 6, pages[6], func() {}) }()
+	close(gate)
+	if !<-waited {
+		t.Fatal("PutWait did not take page 6 once the queue had room")
+	}
+	for range 5 {
+		<-stored
+	}
+	if !done1.Load() {
+		t.Error("page 1's done not called after it was stored")
+	}
+	if st := s.Stats(); st.Skipped != 2 {
+		t.Errorf("skipped %d, want 2 (Put and PutWait with its context ended)", st.Skipped)
 	}
 }
