@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -136,8 +135,6 @@ type Cache struct {
 	stats         Stats
 	closed        bool
 	onEvict       func(page int64, sample int)
-	// keep names the pages the tiers give up last (KeepFirst).
-	keep atomic.Pointer[func(p int64) bool]
 
 	// Ranges (ranges.go). samplePage, extOff and extLen are immutable:
 	// each sample's data page (-1: none) and extent in it.
@@ -285,9 +282,6 @@ func New(src storage.Source, f *beton.File, opts Options) (*Cache, error) {
 	c.stats.BudgetBytes = int64(n+nFills+nMem) * ps
 	if tiers != nil {
 		tiers.setRank(func(dp int32) int {
-			if c.keepFirst(dp) {
-				return 0 // needed now: kept before any other
-			}
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			return c.pol.Distance(dp)

@@ -55,17 +55,15 @@ func (c *Cache) Keep(ctx context.Context, p int64, b []byte) {
 	}
 }
 
-// KeepFirst makes the tiers give up the pages for which keep is true
-// last: when one must make room, pages no announced order reads, then
-// those read farthest away go first, and then those keep names (the pages
-// this node owns for its cluster), which a page keep does not name never
-// displaces.
+// KeepFirst makes the tiers keep the pages for which keep is true before
+// any other (the pages this node owns for its cluster): such a page
+// displaces any other, however far its next use, and goes only when no
+// other is left and keep no longer names it.
 func (c *Cache) KeepFirst(keep func(p int64) bool) {
-	c.keep.Store(&keep)
-}
-
-// keepFirst reports whether data page dp is one KeepFirst named.
-func (c *Cache) keepFirst(dp int32) bool {
-	k := c.keep.Load()
-	return k != nil && (*k)(int64(dp)+c.firstPage)
+	if c.tiers == nil {
+		return
+	}
+	for _, s := range c.tiers.stores {
+		s.SetKeep(func(dp int32) bool { return keep(int64(dp) + c.firstPage) })
+	}
 }

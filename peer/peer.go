@@ -12,7 +12,10 @@
 //
 // A Source sits between the cache's tiers and storage. A read of a whole
 // page asks the page's owner, which serves it from its groupcache memory
-// or reads it from storage once. A read of part of a page (a range, as a
+// (Options.CacheBytes, which may be 0), or from its page cache's slots and
+// tiers (HoldIn), or reads it from storage once and keeps it in those
+// tiers, the pages it owns before any other: a page is held once on a
+// node, and a node with a disk tier owns as much as its disk holds. A read of part of a page (a range, as a
 // random order makes) asks the owner for those bytes: its own key, hashed
 // to the page's owner, whose getter takes them from the page. A node asks
 // owners directly (the pool's peer for the key), not through the group's

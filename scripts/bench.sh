@@ -88,7 +88,9 @@
 #                                 the share of the beton fetched from S3 in epochs 1-3,
 #                                 global quasi-random orders vs node-affine ones, and
 #                                 global ones over the peer tier (--peer-listen on
-#                                 127.77.1.K, no disk cache), with images/s. Then a
+#                                 127.77.1.K, no disk cache; and with the pages a node
+#                                 owns kept on its disk cache, little RAM), with
+#                                 images/s and RAM per node (KINDS picks). Then a
 #                                 simulation, without I/O, of the same at ImageNet's scale
 #                                 (1,281,167 samples in pages of about 76, 8 to 64 nodes
 #                                 of 8 ranks, move 0 and 0.1): tools/clustersim, the
@@ -1117,7 +1119,9 @@ bench_cluster() {
 	echo "$((size >> 20)) MiB beton of 2 MiB pages, on versitygw behind toxiproxy (+$latency ms) and a $STORAGE_BW MB/s link. Orders:"
 	echo "global and node-affine: each mount's RAM cache and --disk-cache hold a little more than 1/N of the beton;"
 	echo "global + peers: no disk cache, the peer tier (--peer-listen 127.77.1.K, --peer-cache-size 1.3/N of the"
-	echo "beton) instead. Ranks read their quasi-random orders (storagebench, 2 readers, batches of"
+	echo "beton) instead; global + peers + disk: the peer tier keeping the pages a node owns in its --disk-cache of"
+	echo "1.3/N of the beton (--peer-cache-size 0, the default with a disk cache), a RAM cache of $((2 * ranks + 4)) pages."
+	echo "Ranks read their quasi-random orders (storagebench, 2 readers, batches of"
 	echo "$STORAGE_BATCH). Share of the beton fetched from S3 by all nodes, per epoch, and the images/s of all ranks:"
 	local hogs=()
 	if ((${BUSY:-0} > 0)); then
@@ -1128,25 +1132,31 @@ bench_cluster() {
 		done
 		trap 'kill "${hogs[@]}" 2>/dev/null; storage_cleanup' EXIT INT TERM
 	fi
-	echo "mem/node: the most any node held, MiB: its RAM cache's budget and, over the peer tier, peers.cache_bytes."
+	echo "mem/node: the most any node held in RAM, MiB: its cache's budget and, over the peer tier, peers.cache_bytes."
 	printf '%-6s %-22s %9s %9s %9s %9s %9s %9s %9s\n' "nodes" "order" "epoch 1" "epoch 2" "epoch 3" "img/s 1" "img/s 2" "img/s 3" "mem/node"
 	for nodes in ${NODES:-3 8}; do
 		# A node's share, 15 % more, and the pages its ranks read at once.
 		share=$(((size / nodes + page - 1) / page))
 		cache=$(((share * 115 / 100 + 2 * ranks + 2) * (page >> 20)))MiB
 		diskcap=$(((share * 115 / 100 + 2) * page))
-		for kind in ${KINDS:-global node-affine global+peers}; do
+		for kind in ${KINDS:-global node-affine global+peers global+peers+disk}; do
 			local mpids=() mnts=() peers=()
 			for ((k = 0; k < nodes; k++)); do peers+=("http://127.77.1.$((k + 1)):17490"); done
 			for ((k = 0; k < nodes; k++)); do
 				mkdir -p "$STORAGE_TMP/node$k"
 				rm -rf "$STORAGE_TMP/disk$k"
 				local tier=(--disk-cache "$STORAGE_TMP/disk$k" --disk-cache-size "$diskcap")
-				if [[ $kind == global+peers ]]; then
-					tier=(--peer-listen "127.77.1.$((k + 1)):17490" --peers "$(IFS=,; echo "${peers[*]}")" --peer-secret-file "$secret"
-						--peer-cache-size "$(((share * 130 / 100 + 2) * (page >> 20)))MiB")
-				fi
-				bin/ffcvfs mount --background --s3-endpoint "http://127.0.0.1:$STORAGE_LINK" --cache-size "$cache" \
+				local ram=$cache peering=(--peer-listen "127.77.1.$((k + 1)):17490" --peers "$(IFS=,; echo "${peers[*]}")" --peer-secret-file "$secret")
+				case $kind in
+				global+peers)
+					tier=("${peering[@]}" --peer-cache-size "$(((share * 130 / 100 + 2) * (page >> 20)))MiB")
+					;;
+				global+peers+disk)
+					tier=("${peering[@]}" --disk-cache "$STORAGE_TMP/disk$k" --disk-cache-size "$(((share * 130 / 100 + 2) * page))")
+					ram=$(((2 * ranks + 4) * (page >> 20)))MiB
+					;;
+				esac
+				bin/ffcvfs mount --background --s3-endpoint "http://127.0.0.1:$STORAGE_LINK" --cache-size "$ram" \
 					--readers "$STORAGE_READERS" --order-batch-size "$STORAGE_BATCH" "${tier[@]}" \
 					"s3://bench/$STORAGE_KEY" "$STORAGE_TMP/node$k" 2>>"$STORAGE_TMP/mount.log" ||
 					die "ffcvfs mount failed: $(tail -n 5 "$STORAGE_TMP/mount.log")"
@@ -1190,6 +1200,14 @@ for m in sys.argv[1:]:
     most = max(most, s["cache"]["budget_bytes"] + (s.get("peers") or {}).get("cache_bytes", 0))
 print(most >> 20)' "${mnts[@]}")
 			echo "$line$rates $(printf '%9s' "$mem")"
+			if [[ -n ${CLUSTER_DEBUG:-} ]]; then
+				for m in "${mnts[@]}"; do /usr/bin/python3 -c '
+import json, sys
+s = json.load(open(sys.argv[1] + "/.ffcvfs/stats.json"))
+p = s.get("peers") or {}
+t = [(x["kind"], x["entries"], x["stored"], x["refused"], x["evictions"], x["skipped"], x["hits"]) for x in ((s["cache"].get("tiers") or {}).get("tiers") or [])]
+print(sys.argv[1], "owned", p.get("pages_owned"), "reasons", p.get("storage_reasons"), "held", p.get("held_reads"), "tiers", t, file=sys.stderr)' "$m"; done
+			fi
 			for m in "${mnts[@]}"; do bin/ffcvfs umount "$m" || die "ffcvfs umount $m failed"; done
 		done
 	done

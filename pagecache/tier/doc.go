@@ -31,7 +31,9 @@
 // ranked by the page cache (SetRank: the distance to their next use in the
 // announced orders) and the one needed farthest away goes; a page needed
 // later than all of them is not stored. Without announced orders, the
-// least recently used goes.
+// least recently used goes. The pages SetKeep names (those a node owns for
+// its cluster) come before all others: each displaces any other page, and
+// goes only when no other is left and it is no longer named.
 //
 // # Concurrency
 //

@@ -94,8 +94,8 @@ type backend interface {
 
 // entry is one stored page.
 //
-// INVARIANT: in Store.entries under its page and in the LRU list (elem)
-// while live; size is counted in Store.used.
+// INVARIANT: in Store.entries under its page and in its LRU list (elem:
+// Store.kept if kept, else Store.lru) while live; size is counted in Store.used.
 type entry struct {
 	dp   int32
 	n    int64  // its bytes
@@ -104,6 +104,7 @@ type entry struct {
 	mem  []byte // the memory backend's mapping
 	refs int32  // readers of mem
 	dead bool   // removed; its mapping goes with the last reader
+	kept bool   // a page SetKeep names: in Store.kept, not Store.lru
 	elem *list.Element
 }
 
@@ -130,6 +131,8 @@ type Store struct {
 	pending map[int32][]byte
 	room    chan struct{} // closed when the writer next takes a page; nil if nobody waits
 	lru     list.List     // *entry, most recently used first
+	kept    list.List     // *entry of the pages keep names, most recently used first
+	keep    func(dp int32) bool
 	used    int64
 	raw     int64
 	stored  int64 // the entries' bytes before rounding
@@ -166,6 +169,24 @@ func (s *Store) SetRank(rank func(dp int32) int) {
 	s.mu.Lock()
 	s.rank = rank
 	s.mu.Unlock()
+}
+
+// SetKeep names the pages to keep before any other (those a node owns for
+// its cluster: package peer): a page keep names displaces any other,
+// however far its next use, and its entry goes only when no other is left
+// and keep no longer names it. Without it, no page is kept so.
+func (s *Store) SetKeep(keep func(dp int32) bool) {
+	s.mu.Lock()
+	s.keep = keep
+	s.mu.Unlock()
+}
+
+// listOf returns the LRU list e is in. Called with mu held.
+func (s *Store) listOf(e *entry) *list.List {
+	if e.kept {
+		return &s.kept
+	}
+	return &s.lru
 }
 
 // Wants reports whether the Store would take page dp now.
@@ -229,7 +250,7 @@ func (s *Store) Read(dp int32, lo int64, p []byte) bool {
 		return false
 	}
 	if e.elem != nil {
-		s.lru.MoveToFront(e.elem)
+		s.listOf(e).MoveToFront(e.elem)
 	}
 	e.refs++
 	ix := e.ix
@@ -329,7 +350,7 @@ func (s *Store) release(e *entry) {
 func (s *Store) drop(e *entry) {
 	delete(s.entries, e.dp)
 	if e.elem != nil {
-		s.lru.Remove(e.elem)
+		s.listOf(e).Remove(e.elem)
 		e.elem = nil
 	}
 	s.used -= e.size
@@ -437,10 +458,14 @@ func blocks(n int64) int64 { return (n + 4095) &^ 4095 }
 // store makes room for and writes an encoded entry.
 func (s *Store) store(dp int32, data []byte) {
 	need := blocks(int64(len(data)))
-	if !s.makeRoom(dp, need) {
+	s.mu.Lock()
+	keep := s.keep
+	s.mu.Unlock()
+	kept := keep != nil && keep(dp)
+	if !s.makeRoom(dp, need, kept) {
 		return
 	}
-	e := &entry{dp: dp, n: int64(len(data)), size: need}
+	e := &entry{dp: dp, n: int64(len(data)), size: need, kept: kept}
 	err := s.be.write(e, data)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -452,7 +477,7 @@ func (s *Store) store(dp int32, data []byte) {
 	}
 	s.stored += e.n
 	s.raw += s.geom.PageSize
-	e.elem = s.lru.PushFront(e)
+	e.elem = s.listOf(e).PushFront(e)
 	s.entries[dp] = e
 	s.st.Stored++
 }
@@ -467,10 +492,18 @@ func (s *Store) stopStoring(err error) {
 }
 
 // makeRoom evicts entries until need more bytes fit, and reserves them;
-// false if page dp should not be stored (bigger than the budget, or needed
-// later than every candidate for eviction).
-func (s *Store) makeRoom(dp int32, need int64) bool {
+// false if page dp should not be stored (bigger than the budget, needed
+// later than every candidate for eviction, or all the room is the pages
+// SetKeep names). kept says whether SetKeep names dp: then it displaces
+// any page it does not name.
+func (s *Store) makeRoom(dp int32, need int64, kept bool) bool {
 	if need > s.opts.Budget {
+		s.mu.Lock()
+		s.st.Refused++
+		s.mu.Unlock()
+		return false
+	}
+	refuse := func() bool {
 		s.mu.Lock()
 		s.st.Refused++
 		s.mu.Unlock()
@@ -483,30 +516,49 @@ func (s *Store) makeRoom(dp int32, need int64) bool {
 			s.mu.Unlock()
 			return true
 		}
+		// The least recently used of the pages not kept; failing those,
+		// of the kept ones, of which those keep no longer names may go.
+		list, fromKept := &s.lru, false
+		if s.lru.Len() == 0 {
+			list, fromKept = &s.kept, true
+		}
 		var cand []*entry
-		for el := s.lru.Back(); el != nil && len(cand) < candidates; el = el.Prev() {
+		for el := list.Back(); el != nil && len(cand) < candidates; el = el.Prev() {
 			if e := el.Value.(*entry); e.refs == 0 {
 				cand = append(cand, e)
 			}
 		}
-		rank := s.rank
+		rank, keep := s.rank, s.keep
 		s.mu.Unlock()
 		if len(cand) == 0 {
 			return false
 		}
-		victim, far := cand[0], Never
+		// Entries keep names now (stored before it did, or named since)
+		// join the kept; the others are the candidates.
+		others := cand[:0:0]
+		for _, e := range cand {
+			if keep != nil && keep(e.dp) {
+				s.promote(e)
+			} else {
+				others = append(others, e)
+			}
+		}
+		if len(others) == 0 {
+			if fromKept {
+				return refuse() // every page here is one to keep
+			}
+			continue // promoted: look again
+		}
+		victim, far := others[0], Never
 		if rank != nil {
 			far = -1
-			for _, e := range cand {
+			for _, e := range others {
 				if d := rank(e.dp); d > far {
 					victim, far = e, d
 				}
 			}
-			if far != Never && rank(dp) >= far {
-				s.mu.Lock()
-				s.st.Refused++
-				s.mu.Unlock()
-				return false
+			if !kept && far != Never && rank(dp) >= far {
+				return refuse()
 			}
 		}
 		s.mu.Lock()
@@ -516,6 +568,18 @@ func (s *Store) makeRoom(dp int32, need int64) bool {
 		}
 		s.mu.Unlock()
 	}
+}
+
+// promote moves a live entry of the pages not kept to the kept.
+func (s *Store) promote(e *entry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.entries[e.dp] != e || e.kept || e.elem == nil {
+		return
+	}
+	s.lru.Remove(e.elem)
+	e.kept = true
+	e.elem = s.kept.PushFront(e)
 }
 
 // Stats returns the Store's counters.

@@ -372,3 +372,61 @@ func TestPendingPages(t *testing.T) {
 		t.Errorf("skipped %d, want 2 (Put and PutWait with its context ended)", st.Skipped)
 	}
 }
+
+// TestKeptPages: the pages SetKeep names displace the others, even with
+// more of them than an eviction ranks at once and every page needed now;
+// they go only when no other is left and they are named no more.
+func TestKeptPages(t *testing.T) {
+	const ps = 16 << 10
+	const n = 32
+	pages := map[int32][]byte{}
+	for i := range int32(n) {
+		r := rand.NewChaCha8([32]byte{byte(i)})
+		pages[i] = make([]byte, ps)
+		r.Read(pages[i])
+	}
+	layout := []Chunk{{Len: ps}}
+	geom := Geometry{PageSize: ps, NumPages: n, Layout: func(int32) []Chunk { return layout }}
+	stored := make(chan struct{}, n)
+	enc, _ := encodeEntry(nil, pages[0], 0, 0, layout, false)
+	s := NewMem(geom, Options{Budget: 20 * blocks(int64(len(enc))), Stored: func() { stored <- struct{}{} }})
+	defer s.Close()
+	s.SetRank(func(int32) int { return 0 }) // every page needed now
+	var keepBelow atomic.Int32
+	keepBelow.Store(18)
+	s.SetKeep(func(dp int32) bool { return dp < keepBelow.Load() || dp == 20 || dp == 22 || dp == 23 })
+	put := func(dp int32) {
+		t.Helper()
+		if !s.Put(dp, pages[dp], func() {}) {
+			t.Fatalf("page %d not taken", dp)
+		}
+		<-stored
+	}
+	held := func(dp int32) bool {
+		got := make([]byte, 100)
+		return s.Read(dp, 50, got) && bytes.Equal(got, pages[dp][50:150])
+	}
+	for dp := range int32(20) { // 18 kept pages, then 2 others: full
+		put(dp)
+	}
+	put(20) // kept: displaces one of the others
+	put(21) // not kept, needed no later than the other left: refused
+	put(22) // kept: displaces the last other
+	put(23) // kept, and only kept pages left: refused
+	for dp := range int32(n) {
+		want := dp < 18 || dp == 20 || dp == 22
+		if held(dp) != want {
+			t.Errorf("page %d held %v, want %v", dp, !want, want)
+		}
+	}
+	keepBelow.Store(10) // pages 10 to 17 are named no more
+	put(23)
+	if !held(23) || s.Stats().Entries != 20 {
+		t.Errorf("page 23 held %v, %d entries: want it in place of a page named no more", held(23), s.Stats().Entries)
+	}
+	for dp := range int32(10) {
+		if !held(dp) {
+			t.Errorf("page %d, still named, gone", dp)
+		}
+	}
+}
