@@ -433,12 +433,17 @@ func TestPeerMembership(t *testing.T) {
 	if got > bound {
 		t.Errorf("after the members changed, the nodes read %d bytes from S3, want at most %d (%d pages moved, +1%%)", got, bound, moved)
 	}
+	var owned int64
 	for _, p := range live {
 		st := mustStorageStats(t, p.mnt)
+		owned += st.Peers.PagesOwned
 		if st.Reads.Errors != 0 || st.Peers.Corrupt != 0 {
 			t.Errorf("%s: %d read errors, %d corrupt values", p.mnt, st.Reads.Errors, st.Peers.Corrupt)
 		}
 		checkStorageReasons(t, p.mnt, *st.Peers, peer.ReasonOwned)
+	}
+	if pages := int64(len(r.data)+2<<20-1) / (2 << 20); owned != pages {
+		t.Errorf("after the change the live nodes own %d pages, want the beton's %d", owned, pages)
 	}
 }
 

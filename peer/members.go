@@ -70,6 +70,8 @@ type members struct {
 	// alt caches the ring without the nodes that are down, by their names.
 	altDown string
 	alt     *consistenthash.Map
+	// ownedOf caches owned's counts for the ring.
+	ownedOf map[*Source]int64
 	moved   func(old, new *consistenthash.Map) int64 // pages whose owner changed
 
 	changes    atomic.Uint64
@@ -133,7 +135,7 @@ func (m *members) apply(nodes []string) bool {
 	}
 	old, ring := m.ring, newRing(nodes)
 	added, removed := diff(m.nodes, nodes)
-	m.nodes, m.ring, m.alt, m.altDown = nodes, ring, nil, ""
+	m.nodes, m.ring, m.alt, m.altDown, m.ownedOf = nodes, ring, nil, "", nil
 	m.set(nodes)
 	m.mu.Unlock()
 	if old != nil {
@@ -169,16 +171,25 @@ func (m *members) count() int {
 	return len(m.nodes)
 }
 
-// owned returns how many pages of s this node owns.
+// owned returns how many pages of s this node owns, counted once per
+// ring (stats.json is read and metrics scraped often; ImageNet has some
+// 17,000 pages).
 func (m *members) owned(s *Source) int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if n, ok := m.ownedOf[s]; ok {
+		return n
+	}
 	var n int64
 	for p := range (s.Size() + s.block - 1) / s.block {
 		if m.ring.Get(pageKey(s.prefix, p)) == m.self {
 			n++
 		}
 	}
+	if m.ownedOf == nil {
+		m.ownedOf = map[*Source]int64{}
+	}
+	m.ownedOf[s] = n
 	return n
 }
 
