@@ -397,17 +397,10 @@ func TestPeerMembership(t *testing.T) {
 
 	writePeers(1, 2, 4)
 	nodes[4] = r.peerMount(t, 4, []string{"@" + file}, secret)
-	deadline := time.Now().Add(testenv.Patience)
 	for _, n := range []int{1, 2} {
-		for {
-			st := mustStorageStats(t, nodes[n].mnt).Peers
-			if st.Members == 3 && st.MemberChanges == 1 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("node %d: %d members after %d changes, want 3 after 1", n, st.Members, st.MemberChanges)
-			}
-			time.Sleep(50 * time.Millisecond)
+		waitLog(t, nodes[n], "peer tier: the members changed", 1)
+		if st := mustStorageStats(t, nodes[n].mnt).Peers; st.Members != 3 || st.MemberChanges != 1 {
+			t.Fatalf("node %d: %d members after %d changes, want 3 after 1", n, st.Members, st.MemberChanges)
 		}
 	}
 	nodes[3].stop(t)

@@ -211,17 +211,21 @@ func mustStorageStats(t *testing.T, mnt string) control.Stats {
 // logCount counts substr in the mount's log.
 func logCount(p *mountProc, substr string) int { return strings.Count(p.stderr.String(), substr) }
 
-// waitLog waits until the mount's log holds substr n times.
+// waitLog waits until the mount's log holds substr n times, woken by each
+// write to it.
 func waitLog(t *testing.T, p *mountProc, substr string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for strings.Count(p.stderr.String(), substr) < n {
+	deadline := time.After(time.Minute)
+	for {
+		written := p.stderr.Written()
+		if strings.Count(p.stderr.String(), substr) >= n {
+			return
+		}
 		select {
+		case <-written:
 		case <-p.exited:
 			t.Fatalf("the mount exited (%s) while waiting for %q in its log:\n%s", p.cmd.ProcessState, substr, p.stderr)
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
+		case <-deadline:
 			t.Fatalf("%q not %d times in the mount's log after a minute:\n%s", substr, n, p.stderr)
 		}
 	}

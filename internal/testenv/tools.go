@@ -84,17 +84,33 @@ type OutputBuffer struct {
 	// that many bytes are dropped.
 	Limit int
 
-	mu  sync.Mutex
-	buf bytes.Buffer
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	written chan struct{} // closed at the next write; nil if nobody waits
 }
 
 func (b *OutputBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.written != nil {
+		close(b.written)
+		b.written = nil
+	}
 	if b.Limit > 0 && b.buf.Len() > b.Limit {
 		return len(p), nil
 	}
 	return b.buf.Write(p)
+}
+
+// Written returns a channel closed at the next write: wait on it, then
+// look at String again.
+func (b *OutputBuffer) Written() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.written == nil {
+		b.written = make(chan struct{})
+	}
+	return b.written
 }
 
 // String returns what was collected.
