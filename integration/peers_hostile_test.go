@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
+	"github.com/ffcvfs/ffcvfs/peer"
 )
 
 // Hostile input against the peer tier: a peer listed in
@@ -156,37 +157,52 @@ func TestPeerEndlessAnswer(t *testing.T) {
 	}
 }
 
-// TestPeerSlowAnswer: a peer that sends its headers, then a
-// byte a second, held each read for the whole --peer-timeout and was never
-// set aside (the mark was cleared once headers arrived). A timeout while
-// the answer is read marks it down too: it is asked a few times, not once
-// per read, and every byte is right.
+// TestPeerSlowAnswer: a peer that sends its answer a byte a second, and
+// one that says it works on the answer (102 Processing) and then sends
+// nothing, are given up (after --peer-timeout, and 12 times as long) and
+// set aside, a timeout while the answer is read as well as before it: it
+// is asked a few times, not once per read; the node reads their pages from
+// S3, right bytes.
 func TestPeerSlowAnswer(t *testing.T) {
-	r := newStorageRig(t, testenv.Fixture(t, "imagefolder-small"), "peers-slow.beton", "2MiB")
-	secret := peerSecret(t)
-	fake := startFakePeer(t, 5, r, func(w http.ResponseWriter, req *http.Request, n int) {
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		w.WriteHeader(http.StatusOK)
-		for req.Context().Err() == nil {
-			if _, err := w.Write([]byte{0x0a}); err != nil {
-				return
+	for _, c := range []struct {
+		name   string
+		answer func(w http.ResponseWriter, req *http.Request, n int)
+	}{
+		{"a byte a second", func(w http.ResponseWriter, req *http.Request, n int) {
+			w.Header().Set("Content-Type", "application/x-protobuf")
+			w.WriteHeader(http.StatusOK)
+			for req.Context().Err() == nil {
+				if _, err := w.Write([]byte{0x0a}); err != nil {
+					return
+				}
+				w.(http.Flusher).Flush()
+				select {
+				case <-req.Context().Done():
+				case <-time.After(time.Second):
+				}
 			}
-			w.(http.Flusher).Flush()
-			select {
-			case <-req.Context().Done():
-			case <-time.After(time.Second):
+		}},
+		{"processing, then silence", func(w http.ResponseWriter, req *http.Request, n int) {
+			w.WriteHeader(http.StatusProcessing)
+			<-req.Context().Done()
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newStorageRig(t, testenv.Fixture(t, "imagefolder-small"), "peers-slow.beton", "2MiB")
+			secret := peerSecret(t)
+			fake := startFakePeer(t, 5, r, c.answer)
+			p := r.peerMount(t, 4, []string{peerURL(4), peerURL(5)}, secret, "--peer-timeout", "300ms")
+			checkReadsAll(t, p.mnt, r.files, 1)
+			asked := fake.asked.Load()
+			t.Logf("the slow peer was asked %d times for %d files", asked, len(r.files))
+			if asked == 0 {
+				t.Fatal("the fake peer owns no page: pick other addresses")
 			}
-		}
-	})
-	p := r.peerMount(t, 4, []string{peerURL(4), peerURL(5)}, secret, "--peer-timeout", "300ms")
-	checkReadsAll(t, p.mnt, r.files, 1)
-	asked := fake.asked.Load()
-	t.Logf("the slow peer was asked %d times for %d files", asked, len(r.files))
-	if asked == 0 {
-		t.Fatal("the fake peer owns no page: pick other addresses")
-	}
-	if asked > 10 {
-		t.Errorf("the slow peer was asked %d times; once its answer timed out it should be set aside", asked)
+			if asked > 10 {
+				t.Errorf("the slow peer was asked %d times; once its answer timed out it should be set aside", asked)
+			}
+			checkStorageReasons(t, p.mnt, *mustStorageStats(t, p.mnt).Peers, peer.ReasonOwned, peer.ReasonOwnerTimeout, peer.ReasonOwnerGone)
+		})
 	}
 }
 

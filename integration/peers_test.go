@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
+	"github.com/ffcvfs/ffcvfs/internal/toxitest"
 	"github.com/ffcvfs/ffcvfs/peer"
 )
 
@@ -528,5 +529,37 @@ func TestPeerTierDisk(t *testing.T) {
 	}
 	if pages := int64(size+2<<20-1) / (2 << 20); held == 0 || owned != pages || most*(2<<20) <= ram {
 		t.Errorf("the nodes served %d values from their slots and disk tiers and own %d pages, at most %d each: want some, %d, and a node owning more than its %d bytes of RAM", held, owned, most, pages, ram)
+	}
+}
+
+// TestPeerOwnerFillsSlowly: an owner reading a page from S3 takes longer
+// than --peer-timeout (1.5 s of latency against 500 ms); it says at once
+// that it works on the answer, so the node that asked waits for it rather
+// than read the page from S3 too: each page is read from S3 once.
+func TestPeerOwnerFillsSlowly(t *testing.T) {
+	r := newStorageRig(t, testenv.Fixture(t, "imagefolder-small"), "peers-slow-fill.beton", "2MiB")
+	secret := peerSecret(t)
+	px := r.tp.Proxy(t, "slow-fill", r.serverAddr())
+	peers := []string{peerURL(1), peerURL(2)}
+	var nodes []*mountProc
+	for n := 1; n <= 2; n++ {
+		nodes = append(nodes, r.mount(t, "http://"+px.Addr(), r.key, "--cache-size", "4MiB", "--peer-timeout", "500ms",
+			"--peer-listen", peerAddr(n), "--peers", strings.Join(peers, ","), "--peer-secret-file", secret, "--peer-cache-size", "64MiB"))
+	}
+	px.AddToxic(t, toxitest.Toxic{Name: "latency", Type: "latency", Attributes: map[string]int64{"latency": 1500}})
+	// Node 2 alone reads: node 1 fills its pages from S3 as node 2 asks.
+	checkReadsAll(t, nodes[1].mnt, r.files, 2)
+	size := uint64(len(r.data))
+	got := peerStorageBytes(t, nodes...)
+	owned := mustStorageStats(t, nodes[0].mnt).Peers.PagesOwned
+	t.Logf("the nodes read %d bytes from S3 for a beton of %d; node 1 owns %d pages", got, size, owned)
+	if owned == 0 {
+		t.Fatal("node 1 owns no page: pick other addresses")
+	}
+	if got > size*105/100 {
+		t.Errorf("the nodes read %d bytes from S3, want at most 1.05× the beton's %d", got, size)
+	}
+	for _, p := range nodes {
+		checkStorageReasons(t, p.mnt, *mustStorageStats(t, p.mnt).Peers, peer.ReasonOwned)
 	}
 }

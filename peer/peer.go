@@ -21,9 +21,11 @@
 // owners directly (the pool's peer for the key), not through the group's
 // Get, whose hot cache would keep one in ten values of other nodes and
 // push out pages this node owns: each node keeps the pages it owns (in
-// Options.CacheBytes) and no others. A peer that is down, slow
-// (Options.Timeout, for the whole answer) or sends a value that fails its
-// check is not asked again for downHold; its pages are asked of the node
+// Options.CacheBytes or its cache's tiers) and no others. A peer that is
+// down, slow (Options.Timeout to begin its answer, fillWait times as long
+// to finish it, as it may read the page from storage) or sends a value
+// that fails its check is not asked again for downHold; its pages are
+// asked of the node
 // next on the hash ring without it (members.go), the same node for every
 // node, which fills each from storage once, and failing that this node
 // reads from storage, without an error for the reader. Every read
@@ -75,6 +77,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
 	"net/url"
 	"os"
 	"slices"
@@ -118,8 +122,10 @@ type Options struct {
 	// kept by the node's cache instead (Source.HoldIn, with a disk or
 	// compressed RAM tier).
 	CacheBytes int64
-	// Timeout bounds a request to a peer (default 5 s); past it the
-	// node reads from storage.
+	// Timeout bounds a request to a peer until the peer says it works
+	// on the answer (102 Processing), and then fillWait times as long
+	// for the answer, which the peer may read from storage (default
+	// 5 s, then 60 s); past it the node reads from storage.
 	Timeout time.Duration
 	Logger  *slog.Logger
 	// TLSCert, TLSKey and TLSCA are PEM files, all or none: this node's
@@ -134,6 +140,11 @@ type Options struct {
 
 // DefaultTimeout is Options.Timeout's default.
 const DefaultTimeout = 5 * time.Second
+
+// fillWait is how many times Options.Timeout an owner that said it works
+// on an answer (102 Processing) is waited for: it may be reading the page
+// from storage, within storage's own timeouts and retries.
+const fillWait = 12
 
 // downHold is how long a peer that failed to answer is not asked: its
 // pages are read from storage meanwhile, and one read then tries it
@@ -504,8 +515,23 @@ func start(opts Options) error {
 			noteFailure(r.Context(), ownerGone)
 			return nil, fmt.Errorf("peer %s failed lately; not asked until %s", r.URL.Host, until.(time.Time).Format(time.TimeOnly))
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), opts.Timeout)
+		// The owner says at once that it works on the answer (102
+		// Processing, written by authorize); from then on it may be
+		// reading the page from storage, and is given fillWait times
+		// as long: an asker that gave up sooner would read the page
+		// from storage too.
+		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
+		timer := time.AfterFunc(opts.Timeout, cancel)
+		defer timer.Stop()
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+			Got1xxResponse: func(code int, _ textproto.MIMEHeader) error {
+				if code == http.StatusProcessing {
+					timer.Reset(fillWait * opts.Timeout)
+				}
+				return nil
+			},
+		})
 		resp, err := fetch(ctx, tr, r)
 		if err == nil && resp.StatusCode != http.StatusOK {
 			noteFailure(r.Context(), ownerError)
@@ -524,7 +550,7 @@ func start(opts Options) error {
 				// check: its pages go elsewhere for a while,
 				// without a wait per read.
 				node.down.Store(base, time.Now().Add(downHold))
-				opts.Logger.Debug("peer tier: a peer failed", "peer", r.URL.Host, "err", err)
+				opts.Logger.Warn("peer tier: a peer failed; its pages are asked of the next node, or read from storage, for a while", "peer", r.URL.Host, "for", downHold, "err", err)
 			}
 			return nil, err
 		}
@@ -748,6 +774,9 @@ func authorize(next http.Handler) http.Handler {
 			http.Error(w, "not a peer", http.StatusUnauthorized)
 			return
 		}
+		// At once, before the value, which may come from storage: the
+		// asker waits longer for a node that works on its answer.
+		w.WriteHeader(http.StatusProcessing)
 		next.ServeHTTP(w, r)
 	})
 }

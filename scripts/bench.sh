@@ -90,7 +90,9 @@
 #                                 global ones over the peer tier (--peer-listen on
 #                                 127.77.1.K, no disk cache; and with the pages a node
 #                                 owns kept on its disk cache, little RAM), with
-#                                 images/s and RAM per node (KINDS picks). Then a
+#                                 images/s and RAM per node (KINDS picks;
+#                                 CLUSTER_DEBUG=1 prints each node's pages owned, storage
+#                                 reasons and tiers on stderr). Then a
 #                                 simulation, without I/O, of the same at ImageNet's scale
 #                                 (1,281,167 samples in pages of about 76, 8 to 64 nodes
 #                                 of 8 ranks, move 0 and 0.1): tools/clustersim, the
@@ -1156,7 +1158,7 @@ bench_cluster() {
 					ram=$(((2 * ranks + 4) * (page >> 20)))MiB
 					;;
 				esac
-				bin/ffcvfs mount --background --s3-endpoint "http://127.0.0.1:$STORAGE_LINK" --cache-size "$ram" \
+				bin/ffcvfs ${CLUSTER_DEBUG:+-v} mount --background --s3-endpoint "http://127.0.0.1:$STORAGE_LINK" --cache-size "$ram" \
 					--readers "$STORAGE_READERS" --order-batch-size "$STORAGE_BATCH" "${tier[@]}" \
 					"s3://bench/$STORAGE_KEY" "$STORAGE_TMP/node$k" 2>>"$STORAGE_TMP/mount.log" ||
 					die "ffcvfs mount failed: $(tail -n 5 "$STORAGE_TMP/mount.log")"
@@ -1207,6 +1209,8 @@ s = json.load(open(sys.argv[1] + "/.ffcvfs/stats.json"))
 p = s.get("peers") or {}
 t = [(x["kind"], x["entries"], x["stored"], x["refused"], x["evictions"], x["skipped"], x["hits"]) for x in ((s["cache"].get("tiers") or {}).get("tiers") or [])]
 print(sys.argv[1], "owned", p.get("pages_owned"), "reasons", p.get("storage_reasons"), "held", p.get("held_reads"), "tiers", t, file=sys.stderr)' "$m"; done
+				grep -h "a peer failed" "$STORAGE_TMP/mount.log" | head -n 20 >&2 || true
+				: >"$STORAGE_TMP/mount.log"
 			fi
 			for m in "${mnts[@]}"; do bin/ffcvfs umount "$m" || die "ffcvfs umount $m failed"; done
 		done
