@@ -90,8 +90,9 @@ if ((busy)); then
 fi
 # Left out of the race pass: heavy tests of code one goroutine runs
 # (parsers of hostile input, whole-file comparisons, fuzz seeds over large
-# inputs), which the first pass runs.
-RACE_SKIP='^(TestHostileIDFiles|TestFileSourceMatchesFile|FuzzMountedBeton|TestOpenImagenetSize|TestTruncateAnywhere|TestBenchChecksum|TestCorrupt|TestFuzzEncoding)$'
+# inputs, the tiers' eviction and compression figures), which the first
+# pass runs.
+RACE_SKIP='^(TestCompressRAMHoldsMorePages|TestHeldPages|TestHostileIDFiles|TestFileSourceMatchesFile|FuzzMountedBeton|TestOpenImagenetSize|TestTruncateAnywhere|TestBenchChecksum|TestCorrupt|TestFuzzEncoding)$'
 
 work= beside_pids=()
 cleanup() {
