@@ -12,26 +12,25 @@
 //
 // A Source sits between the cache's tiers and storage. A read of a whole
 // page asks the page's owner, which serves it from its groupcache memory
-// (Options.CacheBytes, which may be 0), or from its page cache's slots and
+// (Options.CacheBytes, which may be 0) or from its page cache's slots and
 // tiers (HoldIn), or reads it from storage once and keeps it in those
 // tiers, the pages it owns before any other: a page is held once on a
-// node, and a node with a disk tier owns as much as its disk holds. A read of part of a page (a range, as a
-// random order makes) asks the owner for those bytes: its own key, hashed
-// to the page's owner, whose getter takes them from the page. A node asks
-// owners directly (the pool's peer for the key), not through the group's
-// Get, whose hot cache would keep one in ten values of other nodes and
-// push out pages this node owns: each node keeps the pages it owns (in
-// Options.CacheBytes or its cache's tiers) and no others. A peer that is
-// down, slow (Options.Timeout to begin its answer, fillWait times as long
-// to finish it, as it may read the page from storage) or sends a value
-// that fails its check is not asked again for downHold; its pages are
-// asked of the node
-// next on the hash ring without it (members.go), the same node for every
-// node, which fills each from storage once, and failing that this node
-// reads from storage, without an error for the reader. Every read
-// from storage is counted with its reason (Stats.StorageReasons): the
-// node owns the page, or its owner timed out, was gone, answered an error
-// or sent a value that failed its check.
+// node, and a node with a disk tier owns as much as its disk holds. A read
+// of part of a page (a range, as a random order makes) asks the owner for
+// those bytes: its own key, hashed to the page's owner, whose getter takes
+// them from the page. A node asks owners directly (the pool's peer for the
+// key), not through the group's Get, whose hot cache would keep one in ten
+// values of other nodes and push out pages this node owns: each node keeps
+// the pages it owns (in Options.CacheBytes or its cache's tiers) and no
+// others. A peer that is down, slow (Options.Timeout to begin its answer,
+// fillWait times as long to finish it, as it may read the page from
+// storage) or sends a value that fails its check is not asked again for
+// downHold; its pages are asked of the node next on the hash ring without
+// it (members.go), the same node for every node, which fills each from
+// storage once, and failing that this node reads from storage, without an
+// error for the reader. Every read from storage is counted with its reason
+// (Stats.StorageReasons): the node owns the page, or its owner timed out,
+// was gone, answered an error or sent a value that failed its check.
 //
 // # Trust
 //

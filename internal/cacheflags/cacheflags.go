@@ -15,11 +15,10 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/ffcvfs/ffcvfs/pagecache/tier"
-
 	"github.com/ffcvfs/ffcvfs/internal/bytesize"
 	"github.com/ffcvfs/ffcvfs/internal/readfile"
 	"github.com/ffcvfs/ffcvfs/pagecache"
+	"github.com/ffcvfs/ffcvfs/pagecache/tier"
 	"github.com/ffcvfs/ffcvfs/peer"
 	"github.com/ffcvfs/ffcvfs/storage"
 )

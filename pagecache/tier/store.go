@@ -95,7 +95,8 @@ type backend interface {
 // entry is one stored page.
 //
 // INVARIANT: in Store.entries under its page and in its LRU list (elem:
-// Store.kept if kept, else Store.lru) while live; size is counted in Store.used.
+// Store.kept if kept, else Store.lru) while live; size is counted in
+// Store.used.
 type entry struct {
 	dp   int32
 	n    int64  // its bytes
