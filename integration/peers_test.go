@@ -527,7 +527,7 @@ func TestPeerTierDisk(t *testing.T) {
 }
 
 // TestPeerOwnerFillsSlowly: an owner reading a page from S3 takes longer
-// than --peer-timeout (1.5 s of latency against 500 ms); it says at once
+// than --peer-timeout (2 s of latency against 1 s); it says at once
 // that it works on the answer, so the node that asked waits for it rather
 // than read the page from S3 too: each page is read from S3 once.
 func TestPeerOwnerFillsSlowly(t *testing.T) {
@@ -537,10 +537,10 @@ func TestPeerOwnerFillsSlowly(t *testing.T) {
 	peers := []string{peerURL(1), peerURL(2)}
 	var nodes []*mountProc
 	for n := 1; n <= 2; n++ {
-		nodes = append(nodes, r.mount(t, "http://"+px.Addr(), r.key, "--cache-size", "4MiB", "--peer-timeout", "500ms",
+		nodes = append(nodes, r.mount(t, "http://"+px.Addr(), r.key, "--cache-size", "4MiB", "--peer-timeout", "1s",
 			"--peer-listen", peerAddr(n), "--peers", strings.Join(peers, ","), "--peer-secret-file", secret, "--peer-cache-size", "64MiB"))
 	}
-	px.AddToxic(t, toxitest.Toxic{Name: "latency", Type: "latency", Attributes: map[string]int64{"latency": 1500}})
+	px.AddToxic(t, toxitest.Toxic{Name: "latency", Type: "latency", Attributes: map[string]int64{"latency": 2000}})
 	// Node 2 alone reads: node 1 fills its pages from S3 as node 2 asks.
 	checkReadsAll(t, nodes[1].mnt, r.files, 2)
 	size := uint64(len(r.data))
