@@ -498,17 +498,14 @@ func (s *Store) stopStoring(err error) {
 // SetKeep names). kept says whether SetKeep names dp: then it displaces
 // any page it does not name.
 func (s *Store) makeRoom(dp int32, need int64, kept bool) bool {
-	if need > s.opts.Budget {
-		s.mu.Lock()
-		s.st.Refused++
-		s.mu.Unlock()
-		return false
-	}
 	refuse := func() bool {
 		s.mu.Lock()
 		s.st.Refused++
 		s.mu.Unlock()
 		return false
+	}
+	if need > s.opts.Budget {
+		return refuse()
 	}
 	for {
 		s.mu.Lock()
@@ -536,7 +533,7 @@ func (s *Store) makeRoom(dp int32, need int64, kept bool) bool {
 		}
 		// Entries keep names now (stored before it did, or named since)
 		// join the kept; the others are the candidates.
-		others := cand[:0:0]
+		var others []*entry
 		for _, e := range cand {
 			if keep != nil && keep(e.dp) {
 				s.promote(e)

@@ -40,6 +40,19 @@ func testPage(ps int, seed uint64) ([]byte, []Chunk) {
 	return page, layout
 }
 
+// testPages returns n pages of testPage (seeds seed, seed+1, ...) by data
+// page, their layouts, and the Geometry of a source made of them.
+func testPages(ps, n int, seed uint64) (map[int32][]byte, [][]Chunk, Geometry) {
+	pages := map[int32][]byte{}
+	var layouts [][]Chunk
+	for i := range n {
+		p, l := testPage(ps, seed+uint64(i))
+		pages[int32(i)] = p
+		layouts = append(layouts, l)
+	}
+	return pages, layouts, Geometry{PageSize: int64(ps), NumPages: n, Layout: func(dp int32) []Chunk { return layouts[dp] }}
+}
+
 func TestEntryRoundTrip(t *testing.T) {
 	const ps = 64 << 10
 	page, layout := testPage(ps, 1)
@@ -161,14 +174,7 @@ func FuzzEntry(f *testing.F) {
 func TestDiskStore(t *testing.T) {
 	const ps = 64 << 10
 	dir := filepath.Join(t.TempDir(), "cache")
-	pages := map[int32][]byte{}
-	var layouts [][]Chunk
-	for i := range 8 {
-		p, l := testPage(ps, uint64(10+i))
-		pages[int32(i)] = p
-		layouts = append(layouts, l)
-	}
-	geom := Geometry{PageSize: ps, NumPages: 8, Layout: func(dp int32) []Chunk { return layouts[dp] }}
+	pages, layouts, geom := testPages(ps, 8, 10)
 	src := Object{Name: "s3://b/k", Identity: "s3://b/k etag=1"}
 	// Room for 3 compressed pages.
 	enc, _ := encodeEntry(nil, pages[0], 0, 0, layouts[0], true)
@@ -302,14 +308,7 @@ func TestDiskFolderOpenToOthers(t *testing.T) {
 // context ends.
 func TestPendingPages(t *testing.T) {
 	const ps = 64 << 10
-	pages := map[int32][]byte{}
-	var layouts [][]Chunk
-	for i := range 8 {
-		p, l := testPage(ps, uint64(30+i))
-		pages[int32(i)] = p
-		layouts = append(layouts, l)
-	}
-	geom := Geometry{PageSize: ps, NumPages: 8, Layout: func(dp int32) []Chunk { return layouts[dp] }}
+	pages, layouts, geom := testPages(ps, 8, 30)
 	stored := make(chan struct{}, 16)
 	enc, _ := encodeEntry(nil, pages[0], 0, 0, layouts[0], false)
 	s := NewMem(geom, Options{Budget: blocks(int64(len(enc))), Stored: func() { stored <- struct{}{} }})
