@@ -1113,7 +1113,7 @@ for c in sorted(e.name for e in os.scandir(src) if e.is_dir() and not e.name.sta
 bench_cluster() {
 	local n dir latency secs beton page size feed_cache
 	storage_setup "$@"
-	local ranks=2 nodes kind e k r share cache diskcap pids line total rates t0 t1 images
+	local ranks=2 nodes kind e k r share cache diskcap owned pids line total rates t0 t1 images
 	local secret="$STORAGE_TMP/peer-secret"
 	(umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$secret")
 	echo
@@ -1141,6 +1141,8 @@ bench_cluster() {
 		share=$(((size / nodes + page - 1) / page))
 		cache=$(((share * 115 / 100 + 2 * ranks + 2) * (page >> 20)))MiB
 		diskcap=$(((share * 115 / 100 + 2) * page))
+		# What the peer tier keeps a node's share in: 30 % more.
+		owned=$((share * 130 / 100 + 2))
 		for kind in ${KINDS:-global node-affine global+peers global+peers+disk}; do
 			local mpids=() mnts=() peers=()
 			for ((k = 0; k < nodes; k++)); do peers+=("http://127.77.1.$((k + 1)):17490"); done
@@ -1151,10 +1153,10 @@ bench_cluster() {
 				local ram=$cache peering=(--peer-listen "127.77.1.$((k + 1)):17490" --peers "$(IFS=,; echo "${peers[*]}")" --peer-secret-file "$secret")
 				case $kind in
 				global+peers)
-					tier=("${peering[@]}" --peer-cache-size "$(((share * 130 / 100 + 2) * (page >> 20)))MiB")
+					tier=("${peering[@]}" --peer-cache-size "$((owned * (page >> 20)))MiB")
 					;;
 				global+peers+disk)
-					tier=("${peering[@]}" --disk-cache "$STORAGE_TMP/disk$k" --disk-cache-size "$(((share * 130 / 100 + 2) * page))")
+					tier=("${peering[@]}" --disk-cache "$STORAGE_TMP/disk$k" --disk-cache-size "$((owned * page))")
 					ram=$(((2 * ranks + 4) * (page >> 20)))MiB
 					;;
 				esac
@@ -1193,22 +1195,22 @@ bench_cluster() {
 				done
 				line+=$(printf ' %8.1f%%' "$(echo "100 * $total / $size" | bc -l)")
 			done
+			# The most RAM any node held; with CLUSTER_DEBUG, each node's
+			# share, storage reasons and tiers on stderr.
 			local mem
-			mem=$(/usr/bin/python3 -c '
-import json, sys
+			mem=$(CLUSTER_DEBUG=${CLUSTER_DEBUG:-} /usr/bin/python3 -c '
+import json, os, sys
 most = 0
 for m in sys.argv[1:]:
     s = json.load(open(m + "/.ffcvfs/stats.json"))
-    most = max(most, s["cache"]["budget_bytes"] + (s.get("peers") or {}).get("cache_bytes", 0))
+    p = s.get("peers") or {}
+    most = max(most, s["cache"]["budget_bytes"] + p.get("cache_bytes", 0))
+    if os.environ["CLUSTER_DEBUG"]:
+        t = [(x["kind"], x["entries"], x["stored"], x["refused"], x["evictions"], x["skipped"], x["hits"]) for x in ((s["cache"].get("tiers") or {}).get("tiers") or [])]
+        print(m, "owned", p.get("pages_owned"), "reasons", p.get("storage_reasons"), "held", p.get("held_reads"), "tiers", t, file=sys.stderr)
 print(most >> 20)' "${mnts[@]}")
 			echo "$line$rates $(printf '%9s' "$mem")"
 			if [[ -n ${CLUSTER_DEBUG:-} ]]; then
-				for m in "${mnts[@]}"; do /usr/bin/python3 -c '
-import json, sys
-s = json.load(open(sys.argv[1] + "/.ffcvfs/stats.json"))
-p = s.get("peers") or {}
-t = [(x["kind"], x["entries"], x["stored"], x["refused"], x["evictions"], x["skipped"], x["hits"]) for x in ((s["cache"].get("tiers") or {}).get("tiers") or [])]
-print(sys.argv[1], "owned", p.get("pages_owned"), "reasons", p.get("storage_reasons"), "held", p.get("held_reads"), "tiers", t, file=sys.stderr)' "$m"; done
 				grep -h "a peer failed" "$STORAGE_TMP/mount.log" | head -n 20 >&2 || true
 				: >"$STORAGE_TMP/mount.log"
 			fi
