@@ -140,6 +140,10 @@ type Options struct {
 // DefaultTimeout is Options.Timeout's default.
 const DefaultTimeout = 5 * time.Second
 
+// MaxTimeout bounds Options.Timeout: fillWait times it is the longest an
+// asker waits, well within a time.Duration.
+const MaxTimeout = 10 * time.Minute
+
 // fillWait is how many times Options.Timeout an owner that said it works
 // on an answer (102 Processing) is waited for: it may be reading the page
 // from storage, within storage's own timeouts and retries.
@@ -192,6 +196,8 @@ func (o *Options) Validate() error {
 		return errors.New("the peer tier needs the list of peers")
 	case o.CacheBytes < 0:
 		return fmt.Errorf("peer cache size %d: must not be negative", o.CacheBytes)
+	case o.Timeout < 0 || o.Timeout > MaxTimeout:
+		return fmt.Errorf("peer timeout %v: want more than 0 and at most %v", o.Timeout, MaxTimeout)
 	}
 	// Validate runs twice (the flags', then start's): the files are read
 	// once.

@@ -129,7 +129,7 @@ func PeerFlags(category string) []cli.Flag {
 		&cli.StringFlag{Name: "peer-self", Usage: "this node's `URL` among --peers (default: http://, or https:// with --peer-tls-*, and --peer-listen)", Category: category},
 		&cli.StringFlag{Name: "peer-secret-file", Usage: "`FILE` holding the secret every node of the peer tier shares, at least 16 bytes (default: $FFCVFS_PEER_SECRET)", Category: category},
 		&cli.StringFlag{Name: "peer-cache-size", Usage: "the `SIZE` of RAM this node keeps the pages it owns in for the cluster, beyond --cache-size; the nodes' together should hold the beton. 0: keep them in the cache's tiers alone, first of all pages (--disk-cache: a node owns as much as its disk holds; --compress-ram: within --cache-size) (default: 1GiB; 0 with --disk-cache)", Category: category},
-		&cli.DurationFlag{Name: "peer-timeout", Value: peer.DefaultTimeout, Usage: "read from storage when a peer has not begun its answer within this `DURATION`, or, once it said it works on it (reading the page from storage), not finished it within 12 times as long", Category: category},
+		&cli.DurationFlag{Name: "peer-timeout", Value: peer.DefaultTimeout, Usage: "read from storage when a peer has not begun its answer within this `DURATION` (at most 10m), or, once it said it works on it (reading the page from storage), not finished it within 12 times as long", Category: category},
 		&cli.StringFlag{Name: "peer-tls-cert", Usage: "mutual TLS between peers, with --peer-tls-key and --peer-tls-ca: this node's certificate, a PEM `FILE` naming its address (IP or DNS name), for server and client use", Category: category},
 		&cli.StringFlag{Name: "peer-tls-key", Usage: "the PEM `FILE` of --peer-tls-cert's key, readable by its owner alone", Category: category},
 		&cli.StringFlag{Name: "peer-tls-ca", Usage: "the PEM `FILE` of the CA that signs every node's certificate; a peer without one is refused", Category: category},
@@ -189,7 +189,9 @@ func PeerOptions(c *cli.Context) (o peer.Options, ok bool, err error) {
 	case o.CacheBytes == 0 && !tiers:
 		return o, false, errors.New("--peer-cache-size 0 keeps the pages this node owns in the cache's tiers alone, and there are none: give --disk-cache DIR (or --compress-ram), or a size")
 	}
-	o.Timeout = c.Duration("peer-timeout")
+	if o.Timeout = c.Duration("peer-timeout"); o.Timeout <= 0 || o.Timeout > peer.MaxTimeout {
+		return o, false, fmt.Errorf("--peer-timeout %v: want more than 0 and at most %v", o.Timeout, peer.MaxTimeout)
+	}
 	o.TLSCert, o.TLSKey, o.TLSCA = c.String("peer-tls-cert"), c.String("peer-tls-key"), c.String("peer-tls-ca")
 	o.Logger = slog.Default()
 	if err := o.Validate(); err != nil {

@@ -59,6 +59,9 @@ func TestOpenErrors(t *testing.T) {
 		{beton, []string{"--peer-listen", "127.0.0.1:0", "--peer-cache-size", "-5", "--disk-cache", t.TempDir()}, 2, "--peer-cache-size: want a size"},
 		{beton, []string{"--peer-listen", "127.0.0.1:0", "--peer-cache-size", "lots"}, 2, "--peer-cache-size: want a size"},
 		{beton, []string{"--peer-listen", "127.0.0.1:0", "--peer-cache-size", "99999999999PiB"}, 2, "--peer-cache-size: want a size"},
+		{beton, []string{"--peer-listen", "127.0.0.1:0", "--peer-timeout", "0s"}, 2, "--peer-timeout 0s: want more than 0"},
+		{beton, []string{"--peer-listen", "127.0.0.1:0", "--peer-timeout", "-1s"}, 2, "--peer-timeout -1s: want more than 0"},
+		{beton, []string{"--peer-listen", "127.0.0.1:0", "--peer-timeout", "2000000h"}, 2, "at most 10m0s"},
 		{filepath.Join(t.TempDir(), "missing.beton"), nil, 1, "missing.beton"},
 		{photo, nil, 1, "photo.jpg"},
 	} {
