@@ -157,9 +157,9 @@ func TestPeerEndlessAnswer(t *testing.T) {
 	}
 }
 
-// TestPeerSlowAnswer: a peer that sends its answer a byte a second, and
-// one that says it works on the answer (102 Processing) and then sends
-// nothing, are given up (after --peer-timeout, and 12 times as long) and
+// TestPeerSlowAnswer: a peer that sends its answer a byte a second, one
+// that says it works on the answer (102 Processing) and then sends
+// nothing, and one that says so without end, are given up (after --peer-timeout, and 12 times as long) and
 // set aside, a timeout while the answer is read as well as before it: it
 // is asked a few times, not once per read; the node reads their pages from
 // S3, right bytes.
@@ -185,6 +185,15 @@ func TestPeerSlowAnswer(t *testing.T) {
 		{"processing, then silence", func(w http.ResponseWriter, req *http.Request, n int) {
 			w.WriteHeader(http.StatusProcessing)
 			<-req.Context().Done()
+		}},
+		{"processing without end", func(w http.ResponseWriter, req *http.Request, n int) {
+			for req.Context().Err() == nil {
+				w.WriteHeader(http.StatusProcessing)
+				select {
+				case <-req.Context().Done():
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -529,9 +529,11 @@ func start(opts Options) error {
 		defer cancel()
 		timer := time.AfterFunc(opts.Timeout, cancel)
 		defer timer.Stop()
+		var working bool // the first 102 sets the deadline; others do not move it
 		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 			Got1xxResponse: func(code int, _ textproto.MIMEHeader) error {
-				if code == http.StatusProcessing {
+				if code == http.StatusProcessing && !working {
+					working = true
 					timer.Reset(fillWait * opts.Timeout)
 				}
 				return nil
