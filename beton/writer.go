@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
+	"slices"
 )
 
 // Value is one field's value for Writer.WriteSample. Which members count
@@ -59,7 +60,12 @@ type Writer struct {
 	header Header
 	fields []Field
 	layout RecordLayout
-	meta   []byte
+	// meta is the metadata table of the samples written so far: it grows
+	// as they arrive, so that a count no one delivers (a stream's header
+	// may claim four billion samples) allocates nothing. metaSize is the
+	// table's size once every sample is written, which places the pages.
+	meta     []byte
+	metaSize uint64
 
 	pageSize  uint64
 	dataStart uint64 // file offset of the first data page
@@ -138,7 +144,7 @@ func NewWriter(dst Destination, fields []Field, numSamples int, opts WriterOptio
 		out:      newCountingWriter(dst),
 		fields:   fields,
 		layout:   layout,
-		meta:     make([]byte, numSamples*layout.RecordSize),
+		metaSize: uint64(numSamples) * uint64(layout.RecordSize),
 		pageSize: uint64(opts.PageSize),
 		pageNo:   -1,
 	}
@@ -148,7 +154,7 @@ func NewWriter(dst Destination, fields []Field, numSamples int, opts WriterOptio
 		PageSize:   uint32(opts.PageSize),
 		NumSamples: uint64(numSamples),
 	}
-	metaEnd := uint64(HeaderSize + len(fields)*DescriptorSize + len(w.meta))
+	metaEnd := uint64(HeaderSize+len(fields)*DescriptorSize) + w.metaSize
 	w.dataStart = (metaEnd + w.pageSize - 1) / w.pageSize * w.pageSize
 	if err := dst.Reserve(int64(metaEnd)); err != nil {
 		return nil, err
@@ -186,7 +192,10 @@ func (w *Writer) WriteSample(values []Value) error {
 			return w.fail(err)
 		}
 	}
-	rec := w.meta[id*w.layout.RecordSize:]
+	rs := w.layout.RecordSize
+	w.meta = slices.Grow(w.meta, rs)[:len(w.meta)+rs]
+	rec := w.meta[id*rs:]
+	clear(rec)
 	for fi := range w.fields {
 		m := rec[w.layout.Offsets[fi]:]
 		v := &values[fi]
@@ -276,7 +285,7 @@ func (w *Writer) flushPage() error {
 	if w.pageNo < 0 {
 		w.page = make([]byte, w.pageSize)
 		// Zero padding between the metadata and the first page.
-		metaEnd := uint64(HeaderSize + len(w.fields)*DescriptorSize + len(w.meta))
+		metaEnd := uint64(HeaderSize+len(w.fields)*DescriptorSize) + w.metaSize
 		if err := writeZeros(w.out, w.dataStart-metaEnd); err != nil {
 			return err
 		}
@@ -334,7 +343,7 @@ func (w *Writer) Close() error {
 
 func (w *Writer) finish() error {
 	metaStart := uint64(HeaderSize + len(w.fields)*DescriptorSize)
-	tablePtr := metaStart + uint64(len(w.meta))
+	tablePtr := metaStart + w.metaSize
 	if w.pageNo >= 0 {
 		if _, err := w.out.Write(w.page); err != nil {
 			return err

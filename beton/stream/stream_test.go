@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -266,8 +267,8 @@ func TestWriteHostile(t *testing.T) {
 		{"huge frame", [][]byte{cat(good[:headerLen], []byte{0xff, 0xff, 0xff, 0xff, 'S'})}, "frames hold 1 to"},
 		{"zero frame", [][]byte{cat(good[:headerLen], []byte{0, 0, 0, 0, 'S'})}, "a frame of 0 bytes"},
 		{"truncated frame", [][]byte{good[:len(good)-10]}, "ended after"},
-		{"stops early", [][]byte{cat(good[:headerLen], samples(0, 1))}, "no stream has sample 2 (stream 0 has ended)"},
-		{"skips one", [][]byte{cat(good[:headerLen], samples(0, 2, 3))}, "no stream has sample 1 (stream 0 is at sample 2)"},
+		{"stops early", [][]byte{cat(good[:headerLen], samples(0, 1))}, "no stream has sample 2 of the 4 the header says (stream 0 has ended)"},
+		{"skips one", [][]byte{cat(good[:headerLen], samples(0, 2, 3))}, "no stream has sample 1 of the 4 the header says (stream 0 is at sample 2)"},
 		{"backwards", [][]byte{cat(good[:headerLen], samples(1, 0))}, "sample 0 after sample 1"},
 		{"twice in one", [][]byte{cat(good[:headerLen], samples(0, 0))}, "sample 0 after sample 0"},
 		{"twice in two", [][]byte{cat(good[:headerLen], samples(0, 1, 2, 3)), cat(good[:headerLen], samples(1))}, "sample 1"},
@@ -372,4 +373,37 @@ func FuzzStream(f *testing.F) {
 		}
 		Write(context.Background(), dst, []Source{{Name: "fuzz", R: bytes.NewReader(data)}}, Options{Workers: 1, MaxFrame: 1 << 20})
 	})
+}
+
+// TestWriteClaimedCount: a header of a hundred bytes that claims four
+// billion samples, and delivers two, allocates as the samples arrive (the
+// metadata table of the whole count would be 32 GiB) and ends with a
+// sentence that names the count; nothing is left.
+func TestWriteClaimedCount(t *testing.T) {
+	var e enc
+	e.header(Header{Format: Format, Version: Version, Samples: math.MaxUint32 - 1, Fields: []Field{{Name: "label", Type: "int"}}})
+	for id := range 2 {
+		e.frame(KindSample, append(u64(int64(id)), u64(7)...))
+	}
+	if e.Len() > 200 {
+		t.Fatalf("the stream has %d bytes", e.Len())
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	dir := t.TempDir()
+	dst, err := beton.NewFileDestination(filepath.Join(dir, "out.beton"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Write(context.Background(), dst, []Source{{Name: "stream 0", R: bytes.NewReader(e.Bytes())}}, Options{Workers: 2})
+	runtime.ReadMemStats(&after)
+	if want := "no stream has sample 2 of the 4294967294 the header says (stream 0 has ended)"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v; want one with %q", err, want)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 64<<20 {
+		t.Errorf("the write allocated %d MiB", got>>20)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("left behind: %v", ents)
+	}
 }

@@ -300,7 +300,7 @@ func run(ctx context.Context, w *beton.Writer, readers []*frameReader, fields []
 				}
 			}
 			if !waiting {
-				return nil, missing(next, readers, queues, ended)
+				return nil, missing(next, n, readers, queues, ended)
 			}
 		}
 	}
@@ -382,8 +382,8 @@ func run(ctx context.Context, w *beton.Writer, readers []*frameReader, fields []
 	return nil
 }
 
-// missing says which sample no stream has.
-func missing(next int64, readers []*frameReader, queues [][]*sample, ended []bool) error {
+// missing says which sample no stream has, of the n the header gave.
+func missing(next, n int64, readers []*frameReader, queues [][]*sample, ended []bool) error {
 	var at []string
 	for i, q := range queues {
 		if len(q) > 0 {
@@ -393,7 +393,7 @@ func missing(next int64, readers []*frameReader, queues [][]*sample, ended []boo
 		}
 	}
 	slices.Sort(at)
-	return fmt.Errorf("no stream has sample %d (%s): a producer stopped early or skipped it", next, strings.Join(at, "; "))
+	return fmt.Errorf("no stream has sample %d of the %d the header says (%s): a producer stopped early or skipped it, or the header's count is wrong", next, n, strings.Join(at, "; "))
 }
 
 // prepareSample checks s's values and prepares its images.
