@@ -1,10 +1,13 @@
 package beton
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // A Destination receives a beton from a Writer in two steps, so that it
@@ -30,25 +33,120 @@ type Destination interface {
 	Name() string
 }
 
-// FileDestination writes a beton to a local file: to a temporary file
-// beside it, renamed into place by Commit after a sync, so that an
-// interrupted write never leaves a file that looks complete.
+// FileDestination writes a beton to a local file, through a temporary
+// file in the same folder (the current one for a bare name, never
+// $TMPDIR, which may be RAM or another filesystem), renamed into place by
+// Commit after a sync, so that an interrupted write never leaves a file
+// that looks complete.
+//
+// The temporary file has no name where the filesystem allows it
+// (O_TMPFILE, Linux): a writer killed with SIGKILL leaves nothing. Where it
+// must have one (.NAME.tmp-*), the writer holds a lock on it (flock) while
+// it lives, and the next write to the same path removes those whose
+// writer is gone. Commit names the file the same way for the moment of its
+// rename.
 type FileDestination struct {
-	path, tmp string
-	fh        *os.File
-	off       int64 // where Write's bytes go
-	head      int64 // bytes reserved for the head
-	synced    int64 // bytes up to which writeback was started
+	path, dir, base string
+	tmp             string // the temporary file's name, "" while it has none
+	fh              *os.File
+	off             int64 // where Write's bytes go
+	head            int64 // bytes reserved for the head
+	synced          int64 // bytes up to which writeback was started
 }
 
-// NewFileDestination creates the temporary file beside path.
+// NewFileDestination creates the temporary file beside path. path must
+// name a regular file or nothing: a beton never replaces a device, a
+// FIFO, a socket or a folder.
 func NewFileDestination(path string) (*FileDestination, error) {
-	dir, base := filepath.Split(path)
-	fh, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if path == "" {
+		return nil, errors.New("writing a beton: no file name given")
+	}
+	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("writing %s: it is %s, not a regular file; a beton replaces only a file (give a new name)", path, describeMode(st.Mode()))
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("writing %s: %w", path, err)
+	}
+	d := &FileDestination{path: path, dir: filepath.Dir(path), base: filepath.Base(path)}
+	removeStaleTemps(d.dir, d.base)
+	fh, tmp, err := createTemp(d.dir, d.base)
 	if err != nil {
 		return nil, fmt.Errorf("creating %s: %w", path, err)
 	}
-	return &FileDestination{path: path, tmp: fh.Name(), fh: fh}, nil
+	d.fh, d.tmp = fh, tmp
+	return d, nil
+}
+
+// describeMode names a file type that is not a regular file.
+func describeMode(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a folder"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a block device"
+	case m&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	}
+	return fmt.Sprintf("a special file (%v)", m.Type())
+}
+
+// namedTemps makes every temporary file a named one, as where the
+// filesystem has no O_TMPFILE (tests).
+var namedTemps = false
+
+// tempPattern is the name of a temporary file of base, for
+// os.CreateTemp; removeStaleTemps matches it.
+func tempPattern(base string) string { return "." + base + ".tmp-*" }
+
+// removeStaleTemps removes dir's temporary files of base whose writer is
+// gone: those that no process holds locked. Errors are no matter: a file
+// left is removed by a later write.
+func removeStaleTemps(dir, base string) {
+	names, _ := filepath.Glob(filepath.Join(dir, tempPattern(base)))
+	for _, name := range names {
+		f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			continue
+		}
+		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() && tryLock(f) {
+			os.Remove(name)
+		}
+		f.Close()
+	}
+}
+
+// createTemp creates the temporary file of base in dir, locked: without a
+// name (O_TMPFILE) where the filesystem allows it, else named after base.
+func createTemp(dir, base string) (*os.File, string, error) {
+	if !namedTemps {
+		if fh, err := openUnnamed(dir); err == nil {
+			lock(fh)
+			return fh, "", nil
+		}
+	}
+	for {
+		fh, err := os.CreateTemp(dir, tempPattern(base))
+		if err != nil {
+			return nil, "", err
+		}
+		lock(fh)
+		// Another write's removeStaleTemps may have found it unlocked
+		// between its creation and the lock: then make another.
+		if sameFile(fh, fh.Name()) {
+			return fh, fh.Name(), nil
+		}
+		fh.Close()
+	}
+}
+
+// sameFile reports whether name is fh's file.
+func sameFile(fh *os.File, name string) bool {
+	a, err1 := fh.Stat()
+	b, err2 := os.Lstat(name)
+	return err1 == nil && err2 == nil && os.SameFile(a, b)
 }
 
 // Name returns the path.
@@ -98,19 +196,31 @@ func (d *FileDestination) Commit(head []byte) error {
 		if err := d.fh.Chmod(0o644); err != nil {
 			return err
 		}
-		return d.fh.Sync()
+		if err := d.fh.Sync(); err != nil {
+			return err
+		}
+		if d.tmp == "" {
+			// A name for the rename, the file still locked.
+			tmp, err := linkUnnamed(d.fh, d.dir, d.base)
+			if err != nil {
+				return err
+			}
+			d.tmp = tmp
+		}
+		return nil
 	}()
-	if cerr := d.fh.Close(); err == nil {
-		err = cerr
+	if err == nil {
+		if err = os.Rename(d.tmp, d.path); err != nil {
+			err = fmt.Errorf("renaming %s to %s: %w", d.tmp, d.path, err)
+		}
 	}
+	d.fh.Close()
 	d.fh = nil
 	if err != nil {
-		os.Remove(d.tmp)
+		if d.tmp != "" {
+			os.Remove(d.tmp)
+		}
 		return fmt.Errorf("writing %s: %w", d.path, err)
-	}
-	if err := os.Rename(d.tmp, d.path); err != nil {
-		os.Remove(d.tmp)
-		return fmt.Errorf("renaming %s to %s: %w", d.tmp, d.path, err)
 	}
 	return nil
 }
@@ -121,8 +231,11 @@ func (d *FileDestination) Abort() error {
 		d.fh.Close()
 		d.fh = nil
 	}
+	if d.tmp == "" {
+		return nil
+	}
 	if err := os.Remove(d.tmp); err != nil && !os.IsNotExist(err) {
-		return err
+		return fmt.Errorf("removing %s: %w", d.tmp, err)
 	}
 	return nil
 }

@@ -1,13 +1,17 @@
 package beton_test
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/ffcvfs/ffcvfs/beton"
@@ -258,5 +262,165 @@ func TestNamesIndex(t *testing.T) {
 	binary.LittleEndian.PutUint64(moved[arg:], 99)
 	if _, err := beton.Open(bytes.NewReader(moved), int64(len(moved)), "moved.beton"); err == nil || !errors.Is(err, beton.ErrCorrupt) {
 		t.Errorf("a names index that is not before the allocation table: %v", err)
+	}
+}
+
+// TestFileDestinationBareName: a bare output name is written beside
+// itself, in the current folder, never in $TMPDIR (a tmpfs on many
+// systems, or another filesystem, where the final rename fails with
+// EXDEV after the whole write).
+func TestFileDestinationBareName(t *testing.T) {
+	for _, named := range []bool{false, true} {
+		t.Run(fmt.Sprintf("named=%v", named), func(t *testing.T) {
+			beton.NamedTemps(named)
+			defer beton.NamedTemps(false)
+			tmp, here := t.TempDir(), t.TempDir()
+			t.Setenv("TMPDIR", tmp)
+			t.Chdir(here)
+			w, err := beton.Create("train.beton", []beton.Field{{Type: beton.TypeInt, Name: "label"}}, 1, beton.WriterOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.WriteSample([]beton.Value{{Int: 7}}); err != nil {
+				t.Fatal(err)
+			}
+			if ents, _ := os.ReadDir(tmp); len(ents) != 0 {
+				t.Errorf("$TMPDIR holds %v during the write", names(ents))
+			}
+			if ents, _ := os.ReadDir(here); named != (len(ents) == 1) {
+				t.Errorf("the folder holds %v during the write", names(ents))
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if ents, _ := os.ReadDir(here); len(ents) != 1 || ents[0].Name() != "train.beton" {
+				t.Errorf("the folder holds %v after the write", names(ents))
+			}
+			f, err := beton.OpenFile(filepath.Join(here, "train.beton"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if f.NumSamples() != 1 || f.Int(0, 0) != 7 {
+				t.Errorf("read back %d samples", f.NumSamples())
+			}
+		})
+	}
+}
+
+func names(ents []os.DirEntry) []string {
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// TestFileDestinationRefusesSpecialFiles: a beton replaces a regular file
+// or takes a new name, never a device, a FIFO or a folder (as root, a
+// write to /dev/null replaced /dev/null).
+func TestFileDestinationRefusesSpecialFiles(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	null := filepath.Join(dir, "null")
+	if err := os.Symlink("/dev/null", null); err != nil {
+		t.Fatal(err)
+	}
+	folder := filepath.Join(dir, "folder")
+	if err := os.Mkdir(folder, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{fifo: "it is a FIFO, not a regular file", null: "it is a character device", folder: "it is a folder"} {
+		_, err := beton.Create(path, []beton.Field{{Type: beton.TypeInt, Name: "label"}}, 1, beton.WriterOptions{})
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), path) {
+			t.Errorf("%s: error %v; want one naming it with %q", path, err, want)
+		}
+	}
+	if st, err := os.Lstat(fifo); err != nil || st.Mode()&os.ModeNamedPipe == 0 {
+		t.Errorf("the FIFO is now %v (%v)", st.Mode(), err)
+	}
+	if st, err := os.Lstat(null); err != nil || st.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the link to /dev/null is now %v (%v)", st.Mode(), err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 3 {
+		t.Errorf("the folder holds %v", names(ents))
+	}
+}
+
+// killedWriterEnv names the folder a child process writes x.beton in
+// until it is killed (TestFileDestinationKilled); killedNamedEnv makes its
+// temporary file a named one.
+const (
+	killedWriterEnv = "BETON_TEST_KILLED_WRITER"
+	killedNamedEnv  = "BETON_TEST_KILLED_NAMED"
+)
+
+// TestFileDestinationKilled: a writer killed with SIGKILL mid-write leaves
+// no file for ever: none at all where the temporary file has no name
+// (O_TMPFILE); where it has one, the next write to the same path removes
+// it, and leaves one that a live writer holds.
+func TestFileDestinationKilled(t *testing.T) {
+	if dir := os.Getenv(killedWriterEnv); dir != "" {
+		beton.NamedTemps(os.Getenv(killedNamedEnv) == "1")
+		w, err := beton.Create(filepath.Join(dir, "x.beton"), []beton.Field{{Type: beton.TypeBytes, Name: "b"}}, 2, beton.WriterOptions{})
+		if err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		w.WriteSample([]beton.Value{{Data: bytes.Repeat([]byte{1}, 3<<20)}})
+		w.WriteSample([]beton.Value{{Data: bytes.Repeat([]byte{2}, 3<<20)}}) // writes the first page
+		fmt.Println("writing")
+		select {}
+	}
+	for _, named := range []bool{false, true} {
+		t.Run(fmt.Sprintf("named=%v", named), func(t *testing.T) {
+			dir := t.TempDir()
+			cmd := exec.Command(os.Args[0], "-test.run=^TestFileDestinationKilled$")
+			cmd.Env = append(os.Environ(), killedWriterEnv+"="+dir, killedNamedEnv+"="+map[bool]string{true: "1"}[named])
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			line, _ := bufio.NewReader(out).ReadString('\n')
+			if line != "writing\n" {
+				cmd.Process.Kill()
+				cmd.Wait()
+				t.Fatalf("the writer said %q", line)
+			}
+			// A live writer's named file stays.
+			live := beton.NamedTemps
+			live(true)
+			defer live(false)
+			other, err := beton.NewFileDestination(filepath.Join(dir, "x.beton"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ents, _ := os.ReadDir(dir)
+			if want := map[bool]int{false: 1, true: 2}[named]; len(ents) != want {
+				t.Errorf("beside a live writer the folder holds %v; want %d files", names(ents), want)
+			}
+			other.Abort()
+			cmd.Process.Signal(syscall.SIGKILL)
+			cmd.Wait()
+			ents, _ = os.ReadDir(dir)
+			if want := map[bool]int{false: 0, true: 1}[named]; len(ents) != want {
+				t.Errorf("after SIGKILL the folder holds %v; want %d files", names(ents), want)
+			}
+			// The next write removes what the dead writer left.
+			next, err := beton.NewFileDestination(filepath.Join(dir, "x.beton"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			next.Abort()
+			if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+				t.Errorf("after the next write the folder holds %v", names(ents))
+			}
+		})
 	}
 }

@@ -1,0 +1,5 @@
+package beton
+
+// NamedTemps makes every FileDestination's temporary file a named one, as
+// on a filesystem without O_TMPFILE.
+func NamedTemps(on bool) { namedTemps = on }
