@@ -24,6 +24,10 @@ const (
 	MinPageSize     = 1 << 21 // 2 MiB
 	MaxPageSize     = 1 << 32 // exclusive
 	DefaultPageSize = 1 << 23 // 8 MiB, the reference writer's default
+
+	// MaxImageSide bounds an RGB image's width and height, which its
+	// metadata holds as 16-bit numbers.
+	MaxImageSide = 1<<16 - 1
 )
 
 // Sentinel errors. Every error this package returns for a bad file wraps one

@@ -228,8 +228,8 @@ func (w *Writer) dataSize(id, fi int, v *Value) (uint64, error) {
 	fd := &w.fields[fi]
 	switch fd.Type {
 	case TypeRGBImage:
-		if v.Width <= 0 || v.Height <= 0 || v.Width > math.MaxUint16 || v.Height > math.MaxUint16 {
-			return 0, fmt.Errorf("sample %d, field %q: image size %dx%d out of range (1 to 65535)", id, fd.Name, v.Width, v.Height)
+		if v.Width <= 0 || v.Height <= 0 || v.Width > MaxImageSide || v.Height > MaxImageSide {
+			return 0, fmt.Errorf("sample %d, field %q: image size %dx%d out of range (1 to %d a side)", id, fd.Name, v.Width, v.Height, MaxImageSide)
 		}
 		switch v.Mode {
 		case ModeRaw:
@@ -415,3 +415,6 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	c.count += n
 	return n, err
 }
+
+// PageSize returns the page size the file is written with.
+func (w *Writer) PageSize() int64 { return int64(w.pageSize) }

@@ -364,3 +364,32 @@ func colorRGB(c color.Color) (byte, byte, byte) {
 	r, g, b, _ := c.RGBA()
 	return byte(r >> 8), byte(g >> 8), byte(b >> 8)
 }
+
+// Size returns the width and height an image file's header gives, reading
+// no pixels (a PNM file's header is parsed in full), and whether it could:
+// what the image takes once decoded (w×h×3 bytes), before it is.
+func Size(src []byte) (w, h int, ok bool) {
+	var cfg func(io.Reader) (image.Config, error)
+	switch sniff(src) {
+	case formatJPEG:
+		f, err := jpeg.ParseFrame(src)
+		return f.Width, f.Height, err == nil && f.Width > 0 && f.Height > 0
+	case formatPNG:
+		cfg = png.DecodeConfig
+	case formatBMP:
+		cfg = bmp.DecodeConfig
+	case formatTIFF:
+		cfg = tiff.DecodeConfig
+	case formatWebP:
+		cfg = webp.DecodeConfig
+	case formatPNM:
+		r := pnmReader{b: src, i: 2}
+		w, err1 := r.int("width")
+		h, err2 := r.int("height")
+		return w, h, err1 == nil && err2 == nil && w > 0 && h > 0
+	default:
+		return 0, 0, false
+	}
+	c, err := cfg(bytes.NewReader(src))
+	return c.Width, c.Height, err == nil && c.Width > 0 && c.Height > 0
+}

@@ -63,9 +63,28 @@
 //
 // # Memory
 //
-// A frame of up to 1 MiB is read into a buffer of its size; a larger one
-// as its bytes arrive, so that a size word alone allocates little. Each
-// stream's reader is at most two batches ahead (a batch: 64 samples or
-// 1 MiB of frames, or one larger frame), and 2×Options.Workers batches
-// are being prepared or wait to be written, whatever the dataset's size.
+// What a write holds is bounded by the workers and the page size, never
+// by the dataset's size, nor by how well its images compress (a PNG of
+// 4000×4000 pixels may be 50 KB on the stream and 48 MB decoded):
+//
+//   - per stream: a 1 MiB read buffer and at most three batches of parsed
+//     frames (a batch: 64 samples or 1 MiB of frames, or one larger
+//     frame). A frame of up to 1 MiB is read into a buffer of its size; a
+//     larger one as its bytes arrive, so that a size word alone
+//     allocates little.
+//   - handed to the workers and not yet written: at most 2×Workers jobs,
+//     and of them at most Options.MaxHeld bytes (64 MiB per worker by
+//     default), or one job when it alone is more. A sample counts its
+//     frame and, for each image that may be stored as pixels or encoded
+//     anew, its pixels once prepared (w×h×3, resized to max_resolution),
+//     read from the frame or the file's header before anything is
+//     decoded. A job holds 1 MiB of such bytes, or one sample.
+//   - per worker: the image it prepares, decoded (up to about 3×w×h×3
+//     bytes while a PNG or TIFF is converted to RGB).
+//   - the page being filled (the page size) and 1 MiB of output buffer;
+//     an s3:// destination adds its parts (storage.S3Upload).
+//
+// The metadata and allocation tables grow with the samples written (45
+// bytes a sample of an image and a label), whatever count the header
+// claims.
 package stream

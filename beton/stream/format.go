@@ -244,8 +244,29 @@ type sample struct {
 	forms  []byte // per field, for images
 	err    error  // met while preparing
 
-	verbatim bool // an image is the file sent, byte for byte
-	size     int  // the frame's bytes
+	verbatim bool  // an image is the file sent, byte for byte
+	cost     int64 // the bytes it holds until written, as heldBytes estimates
+}
+
+// heldBytes estimates what an image value of f takes once prepared,
+// beyond its frame: its pixels (w×h×3, resized to fit the field's
+// max_resolution), from the size the frame or the file's header gives,
+// before anything is decoded; 0 for a file it cannot read the size of
+// (preparing it fails) or that is stored as it is (a JPEG within bounds,
+// whose bytes are the frame's).
+func (f *field) heldBytes(form byte, v *beton.Value) int64 {
+	w, h, ok := v.Width, v.Height, true
+	if form == FormFile {
+		w, h, ok = imagefolder.Size(v.Data)
+	}
+	if !ok || w <= 0 || h <= 0 || w > beton.MaxImageSide || h > beton.MaxImageSide {
+		return 0
+	}
+	nw, nh, resized := imagefolder.ResizedSize(w, h, f.image.MaxResolution)
+	if form == FormFile && !resized && f.image.Mode == imagefolder.WriteJPG && len(v.Data) > 2 && v.Data[0] == 0xFF && v.Data[1] == 0xD8 {
+		return 0 // most likely kept byte for byte
+	}
+	return int64(nw) * int64(nh) * 3
 }
 
 // parseSample parses a sample frame's body against fields.
@@ -253,7 +274,7 @@ func parseSample(body []byte, fields []field) (*sample, error) {
 	if len(body) < 8 {
 		return nil, fmt.Errorf("a sample frame of %d bytes has no id", len(body)+1)
 	}
-	s := &sample{id: int64(binary.LittleEndian.Uint64(body)), values: make([]beton.Value, len(fields)), forms: make([]byte, len(fields)), size: len(body)}
+	s := &sample{id: int64(binary.LittleEndian.Uint64(body)), values: make([]beton.Value, len(fields)), forms: make([]byte, len(fields)), cost: int64(len(body))}
 	if s.id < 0 {
 		return nil, fmt.Errorf("sample id %d is out of range", uint64(s.id))
 	}
@@ -286,6 +307,7 @@ func parseSample(body []byte, fields []field) (*sample, error) {
 			if s.forms[i] != FormFile && s.forms[i] != FormPixels {
 				return nil, fmt.Errorf("sample %d, field %q: image form %d (want 0, a file, or 1, pixels)", s.id, fields[i].spec.Name, s.forms[i])
 			}
+			s.cost += fields[i].heldBytes(s.forms[i], v)
 		default:
 			if len(p) < 4 {
 				return nil, short(i)

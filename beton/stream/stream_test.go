@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"image"
+	"image/png"
 	"io"
 	"math"
 	"os"
@@ -406,4 +408,83 @@ func TestWriteClaimedCount(t *testing.T) {
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("left behind: %v", ents)
 	}
+}
+
+// discard is a Destination that keeps nothing: the tests of memory write
+// gigabytes of pixels.
+type discard struct{ n int64 }
+
+func (d *discard) Reserve(int64) error         { return nil }
+func (d *discard) Write(p []byte) (int, error) { d.n += int64(len(p)); return len(p), nil }
+func (d *discard) Commit([]byte) error         { return nil }
+func (d *discard) Abort() error                { return nil }
+func (d *discard) Name() string                { return "discard" }
+
+// compressedPNG is a side×side PNG of smooth colours: a few KB per
+// megapixel, w×h×3 bytes once decoded.
+func compressedPNG(t testing.TB, side int) []byte {
+	img := image.NewNRGBA(image.Rect(0, 0, side, side))
+	for y := range side {
+		for x := range side {
+			o := img.PixOffset(x, y)
+			img.Pix[o], img.Pix[o+1], img.Pix[o+2], img.Pix[o+3] = byte(x/64), byte(y/64), 100, 255
+		}
+	}
+	var b bytes.Buffer
+	if err := png.Encode(&b, img); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// TestWriteHeldBounded: 24 samples of a 2000×2000 PNG of 20 KB, 12 MB each
+// once decoded, stored raw by 2 workers. What a write holds is bounded by
+// prepared bytes, not by frames: at most MaxHeld counted, and the live heap
+// (measured after a collection at every batch written) within it, the
+// workers' images and a page. The batches of frames held 24 samples at once
+// (288 MB), and samples once written stayed reachable from the merge's
+// queues.
+func TestWriteHeldBounded(t *testing.T) {
+	const side, n = 2000, 24
+	pngBytes := compressedPNG(t, side)
+	var e enc
+	e.header(Header{Format: Format, Version: Version, Samples: n, PageSize: 16 << 20, Fields: []Field{
+		{Name: "image", Type: "rgb_image", WriteMode: "raw"}, {Name: "label", Type: "int"}}})
+	for id := range n {
+		b := u64(int64(id))
+		b = append(b, FormFile)
+		b = append(b, u32(0)...)
+		b = append(b, u32(0)...)
+		b = append(b, u32(len(pngBytes))...)
+		b = append(b, pngBytes...)
+		e.frame(KindSample, append(b, u64(int64(id))...))
+	}
+	if e.Len() > n*64<<10 {
+		t.Fatalf("the stream has %d bytes", e.Len())
+	}
+	const maxHeld = 32 << 20
+	var live uint64
+	opts := Options{Workers: 2, MaxHeld: maxHeld, Progress: func(done, total int) {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		live = max(live, m.HeapAlloc)
+	}}
+	var dst discard
+	res, err := Write(context.Background(), &dst, []Source{{Name: "pngs", R: bytes.NewReader(e.Bytes())}}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Raw != n || dst.n < n*side*side*3 {
+		t.Fatalf("%d raw images, %d bytes written", res.Raw, dst.n)
+	}
+	if res.MaxHeld > maxHeld || res.MaxHeld < side*side*3 {
+		t.Errorf("held %d bytes at most; want at most %d and at least a sample", res.MaxHeld, maxHeld)
+	}
+	// MaxHeld, per worker the decoded PNG (NRGBA), its RGB and the raw
+	// copy, a page: 32 + 2×40 + 16 MiB.
+	if bound := uint64(maxHeld + 2*40<<20 + 16<<20 + 8<<20); live > bound {
+		t.Errorf("live heap %d MiB while writing; want at most %d MiB", live>>20, bound>>20)
+	}
+	t.Logf("held at most %d MiB (counted), live heap at most %d MiB", res.MaxHeld>>20, live>>20)
 }

@@ -27,10 +27,21 @@ type Options struct {
 	// PageSize is the page size when the header gives none; 0:
 	// beton.DefaultPageSize.
 	PageSize int64
+	// MaxHeld bounds the bytes of samples held between reading and
+	// writing: their frames and their prepared images (estimated from
+	// each image's size before it is decoded, see Memory in the package
+	// doc); one sample larger than it is held alone. 0:
+	// DefaultHeldPerWorker × Workers.
+	MaxHeld int64
 	// Progress, if set, is called from Write's goroutine with the samples
 	// written so far and the header's count.
 	Progress func(done, total int)
 }
+
+// DefaultHeldPerWorker is Options.MaxHeld's default, per worker: room for
+// the sample a worker prepares and one prepared before it waiting to be
+// written, even of large images (4000×4000 pixels take 48 MB).
+const DefaultHeldPerWorker = 64 << 20
 
 // Result describes a finished write.
 type Result struct {
@@ -39,8 +50,12 @@ type Result struct {
 	Verbatim int // of which the file sent, byte for byte
 	Raw      int // images stored as pixels
 	Pages    int
+	PageSize int64 // the header's, or Options.PageSize
 	Bytes    int64
 	Elapsed  time.Duration
+	// MaxHeld is the most bytes of samples held at once between reading
+	// and writing, as Options.MaxHeld counts them.
+	MaxHeld int64
 }
 
 // Source is one stream and the name its errors give it.
@@ -70,8 +85,11 @@ func write(ctx context.Context, dst beton.Destination, srcs []Source, opts *Opti
 	if opts.MaxFrame == 0 {
 		opts.MaxFrame = DefaultMaxFrame
 	}
-	if opts.Workers < 0 || opts.MaxFrame < 16 || opts.MaxFrame > 1<<32-1 {
-		return Result{}, fmt.Errorf("stream options: %d workers, frames of at most %d bytes", opts.Workers, opts.MaxFrame)
+	if opts.MaxHeld == 0 {
+		opts.MaxHeld = DefaultHeldPerWorker * int64(opts.Workers)
+	}
+	if opts.Workers < 0 || opts.MaxFrame < 16 || opts.MaxFrame > 1<<32-1 || opts.MaxHeld < 0 {
+		return Result{}, fmt.Errorf("stream options: %d workers, frames of at most %d bytes, %d bytes held", opts.Workers, opts.MaxFrame, opts.MaxHeld)
 	}
 	if len(srcs) == 0 {
 		return Result{}, errors.New("no stream to read")
@@ -108,7 +126,7 @@ func write(ctx context.Context, dst beton.Destination, srcs []Source, opts *Opti
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{Samples: int(h.Samples)}
+	res := Result{Samples: int(h.Samples), PageSize: w.PageSize()}
 	if err := run(ctx, w, readers, fields, h, opts, &res); err != nil {
 		w.Abort()
 		return res, err
@@ -184,14 +202,19 @@ func readStream(ctx context.Context, r *frameReader, fields []field, out chan<- 
 	}
 }
 
-// job is a run of consecutive samples to prepare, seq-th of the write.
+// job is a run of consecutive samples to prepare, seq-th of the write,
+// and the bytes they hold (their samples' cost).
 type job struct {
 	seq     int64
 	samples []*sample
+	cost    int64
 }
 
 // run merges the streams by id, prepares samples on opts.Workers
-// goroutines and writes them in id order.
+// goroutines and writes them in id order. At most 2×Workers jobs, and of
+// them at most opts.MaxHeld bytes (or one job), are handed to the workers
+// and not yet written: jobs are handed out in order, so the next one to
+// write is always among them.
 func run(ctx context.Context, w *beton.Writer, readers []*frameReader, fields []field, h *Header, opts *Options, res *Result) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -269,7 +292,8 @@ func run(ctx context.Context, w *beton.Writer, readers []*frameReader, fields []
 		return nil
 	}
 	// take returns the next run of consecutive samples from next on, at
-	// most batchSamples or batchBytes of them, filling queues as needed.
+	// most batchSamples or batchBytes of them (by cost), filling queues as
+	// needed.
 	next := int64(0)
 	take := func() ([]*sample, error) {
 		for {
@@ -280,12 +304,15 @@ func run(ctx context.Context, w *beton.Writer, readers []*frameReader, fields []
 				if len(q) == 0 || q[0].id != next {
 					continue
 				}
-				k, bytes := 0, 0
-				for k < len(q) && k < batchSamples && q[k].id == next+int64(k) && (k == 0 || bytes < batchBytes) {
-					bytes += q[k].size
+				k, cost := 0, int64(0)
+				for k < len(q) && k < batchSamples && q[k].id == next+int64(k) && (k == 0 || cost+q[k].cost <= batchBytes) {
+					cost += q[k].cost
 					k++
 				}
-				run := q[:k:k]
+				// A copy, and the queue's slots cleared: the queue's
+				// array outlives the samples, which must go once written.
+				run := slices.Clone(q[:k])
+				clear(q[:k])
 				queues[i] = q[k:]
 				next += int64(k)
 				return run, nil
@@ -309,6 +336,8 @@ func run(ctx context.Context, w *beton.Writer, readers []*frameReader, fields []
 	var sent, written int64    // jobs
 	var samples int64
 	var held []*sample // taken, not yet handed to a worker
+	var heldCost int64 // held's
+	var inflight int64 // the cost of the jobs sent and not written
 	// A merge error waits for the samples before it to be prepared and
 	// written: an error of theirs (a bad image) is the first to tell.
 	var mergeErr error
@@ -321,14 +350,20 @@ func run(ctx context.Context, w *beton.Writer, readers []*frameReader, fields []
 			if held, mergeErr = take(); mergeErr != nil {
 				continue
 			}
+			heldCost = 0
+			for _, s := range held {
+				heldCost += s.cost
+			}
 		}
-		if held != nil {
+		if held != nil && (inflight == 0 || inflight+heldCost <= opts.MaxHeld) {
 			jobCh = jobs
 		}
 		select {
-		case jobCh <- job{seq: sent, samples: held}:
+		case jobCh <- job{seq: sent, samples: held, cost: heldCost}:
 			sent++
 			held = nil
+			inflight += heldCost
+			res.MaxHeld = max(res.MaxHeld, inflight)
 		case r := <-results:
 			pending[r.seq] = r
 			for {
@@ -359,6 +394,7 @@ func run(ctx context.Context, w *beton.Writer, readers []*frameReader, fields []
 				}
 				samples += int64(len(r.samples))
 				written++
+				inflight -= r.cost
 				if opts.Progress != nil {
 					opts.Progress(int(samples), int(n))
 				}

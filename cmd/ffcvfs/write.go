@@ -257,7 +257,7 @@ func runWriteStream(c *cli.Context, pageSize int64) error {
 		return cli.Exit(fmt.Sprintf("%v; %s was not written", err, out), 1)
 	}
 	fmt.Printf("%s: %d samples, %d pages of %s (%s); images: jpg %d (%d stored verbatim), raw %d; %.0f samples/s\n",
-		out, res.Samples, res.Pages, bytesize.Format(pageSize), bytesize.Format(res.Bytes),
+		out, res.Samples, res.Pages, bytesize.Format(res.PageSize), bytesize.Format(res.Bytes),
 		res.JPEG, res.Verbatim, res.Raw, float64(res.Samples)/res.Elapsed.Seconds())
 	return nil
 }
