@@ -26,11 +26,22 @@ type Destination interface {
 	// appear whole. It is called once, after the last Write.
 	Commit(head []byte) error
 	// Abort discards what was written; nothing appears. It may be called
-	// after a failed Commit, and more than once.
+	// after a failed Commit, and more than once. An error says what could
+	// not be discarded (an upload left in a bucket), and repeats on later
+	// calls.
 	Abort() error
 	// Name names the destination in errors: a path or a URL without
 	// credentials.
 	Name() string
+}
+
+// WithAbort returns err with the error of an abort that failed after it
+// (Destination.Abort), unless err holds that already.
+func WithAbort(err, abort error) error {
+	if abort == nil || errors.Is(err, abort) {
+		return err
+	}
+	return fmt.Errorf("%w; %w", err, abort)
 }
 
 // FileDestination writes a beton to a local file, through a temporary
@@ -52,6 +63,8 @@ type FileDestination struct {
 	off             int64 // where Write's bytes go
 	head            int64 // bytes reserved for the head
 	synced          int64 // bytes up to which writeback was started
+	aborted         bool
+	abortErr        error // Abort's, given again by later calls
 }
 
 // NewFileDestination creates the temporary file beside path. path must
@@ -231,11 +244,12 @@ func (d *FileDestination) Abort() error {
 		d.fh.Close()
 		d.fh = nil
 	}
-	if d.tmp == "" {
-		return nil
+	if d.tmp == "" || d.aborted {
+		return d.abortErr
 	}
+	d.aborted = true
 	if err := os.Remove(d.tmp); err != nil && !os.IsNotExist(err) {
-		return fmt.Errorf("removing %s: %w", d.tmp, err)
+		d.abortErr = fmt.Errorf("removing %s: %w", d.tmp, err)
 	}
-	return nil
+	return d.abortErr
 }

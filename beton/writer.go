@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strings"
 )
 
 // Value is one field's value for Writer.WriteSample. Which members count
@@ -314,8 +315,14 @@ func writeZeros(out io.Writer, n uint64) error {
 	return nil
 }
 
+// fail records err as the write's, naming the file unless err does (a
+// destination's errors may).
 func (w *Writer) fail(err error) error {
-	w.err = fmt.Errorf("writing %s: %w", w.name, err)
+	if strings.HasPrefix(err.Error(), "writing "+w.name+": ") {
+		w.err = err
+	} else {
+		w.err = fmt.Errorf("writing %s: %w", w.name, err)
+	}
 	return w.err
 }
 
@@ -330,13 +337,10 @@ func (w *Writer) Close() error {
 		w.err = fmt.Errorf("writing %s: %d of %d samples written", w.name, w.next, w.header.NumSamples)
 	}
 	if w.err != nil {
-		err := w.err
-		w.Abort()
-		return err
+		return WithAbort(w.err, w.Abort())
 	}
 	if err := w.finish(); err != nil {
-		w.Abort()
-		return w.fail(err)
+		return WithAbort(w.fail(err), w.Abort())
 	}
 	return nil
 }
@@ -386,12 +390,15 @@ func (w *Writer) finish() error {
 	return w.dst.Commit(head)
 }
 
-// Abort stops writing and aborts the destination: nothing appears.
-func (w *Writer) Abort() {
-	if !w.closed {
-		w.closed = true
-		w.dst.Abort()
+// Abort stops writing and aborts the destination: nothing appears. It
+// returns the destination's error when that fails (an upload that stays,
+// Destination.Abort), and nil once closed.
+func (w *Writer) Abort() error {
+	if w.closed {
+		return nil
 	}
+	w.closed = true
+	return w.dst.Abort()
 }
 
 // Size returns the size of the file Close wrote, 0 before.

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	bin "encoding/binary"
 	"encoding/json"
 	"image"
@@ -12,8 +13,15 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/internal/s3test"
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
+	"github.com/ffcvfs/ffcvfs/internal/toxitest"
 )
 
 // Hostile input against the writer: streams whose images compress far
@@ -141,4 +149,150 @@ func TestWriteStreamSummaryPageSize(t *testing.T) {
 	if f.PageSize() != 64<<20 {
 		t.Errorf("the beton's pages are of %d bytes", f.PageSize())
 	}
+}
+
+// waitOutput waits until b holds s, failing the test after
+// testenv.Patience (a hang).
+func waitOutput(t *testing.T, b *testenv.OutputBuffer, s string) {
+	t.Helper()
+	stop := time.After(testenv.Patience)
+	for {
+		ch := b.Written()
+		if strings.Contains(b.String(), s) {
+			return
+		}
+		select {
+		case <-ch:
+		case <-stop:
+			t.Fatalf("waited for %q; the output holds:\n%s", s, b)
+		}
+	}
+}
+
+// uploadIDs lists the bucket's incomplete uploads.
+func uploadIDs(t *testing.T, srv *s3test.Server, bucket string) []string {
+	t.Helper()
+	out, err := srv.Client().ListMultipartUploads(context.Background(), &s3.ListMultipartUploadsInput{Bucket: aws.String(bucket)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, u := range out.Uploads {
+		ids = append(ids, aws.ToString(u.UploadId))
+	}
+	return ids
+}
+
+// TestWriteS3Stalled: an S3 endpoint that stops answering mid-upload (the
+// timeout toxic both ways, after the upload began) hung the write for
+// ever, and SIGTERM then took a minute and left the upload without a word.
+// Now each request ends by --upload-deadline: the write ends with a
+// sentence naming the part and the stall and, the endpoint back by the
+// abort, leaves no upload; interrupted while the endpoint stays silent, it
+// ends within the abort's deadline and names the upload it leaves and how
+// to remove it.
+func TestWriteS3Stalled(t *testing.T) {
+	ffcvfs := binary(t, "ffcvfs")
+	srv := s3test.Start(t)
+	srv.CreateBucket(t, "betons")
+	tp := toxitest.Start(t)
+	proxy := tp.Proxy(t, "s3", strings.TrimPrefix(srv.Endpoint(), "http://"))
+	stall := func() {
+		for _, dir := range []string{"up", "down"} {
+			proxy.AddToxic(t, toxitest.Toxic{Name: "stall-" + dir, Type: "timeout", Stream: dir + "stream", Attributes: map[string]int64{"timeout": 0}})
+		}
+	}
+	unstall := func() {
+		proxy.RemoveToxic(t, "stall-up")
+		proxy.RemoveToxic(t, "stall-down")
+	}
+	// 24 samples of 1 MiB, the stream's second half sent once the endpoint
+	// is stalled: parts 2 and 3 are sent then.
+	const n = 24
+	var first, second []byte
+	first = streamHeader(t, map[string]any{"format": "ffcvfs-stream", "version": 1, "samples": n, "fields": []map[string]any{{"name": "blob", "type": "bytes"}}})
+	for id := range n {
+		body := bin.LittleEndian.AppendUint64(nil, uint64(id))
+		body = bin.LittleEndian.AppendUint32(body, 1<<20)
+		body = append(body, bytes.Repeat([]byte{byte(id)}, 1<<20)...)
+		if id < 4 {
+			first = streamFrame(first, 'S', body)
+		} else {
+			second = streamFrame(second, 'S', body)
+		}
+	}
+	start := func(key string) (*exec.Cmd, *os.File, *testenv.OutputBuffer) {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(ffcvfs, "write", "--from-stream", "-", "--s3-endpoint", "http://"+proxy.Addr(),
+			"--attempt-timeout", "500ms", "--upload-deadline", "3s", "s3://betons/"+key)
+		cmd.Env = append(os.Environ(), srv.Env()...)
+		cmd.Stdin = pr
+		var out testenv.OutputBuffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		pr.Close()
+		if _, err := pw.Write(first); err != nil {
+			t.Fatal(err)
+		}
+		// The upload has begun when S3 lists it.
+		deadline := time.Now().Add(testenv.Patience)
+		for len(uploadIDs(t, srv, "betons")) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("no upload began:\n%s", &out)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return cmd, pw, &out
+	}
+
+	t.Run("ends, then aborts", func(t *testing.T) {
+		cmd, pw, out := start("stalled.beton")
+		stall()
+		go func() { pw.Write(second); pw.Close() }()
+		waitOutput(t, out, "aborting the upload")
+		unstall()
+		err := cmd.Wait()
+		t.Logf("%s", out)
+		if cmd.ProcessState.ExitCode() != 1 {
+			t.Errorf("exit %v", err)
+		}
+		for _, want := range []string{"ffcvfs: writing s3://betons/stalled.beton: part ", "request stalled: nothing received for 500ms", "s3://betons/stalled.beton was not written"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("the output lacks %q", want)
+			}
+		}
+		if ids := uploadIDs(t, srv, "betons"); len(ids) != 0 {
+			t.Errorf("uploads left: %v", ids)
+		}
+	})
+	t.Run("SIGTERM while silent", func(t *testing.T) {
+		cmd, pw, out := start("silent.beton")
+		defer pw.Close()
+		stall()
+		go pw.Write(second)
+		waitOutput(t, out, "storage request failed; retrying")
+		cmd.Process.Signal(syscall.SIGTERM)
+		err := cmd.Wait()
+		t.Logf("%s", out)
+		unstall()
+		ids := uploadIDs(t, srv, "betons")
+		if cmd.ProcessState.ExitCode() != 130 || len(ids) != 1 {
+			t.Fatalf("exit %v, uploads left %v; want 130 and one", err, ids)
+		}
+		for _, want := range []string{"interrupted; s3://betons/silent.beton was not written; aborting the upload of s3://betons/silent.beton (upload id " + ids[0] + ") failed",
+			"aws s3api abort-multipart-upload --bucket betons --key silent.beton --upload-id " + ids[0]} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("the output lacks %q", want)
+			}
+		}
+		if _, err := srv.Client().AbortMultipartUpload(context.Background(), &s3.AbortMultipartUploadInput{
+			Bucket: aws.String("betons"), Key: aws.String("silent.beton"), UploadId: aws.String(ids[0])}); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

@@ -18,10 +18,15 @@ const (
 	DefaultConcurrent     = 80
 	DefaultAttemptTimeout = 30 * time.Second
 	DefaultReadDeadline   = 2 * time.Minute
+	DefaultUploadDeadline = 2 * time.Minute
 	DefaultMaxRetries     = 8
 	DefaultBackoffBase    = 100 * time.Millisecond
 	DefaultBackoffMax     = 5 * time.Second
 )
+
+// MaxDeadline bounds the timeouts and deadlines of Options, so that sums
+// of them stay durations.
+const MaxDeadline = 7 * 24 * time.Hour
 
 // Options configures Open. The zero value gives the defaults;
 // Validate fills them in.
@@ -86,6 +91,10 @@ type Options struct {
 	// ReadDeadline is the time one ReadAt may take, retries included
 	// (default 2 min). Opening a source has the same budget.
 	ReadDeadline time.Duration
+	// UploadDeadline is the time one request of an upload (S3Upload) may
+	// take, retries included (default 2 min), and a second more for every
+	// 8 MiB of a part it sends.
+	UploadDeadline time.Duration
 	// MaxRetries is how many times a failed request is retried (default 8;
 	// a negative value means never).
 	MaxRetries int
@@ -117,6 +126,9 @@ func (o *Options) Validate() error {
 	if o.ReadDeadline == 0 {
 		o.ReadDeadline = DefaultReadDeadline
 	}
+	if o.UploadDeadline == 0 {
+		o.UploadDeadline = DefaultUploadDeadline
+	}
 	if o.MaxRetries == 0 {
 		o.MaxRetries = DefaultMaxRetries
 	} else if o.MaxRetries < 0 {
@@ -139,6 +151,10 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("source options: attempt timeout must be positive, got %v", o.AttemptTimeout)
 	case o.ReadDeadline < 0:
 		return fmt.Errorf("source options: read deadline must be positive, got %v", o.ReadDeadline)
+	case o.UploadDeadline < 0 || o.UploadDeadline > MaxDeadline:
+		return fmt.Errorf("source options: upload deadline %v: want more than 0 and at most %v", o.UploadDeadline, MaxDeadline)
+	case o.AttemptTimeout > MaxDeadline || o.ReadDeadline > MaxDeadline:
+		return fmt.Errorf("source options: attempt timeout %v and read deadline %v: want each at most %v", o.AttemptTimeout, o.ReadDeadline, MaxDeadline)
 	case o.BackoffBase < 0:
 		return fmt.Errorf("source options: backoff base must be positive, got %v", o.BackoffBase)
 	case o.BackoffMax < o.BackoffBase:

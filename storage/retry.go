@@ -87,7 +87,8 @@ func retryable(err error) bool {
 type retryPolicy struct {
 	attemptTimeout time.Duration
 	deadline       time.Duration
-	maxRetries     int // < 0: none
+	deadlineName   string // "read deadline", or what else deadline bounds
+	maxRetries     int    // < 0: none
 	backoffBase    time.Duration
 	backoffMax     time.Duration
 	log            *retryLog
@@ -102,6 +103,7 @@ func newRetryPolicy(o *Options) *retryPolicy {
 	return &retryPolicy{
 		attemptTimeout: o.AttemptTimeout,
 		deadline:       o.ReadDeadline,
+		deadlineName:   "read deadline",
 		maxRetries:     o.MaxRetries,
 		backoffBase:    o.BackoffBase,
 		backoffMax:     o.BackoffMax,
@@ -178,7 +180,7 @@ func (p *retryPolicy) run(ctx context.Context, what func() string, attempt attem
 		if dl, ok := ctx.Deadline(); ok && p.now().Add(wait).After(dl) {
 			p.counts.add(false, err)
 			return p.unavailable(what(), n, start, err,
-				fmt.Sprintf("the read deadline of %v would pass before another", p.deadline))
+				fmt.Sprintf("the %s of %v would pass before another", p.deadlineName, p.deadline))
 		}
 		p.counts.add(true, err)
 		p.log.failed(what(), n, wait, err)
@@ -223,7 +225,7 @@ func (p *retryPolicy) backoff(n int, err error) time.Duration {
 func (p *retryPolicy) stopped(ctx context.Context, what string, n int, start time.Time, last error) error {
 	switch cause := context.Cause(ctx); {
 	case errors.Is(cause, errReadDeadline):
-		return p.unavailable(what, n, start, last, fmt.Sprintf("the read deadline of %v passed", p.deadline))
+		return p.unavailable(what, n, start, last, fmt.Sprintf("the %s of %v passed", p.deadlineName, p.deadline))
 	case errors.Is(cause, context.DeadlineExceeded):
 		return p.unavailable(what, n, start, last, "the caller's deadline passed")
 	default:

@@ -238,7 +238,10 @@ func httpStatus(err error) int {
 // failures to send, 408, 429 and 5xx responses, and stalls are retried.
 // Everything else (no credentials, an invalid bucket name, 4xx) fails at
 // once.
-func (s *S3Source) classify(err error) error {
+func (s *S3Source) classify(err error) error { return classifyS3(err) }
+
+// classifyS3 is S3Source.classify, for any S3 call.
+func classifyS3(err error) error {
 	var se *smithyhttp.RequestSendError
 	var re *smithyhttp.ResponseError
 	switch {

@@ -30,7 +30,7 @@ func TestSourceOptionsDefaults(t *testing.T) {
 	}
 	if o.Logger == nil || o.PartSize != 4<<20 || o.Parallel != 4 || o.AttemptTimeout != 30*time.Second ||
 		o.ReadDeadline != 2*time.Minute || o.MaxRetries != 8 || o.BackoffBase != 100*time.Millisecond ||
-		o.BackoffMax != 5*time.Second {
+		o.BackoffMax != 5*time.Second || o.UploadDeadline != 2*time.Minute {
 		t.Errorf("defaults: %+v", o)
 	}
 }

@@ -112,7 +112,7 @@ func Convert(ctx context.Context, root, out string, opts ConvertOptions) (Result
 func ConvertTo(ctx context.Context, root string, dst beton.Destination, opts ConvertOptions) (Result, error) {
 	res, err := convertTo(ctx, root, dst, opts)
 	if err != nil {
-		dst.Abort()
+		err = beton.WithAbort(err, dst.Abort())
 	}
 	return res, err
 }

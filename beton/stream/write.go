@@ -71,8 +71,7 @@ func Write(ctx context.Context, dst beton.Destination, srcs []Source, opts Optio
 	start := time.Now()
 	res, err := write(ctx, dst, srcs, &opts)
 	if err != nil {
-		dst.Abort()
-		return res, err
+		return res, beton.WithAbort(err, dst.Abort())
 	}
 	res.Elapsed = time.Since(start)
 	return res, nil

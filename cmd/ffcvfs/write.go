@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -80,7 +81,7 @@ Examples:
 			&cli.StringFlag{Name: "classes-out", Usage: "write the class names, one per line in label order, to `FILE`", Category: "file"},
 			&cli.StringSliceFlag{Name: "from-stream", Usage: "read samples from `SRC` (a file, a FIFO, - for standard input, fd:N) instead of an ImageFolder tree; repeat for several producers, whose samples are merged by id", Category: "stream"},
 			&cli.StringFlag{Name: "max-sample-size", Value: "256MiB", Usage: "--from-stream: refuse a sample frame larger than `SIZE`", Category: "stream"},
-		}, cacheflags.S3Flags("s3 output")...),
+		}, cacheflags.UploadFlags("s3 output")...),
 		Action: runWrite,
 	}
 }
@@ -89,6 +90,11 @@ func runWrite(c *cli.Context) error {
 	pageSize, err := bytesize.Parse(c.String("page-size"))
 	if err != nil {
 		return usageError("--page-size: %v", err)
+	}
+	for _, f := range []string{"attempt-timeout", "upload-deadline"} {
+		if d := c.Duration(f); d < 0 || d > storage.MaxDeadline || c.IsSet(f) && d == 0 {
+			return usageError("--%s %v: want more than 0 and at most %v", f, d, storage.MaxDeadline)
+		}
 	}
 	if len(c.StringSlice("from-stream")) > 0 {
 		return runWriteStream(c, pageSize)
@@ -159,7 +165,7 @@ func runWrite(c *cli.Context) error {
 	bar.Finish()
 	if err != nil {
 		if ctx.Err() != nil {
-			return cli.Exit(fmt.Sprintf("interrupted; %s was not written", out), 130)
+			return interrupted(out, err)
 		}
 		return cli.Exit(err.Error(), 1)
 	}
@@ -172,6 +178,16 @@ func runWrite(c *cli.Context) error {
 		out, res.Samples, len(res.Classes), res.Pages, bytesize.Format(pageSize), bytesize.Format(res.Bytes),
 		res.JPEG, res.Verbatim, res.Raw, float64(res.Samples)/res.Elapsed.Seconds())
 	return nil
+}
+
+// interrupted is the exit of a write stopped by a signal: nothing was
+// written, and an upload that could not be aborted is named.
+func interrupted(out string, err error) error {
+	msg := fmt.Sprintf("interrupted; %s was not written", out)
+	if ae := (*storage.AbortError)(nil); errors.As(err, &ae) {
+		msg += "; " + ae.Error()
+	}
+	return cli.Exit(msg, 130)
 }
 
 // destination opens where a beton is written: a local file, or an S3
@@ -252,7 +268,7 @@ func runWriteStream(c *cli.Context, pageSize int64) error {
 	if err != nil {
 		closeAll()
 		if ctx.Err() != nil {
-			return cli.Exit(fmt.Sprintf("interrupted; %s was not written", out), 130)
+			return interrupted(out, err)
 		}
 		return cli.Exit(fmt.Sprintf("%v; %s was not written", err, out), 1)
 	}

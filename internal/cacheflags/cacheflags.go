@@ -42,13 +42,23 @@ func SourceFlags(category string) []cli.Flag {
 	)
 }
 
-// SourceOptions turns the flags of SourceFlags (or S3Flags alone) into
-// storage.Options.
+// UploadFlags are the flags of an s3:// output: S3Flags, and the bounds of
+// an upload's requests.
+func UploadFlags(category string) []cli.Flag {
+	return append(S3Flags(category),
+		&cli.DurationFlag{Name: "attempt-timeout", Value: storage.DefaultAttemptTimeout, Usage: "cancel and retry an upload request that sends or receives nothing for this long", Category: category},
+		&cli.DurationFlag{Name: "upload-deadline", Value: storage.DefaultUploadDeadline, Usage: "give up an upload request (a part, the completion), retries included, after this long, and a second more for every 8 MiB of a part;\n\tthe write then fails and the upload is aborted", Category: category},
+	)
+}
+
+// SourceOptions turns the flags of SourceFlags, UploadFlags or S3Flags
+// into storage.Options.
 func SourceOptions(c *cli.Context) storage.Options {
 	o := storage.Options{
 		Logger:   slog.Default(),
 		Endpoint: c.String("s3-endpoint"), Region: c.String("s3-region"), PathStyle: c.Bool("s3-path-style"),
 		AttemptTimeout: c.Duration("attempt-timeout"), ReadDeadline: c.Duration("read-deadline"),
+		UploadDeadline: c.Duration("upload-deadline"),
 	}
 	if r := c.Int("readers"); r > 0 {
 		o.Concurrent = r + 16 // the prefetches, and demand reads
