@@ -296,3 +296,46 @@ func TestWriteS3Stalled(t *testing.T) {
 		}
 	})
 }
+
+// TestWriteStreamTwice: one stream given twice (standard input as - and
+// fd:0, a file by two names) is refused with a sentence (exit 2); it was
+// taken, and then failed with "standard input: no header".
+func TestWriteStreamTwice(t *testing.T) {
+	ffcvfs := binary(t, "ffcvfs")
+	dir := t.TempDir()
+	src := filepath.Join(dir, "s")
+	if err := os.WriteFile(src, labelStream(t, 2, nil), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(src, filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out.beton")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-", "-"}, "standard input and standard input are the same stream"},
+		{[]string{"-", "fd:0"}, "standard input and fd:0 are the same stream"},
+		{[]string{src, filepath.Join(dir, "link")}, "are the same stream: each producer needs one of its own"},
+	} {
+		var args []string
+		for _, a := range c.args {
+			args = append(args, "--from-stream", a)
+		}
+		cmd := exec.Command(ffcvfs, append(append([]string{"write"}, args...), out)...)
+		in, err := os.Open(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stdin = in
+		b, _ := cmd.CombinedOutput()
+		in.Close()
+		if cmd.ProcessState.ExitCode() != 2 || !strings.Contains(string(b), c.want) {
+			t.Errorf("%v: exit %d, %s; want exit 2 and %q", c.args, cmd.ProcessState.ExitCode(), b, c.want)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 2 {
+		t.Errorf("the folder holds %d files", len(ents))
+	}
+}

@@ -87,7 +87,7 @@ type field struct {
 
 // check turns the header's fields into beton fields, refusing with a
 // sentence what a beton cannot hold.
-func (h *Header) check() ([]field, error) {
+func (h *Header) check(pageSize int64) ([]field, error) {
 	if h.Format != Format {
 		return nil, fmt.Errorf("the header's format is %q, not %q", h.Format, Format)
 	}
@@ -125,6 +125,13 @@ func (h *Header) check() ([]field, error) {
 			bf.Type = t
 			if f.size, err = bf.DataSize(); err != nil {
 				return nil, fmt.Errorf("field %q: %w", spec.Name, err)
+			}
+			// Refused here, not at every sample.
+			switch {
+			case f.size == 0:
+				return nil, fmt.Errorf("field %q: shape %v of %s holds no element; an array field holds at least one", spec.Name, spec.Shape, spec.DType)
+			case f.size > uint64(pageSize):
+				return nil, fmt.Errorf("field %q: shape %v of %s takes %d bytes, more than a page (%d bytes), which must hold it", spec.Name, spec.Shape, spec.DType, f.size, pageSize)
 			}
 			f.beton = bf
 		case beton.TypeRGBImage:
@@ -169,6 +176,10 @@ type frameReader struct {
 	word     [5]byte
 }
 
+// frameSlack is what a frame holds beyond its sample's data, at most: a
+// frame of a page and this much is always read.
+const frameSlack = 1 << 20
+
 // smallFrame: frames up to this size are read into a buffer of their size
 // at once; larger ones as their bytes arrive.
 const smallFrame = 1 << 20
@@ -191,7 +202,7 @@ func (f *frameReader) next() (byte, []byte, error) {
 	size := int64(binary.LittleEndian.Uint32(f.word[:]))
 	kind := f.word[4]
 	if size < 1 || size > f.maxFrame {
-		return 0, nil, fmt.Errorf("%s: a frame of %d bytes; frames hold 1 to %d (--max-sample-size)", f.name, size, f.maxFrame)
+		return 0, nil, fmt.Errorf("%s: a frame of %d bytes; frames hold 1 to %d, a page and %d bytes (ffcvfs write --max-sample-size raises it)", f.name, size, f.maxFrame, frameSlack)
 	}
 	if size <= smallFrame {
 		body := make([]byte, size-1)
@@ -341,4 +352,52 @@ func parseError(body []byte, fields []field) error {
 		return fmt.Errorf("sample %d, field %q: %s", id, fields[fi].spec.Name, msg)
 	}
 	return fmt.Errorf("sample %d: %s", id, msg)
+}
+
+// validJSON reports whether b is JSON text as Python's json module writes
+// and reads it, which FFCV's JSONField uses: standard JSON, and the values
+// NaN, Infinity and -Infinity, which it writes for such floats.
+func validJSON(b []byte) bool {
+	if json.Valid(b) {
+		return true
+	}
+	// Replace those tokens outside strings, where a value may begin, with
+	// numbers, and ask again.
+	var out []byte
+	inString, escaped := false, false
+	prev := byte('[') // the last byte outside white space: a value may begin
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		}
+		if c == '"' {
+			inString = true
+		}
+		begins := prev == '[' || prev == ',' || prev == ':' || prev == '-' && i > 0 && b[i-1] == '-'
+		for _, tok := range []string{"NaN", "Infinity"} {
+			if begins && bytes.HasPrefix(b[i:], []byte(tok)) && (tok == "Infinity" || prev != '-') {
+				if out == nil {
+					out = append([]byte(nil), b...)
+				}
+				copy(out[i:], bytes.Repeat([]byte{'0'}, len(tok)))
+				out[i] = '1'
+				i += len(tok) - 1
+				c = '0'
+				break
+			}
+		}
+		if c != ' ' && c != '\t' && c != '\n' && c != '\r' {
+			prev = c
+		}
+	}
+	return out != nil && json.Valid(out)
 }

@@ -488,3 +488,125 @@ func TestWriteHeldBounded(t *testing.T) {
 	}
 	t.Logf("held at most %d MiB (counted), live heap at most %d MiB", res.MaxHeld>>20, live>>20)
 }
+
+// writeOne writes the stream data (one stream) with opts into a file and
+// returns its path and the error; nothing may be left on error.
+func writeOne(t *testing.T, data []byte, opts Options) (string, error) {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "out.beton")
+	dst, err := beton.NewFileDestination(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Write(context.Background(), dst, []Source{{Name: "stream 0", R: bytes.NewReader(data)}}, opts)
+	if ents, _ := os.ReadDir(dir); err != nil && len(ents) != 0 {
+		t.Errorf("left behind: %v", ents)
+	}
+	return path, err
+}
+
+// TestWriteFrameFitsPage: a sample that fits the header's page fits a
+// frame, whatever MaxFrame (--max-sample-size, which DatasetWriter cannot
+// pass) says: a 3 MiB array in pages of 4 MiB with frames bounded at 1 MiB
+// was refused naming the flag. Beyond a page and its framing, frames are
+// still refused.
+func TestWriteFrameFitsPage(t *testing.T) {
+	stream := func(n int) []byte {
+		var e enc
+		e.header(Header{Format: Format, Version: Version, Samples: 1, PageSize: 4 << 20, Fields: []Field{{Name: "blob", Type: "bytes"}}})
+		e.frame(KindSample, append(append(u64(0), u32(n)...), make([]byte, n)...))
+		return e.Bytes()
+	}
+	if _, err := writeOne(t, stream(3<<20), Options{Workers: 1, MaxFrame: 1 << 20}); err != nil {
+		t.Errorf("a sample of 3 MiB in pages of 4 MiB: %v", err)
+	}
+	_, err := writeOne(t, stream(6<<20), Options{Workers: 1, MaxFrame: 1 << 20})
+	if want := "frames hold 1 to 5242880, a page and 1048576 bytes"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("a sample of 6 MiB in pages of 4 MiB: %v; want %q", err, want)
+	}
+}
+
+// TestWritePixelsBound: pixels with a side beyond a beton's 65535 are
+// refused naming the bound (1×70000 said "need 210000 bytes, the frame
+// has 210000"), and sides whose product overflows give no negative size.
+func TestWritePixelsBound(t *testing.T) {
+	for _, c := range []struct {
+		w, h uint32
+		n    int
+		want string
+	}{
+		{1, 70000, 210000, "1x70000 RGB pixels: a side has 1 to 65535 pixels in a beton"},
+		{1<<32 - 1, 1<<32 - 1, 12, "4294967295x4294967295 RGB pixels: a side has 1 to 65535"},
+		{65535, 65535, 12, "65535x65535 RGB pixels need 12884508675 bytes, the frame has 12"},
+	} {
+		var e enc
+		e.header(Header{Format: Format, Version: Version, Samples: 1, Fields: []Field{{Name: "image", Type: "rgb_image", WriteMode: "raw"}}})
+		b := append(u64(0), FormPixels)
+		b = binary.LittleEndian.AppendUint32(b, c.w)
+		b = binary.LittleEndian.AppendUint32(b, c.h)
+		b = append(b, u32(c.n)...)
+		e.frame(KindSample, append(b, make([]byte, c.n)...))
+		_, err := writeOne(t, e.Bytes(), Options{Workers: 1})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%dx%d: %v; want %q", c.w, c.h, err, c.want)
+		}
+	}
+}
+
+// TestWriteArrayShapeInHeader: an array field that holds no element, or
+// more than a page, is refused in the header with a sentence, not at
+// every sample.
+func TestWriteArrayShapeInHeader(t *testing.T) {
+	for _, c := range []struct {
+		shape []uint64
+		want  string
+	}{
+		{[]uint64{0}, `field "a": shape [0] of <f4 holds no element`},
+		{[]uint64{3, 0, 2}, "holds no element"},
+		{[]uint64{1 << 40}, `field "a": shape [1099511627776] of <f4 takes 4398046511104 bytes, more than a page (8388608 bytes)`},
+	} {
+		var e enc
+		e.header(Header{Format: Format, Version: Version, Samples: 1, Fields: []Field{{Name: "a", Type: "ndarray", DType: "<f4", Shape: c.shape}}})
+		_, err := writeOne(t, e.Bytes(), Options{Workers: 1})
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "sample") {
+			t.Errorf("shape %v: %v; want %q in the header", c.shape, err, c.want)
+		}
+	}
+}
+
+// TestWriteJSONNaN: JSON values with NaN and ±Infinity, which Python's
+// json (and so FFCV's JSONField) writes for such floats, are stored as
+// they came ("14 bytes that are not JSON text" before); other text that is
+// not JSON is still refused.
+func TestWriteJSONNaN(t *testing.T) {
+	values := []string{`{"loss": NaN, "hi": Infinity, "lo": -Infinity}`, `[NaN]`, `"NaN"`}
+	var e enc
+	e.header(Header{Format: Format, Version: Version, Samples: int64(len(values)), Fields: []Field{{Name: "meta", Type: "json"}}})
+	for id, v := range values {
+		e.frame(KindSample, append(append(u64(int64(id)), u32(len(v))...), v...))
+	}
+	path, err := writeOne(t, e.Bytes(), Options{Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := beton.OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for id, v := range values {
+		got, err := f.ReadData(id, 0, nil)
+		if err != nil || string(got) != v+"\x00" {
+			t.Errorf("sample %d: %q, %v; want %q", id, got, err, v)
+		}
+	}
+	for _, bad := range []string{`{NaN: 1}`, `[1NaN]`, `[-NaN]`, `nan`, `[NaNa]`} {
+		var e enc
+		e.header(Header{Format: Format, Version: Version, Samples: 1, Fields: []Field{{Name: "meta", Type: "json"}}})
+		e.frame(KindSample, append(append(u64(0), u32(len(bad))...), bad...))
+		if _, err := writeOne(t, e.Bytes(), Options{Workers: 1}); err == nil || !strings.Contains(err.Error(), "not JSON text") {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+}

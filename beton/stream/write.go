@@ -109,19 +109,27 @@ func write(ctx context.Context, dst beton.Destination, srcs []Source, opts *Opti
 			return Result{}, fmt.Errorf("%s: its header differs from %s's", s.Name, srcs[0].Name)
 		}
 	}
-	fields, err := h.check()
+	wo := beton.WriterOptions{PageSize: h.PageSize}
+	if wo.PageSize == 0 {
+		wo.PageSize = opts.PageSize
+	}
+	if err := wo.Validate(); err != nil {
+		return Result{}, fmt.Errorf("%s: %w", srcs[0].Name, err)
+	}
+	fields, err := h.check(wo.PageSize)
 	if err != nil {
 		return Result{}, fmt.Errorf("%s: %w", srcs[0].Name, err)
 	}
-	pageSize := h.PageSize
-	if pageSize == 0 {
-		pageSize = opts.PageSize
+	// A sample that fits a page fits a frame, whatever MaxFrame says: a
+	// producer such as DatasetWriter cannot raise it.
+	for _, r := range readers {
+		r.maxFrame = max(opts.MaxFrame, min(wo.PageSize+frameSlack, 1<<32-1))
 	}
 	bf := make([]beton.Field, len(fields))
 	for i := range fields {
 		bf[i] = fields[i].beton
 	}
-	w, err := beton.NewWriter(dst, bf, int(h.Samples), beton.WriterOptions{PageSize: pageSize})
+	w, err := beton.NewWriter(dst, bf, int(h.Samples), wo)
 	if err != nil {
 		return Result{}, err
 	}
@@ -443,8 +451,12 @@ func prepareSample(s *sample, fields []field, seed int64, scratch *imagefolder.S
 			var err error
 			rnd := rand.New(rand.NewPCG(uint64(seed), uint64(s.id)<<8|uint64(i)))
 			if s.forms[i] == FormPixels {
-				if v.Width <= 0 || v.Height <= 0 || v.Width > 1<<16 || v.Height > 1<<16 || len(v.Data) != v.Width*v.Height*3 {
-					s.err = fmt.Errorf("%s: %dx%d RGB pixels need %d bytes, the frame has %d", name(), v.Width, v.Height, v.Width*v.Height*3, len(v.Data))
+				if v.Width <= 0 || v.Height <= 0 || v.Width > beton.MaxImageSide || v.Height > beton.MaxImageSide {
+					s.err = fmt.Errorf("%s: %dx%d RGB pixels: a side has 1 to %d pixels in a beton", name(), v.Width, v.Height, beton.MaxImageSide)
+					return
+				}
+				if need := int64(v.Width) * int64(v.Height) * 3; int64(len(v.Data)) != need {
+					s.err = fmt.Errorf("%s: %dx%d RGB pixels need %d bytes, the frame has %d", name(), v.Width, v.Height, need, len(v.Data))
 					return
 				}
 				p, err = imagefolder.PreparePixels(v.Data, v.Width, v.Height, f.image, rnd, scratch)
@@ -458,7 +470,7 @@ func prepareSample(s *sample, fields []field, seed int64, scratch *imagefolder.S
 			*v = beton.Value{Mode: p.Mode(), Width: p.Width, Height: p.Height, Data: p.Data}
 			s.verbatim = s.verbatim || p.Verbatim
 		case beton.TypeJSON:
-			if !json.Valid(v.Data) || slices.Contains(v.Data, 0) {
+			if !validJSON(v.Data) || slices.Contains(v.Data, 0) {
 				s.err = fmt.Errorf("%s: %d bytes that are not JSON text", name(), len(v.Data))
 				return
 			}

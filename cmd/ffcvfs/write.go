@@ -281,6 +281,7 @@ func runWriteStream(c *cli.Context, pageSize int64) error {
 // openStreams opens --from-stream's sources.
 func openStreams(names []string) ([]stream.Source, error) {
 	var srcs []stream.Source
+	var stats []os.FileInfo // of srcs, those that have one
 	fail := func(err error) ([]stream.Source, error) {
 		for _, s := range srcs {
 			s.R.(io.Closer).Close()
@@ -312,6 +313,19 @@ func openStreams(names []string) ([]stream.Source, error) {
 				f.Close()
 				return fail(fmt.Errorf("%s is a folder, not a stream (an ImageFolder is written without --from-stream)", name))
 			}
+		}
+		// The same stream twice (- twice, fd:0 and -, a file by two
+		// names) would split its frames between two readers.
+		if st, err := f.Stat(); err == nil {
+			for i, prev := range stats {
+				if os.SameFile(prev, st) {
+					if f != os.Stdin {
+						f.Close()
+					}
+					return fail(fmt.Errorf("%s and %s are the same stream: each producer needs one of its own", srcs[i].Name, name))
+				}
+			}
+			stats = append(stats, st)
 		}
 		srcs = append(srcs, stream.Source{Name: name, R: f})
 	}
