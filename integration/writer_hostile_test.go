@@ -339,3 +339,34 @@ func TestWriteStreamTwice(t *testing.T) {
 		t.Errorf("the folder holds %d files", len(ents))
 	}
 }
+
+// TestDatasetWriterDashNames: DatasetWriter("-h"), ("--help") and
+// ("-train.beton") write files of those names. The first two printed
+// ffcvfs write's help and returned success with no file; the third failed
+// with "flag provided but not defined".
+func TestDatasetWriterDashNames(t *testing.T) {
+	py := installedPython(t, "numpy")
+	dir := t.TempDir()
+	script := `
+from ffcvfs.fields import IntField
+from ffcvfs.writer import DatasetWriter
+for name in ["-h", "--help", "-train.beton"]:
+    DatasetWriter(name, {"label": IntField()}, num_workers=1).from_indexed_dataset([(1,), (2,), (3,)])
+`
+	cmd := exec.Command(py, "-c", script)
+	cmd.Dir = dir
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, b)
+	}
+	for _, name := range []string{"-h", "--help", "-train.beton"} {
+		f, err := beton.OpenFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if f.NumSamples() != 3 || f.Int(2, 0) != 3 {
+			t.Errorf("%s: %d samples", name, f.NumSamples())
+		}
+		f.Close()
+	}
+}

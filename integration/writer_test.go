@@ -209,6 +209,39 @@ func TestDatasetWriterBadSamples(t *testing.T) {
 	}
 }
 
+// TestDatasetWriterWorkerEnds: a worker that dies on sample 7 (the OOM
+// killer's SIGKILL, os._exit with any status) raises WriteError naming the
+// worker, how it ended and the sample; one whose dataset calls sys.exit,
+// raises KeyboardInterrupt or an exception whose str() raises names the
+// sample and what it raised. These said "fd:5: no header: unexpected EOF"
+// or "no stream has sample 6", or a traceback of the worker. Nothing is
+// left.
+func TestDatasetWriterWorkerEnds(t *testing.T) {
+	py := installedPython(t, "numpy")
+	for _, c := range []struct{ kind, want string }{
+		{"sigkill", "worker 0 of 2 was killed by SIGKILL (the kernel's OOM killer kills so when memory runs out) on sample 7 (dataset index 7); the beton was not written"},
+		{"exit3", "worker 0 of 2 exited with status 3 (os._exit?) on sample 7 (dataset index 7)"},
+		{"exit0", "worker 0 of 2 ended with exit status 0 (os._exit?) on sample 7 (dataset index 7), before its last"},
+		{"systemexit", "sample 7: SystemExit (the dataset called sys.exit): 3"},
+		{"keyboard", "sample 7: KeyboardInterrupt"},
+		{"badstr", "sample 7: Unprintable: (its message cannot be shown: str() raised RuntimeError)"},
+	} {
+		t.Run(c.kind, func(t *testing.T) {
+			dir := t.TempDir()
+			_, stderr := run(t, 1, py, "testdata/writer/bad_sample.py", c.kind, filepath.Join(dir, "bad.beton"))
+			if !strings.Contains(stderr, "WriteError") || !strings.Contains(stderr, c.want) {
+				t.Errorf("stderr lacks WriteError and %s:\n%s", c.want, stderr)
+			}
+			if strings.Count(stderr, "Traceback") > 1 {
+				t.Errorf("more than the one traceback:\n%s", stderr)
+			}
+			if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+				t.Errorf("left behind: %v", ents)
+			}
+		})
+	}
+}
+
 // TestDatasetWriterS3 writes the every-field dataset straight to the test
 // S3 server: the object is byte for byte the local file. A writer killed
 // (SIGKILL) halfway leaves no object and no incomplete upload: its workers

@@ -19,9 +19,11 @@ MiB of frames, the Go process a few samples per core and a page.
 
 A sample that cannot be written (a wrong shape or dtype, an image that
 cannot be decoded, a value JSON cannot encode, an exception of the
-dataset) raises :class:`WriteError` naming its index and field, and
-nothing is left at fname. If this process dies, its workers and the writer
-stop with it, and nothing is left either.
+dataset, its sys.exit or KeyboardInterrupt) raises :class:`WriteError`
+naming its index and field, and nothing is left at fname; so does a worker
+that dies (the OOM killer's SIGKILL, os._exit), naming the worker, how it
+ended and the sample it was on. If this process dies, its workers and the
+writer stop with it, and nothing is left either.
 """
 
 import json
@@ -132,7 +134,7 @@ class DatasetWriter:
         def work(k, emit):
             for start, idx in chunks[k::self.num_workers]:
                 for j, src in enumerate(idx.tolist()):
-                    emit(start + j, lambda src=src: dataset[src])
+                    emit(start + j, lambda src=src: dataset[src], index=src)
 
         self._write(len(indices), work)
 
@@ -171,7 +173,7 @@ class DatasetWriter:
         args = [exe, "write"]
         for r, _ in pipes:
             args += ["--from-stream", f"fd:{r}"]
-        args.append(self.fname)
+        args += ["--", self.fname]  # a name may start with "-"
         env = dict(os.environ, FFCVFS_EXIT_WITH_PARENT="1")
         try:
             proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
@@ -186,10 +188,12 @@ class DatasetWriter:
             os.close(r)
         import multiprocessing
         ctx = multiprocessing.get_context("fork")
+        # Per worker: the sample it is on, its dataset index, its state.
+        state = ctx.Array("q", [-1, -1, _RUNNING] * nw, lock=False)
         workers = []
         try:
             for k in range(nw):
-                p = ctx.Process(target=_worker, args=(k, pipes, header, fields, work), daemon=True)
+                p = ctx.Process(target=_worker, args=(k, pipes, header, fields, work, state), daemon=True)
                 p.start()
                 workers.append(p)
             for _, w in pipes:
@@ -206,15 +210,23 @@ class DatasetWriter:
             raise
         finally:
             tail.join()
-        for p in workers:
-            p.join(5 if code == 0 else 0.5)
+        # A worker that ended by itself before the writer failed may be
+        # why it did (the writer saw its stream end early); workers still
+        # busy are killed, and are no cause.
+        ended = {}
+        for k, p in enumerate(workers):
+            p.join(5 if code == 0 else 1)
             if p.is_alive():
                 p.kill()
                 p.join()
+            else:
+                ended[k] = p.exitcode
         if code != 0:
-            crashed = [f"worker {k} died (exit {p.exitcode})" for k, p in enumerate(workers)
-                       if p.exitcode not in (0, None) and p.exitcode != -signal.SIGKILL]
-            raise WriteError(tail.message() + ("; " + ", ".join(crashed) if crashed else ""))
+            deaths = [_death(k, nw, ended[k], state) for k in sorted(ended)
+                      if ended[k] != 0 or state[3 * k + 2] == _RUNNING]
+            if deaths:
+                raise WriteError("; ".join(deaths) + f"; the beton was not written (ffcvfs write said: {tail.message()})")
+            raise WriteError(tail.message())
 
 
 class _Tail(threading.Thread):
@@ -250,7 +262,36 @@ class _Tail(threading.Thread):
         return (errors or lines or ["ffcvfs write failed"])[-1]
 
 
-def _worker(k, pipes, header, fields, work):
+# A worker's state in the shared array.
+_RUNNING, _DONE, _STOPPED = 0, 1, 2
+
+
+def _death(k, nw, code, state):
+    """Says how worker k ended, with exit status code, and the sample it was
+    on, for a worker that ended by itself before sending its samples."""
+    sid, index = state[3 * k], state[3 * k + 1]
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        how = f"was killed by {name}"
+        if -code == signal.SIGKILL:
+            how += " (the kernel's OOM killer kills so when memory runs out)"
+    elif code == 0:
+        how = "ended with exit status 0 (os._exit?)"
+    else:
+        how = f"exited with status {code} (os._exit?)"
+    if sid < 0:
+        at = "before its first sample"
+    else:
+        at = f"on sample {sid}" + (f" (dataset index {index})" if index >= 0 else "")
+    if code == 0:
+        at += ", before its last"
+    return f"worker {k} of {nw} {how} {at}"
+
+
+def _worker(k, pipes, header, fields, work, state):
     """A worker: sends the samples work(k) gives, then ends its stream."""
     _die_with_parent()
     fd = pipes[k][1]
@@ -270,9 +311,10 @@ def _worker(k, pipes, header, fields, work):
                 view = view[os.write(fd, view):]
         parts, size = [], 0
 
-    def emit(sid, fetch):
+    def emit(sid, fetch, index=-1):
         nonlocal size
         field = _NO_FIELD
+        state[3 * k], state[3 * k + 1] = sid, index
         try:
             sample = fetch()
             if not isinstance(sample, (tuple, list)):
@@ -289,8 +331,12 @@ def _worker(k, pipes, header, fields, work):
             parts.append(_FRAME.pack(n, ord("S"), sid))
             parts.extend(body)
             size += n + 4
-        except Exception as e:
-            msg = f"{type(e).__name__}: {e}".encode("utf8", "replace")[:4000]
+        except BaseException as e:
+            # The dataset's exception, and its sys.exit or
+            # KeyboardInterrupt, end the write naming the sample.
+            if isinstance(e, _Stop):
+                raise
+            msg = _describe(e).encode("utf8", "replace")[:4000]
             parts.append(_ERROR.pack(11 + len(msg), ord("E"), sid, field) + msg)
             flush()
             raise _Stop()
@@ -300,14 +346,30 @@ def _worker(k, pipes, header, fields, work):
     try:
         work(k, emit)
         flush()
+        state[3 * k + 2] = _DONE
     except (_Stop, BrokenPipeError):
-        pass
+        state[3 * k + 2] = _STOPPED
+    except BaseException:
+        # Ctrl-C reaches every process; the writing process reports it.
+        state[3 * k + 2] = _STOPPED
     finally:
         os.close(fd)
 
 
 class _Stop(Exception):
     pass
+
+
+def _describe(e):
+    """TYPE: MESSAGE of an exception, even one whose str() fails."""
+    name = type(e).__name__
+    if isinstance(e, SystemExit):
+        name += " (the dataset called sys.exit)"
+    try:
+        text = str(e)
+    except BaseException as inner:
+        text = f"(its message cannot be shown: str() raised {type(inner).__name__})"
+    return f"{name}: {text}" if text else name
 
 
 def _die_with_parent():

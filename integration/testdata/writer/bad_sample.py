@@ -1,9 +1,12 @@
 """Writes a 20-sample dataset whose sample 7 is bad in the way KIND says,
-for TestDatasetWriterBadSamples: the write must fail naming sample 7 and
-its field, and leave nothing at OUT.
+for TestDatasetWriterBadSamples and TestDatasetWriterWorkerEnds: the write
+must fail naming sample 7 and its field, or the worker on it and how it
+ended, and leave nothing at OUT.
 
     python bad_sample.py KIND OUT.beton
 """
+import os
+import signal
 import sys
 
 import numpy as np
@@ -12,6 +15,11 @@ from ffcvfs.fields import IntField, JSONField, NDArrayField, RGBImageField
 from ffcvfs.writer import DatasetWriter
 
 kind, out = sys.argv[1], sys.argv[2]
+
+
+class Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("no")
 
 
 class Data:
@@ -33,6 +41,18 @@ class Data:
                 meta = {"id": {1, 2}}
             elif kind == "dataset":
                 raise KeyError("no such record")
+            elif kind == "sigkill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            elif kind == "exit3":
+                os._exit(3)
+            elif kind == "exit0":
+                os._exit(0)
+            elif kind == "systemexit":
+                sys.exit(3)
+            elif kind == "keyboard":
+                raise KeyboardInterrupt
+            elif kind == "badstr":
+                raise Unprintable()
         return image, i, vec, meta
 
 
