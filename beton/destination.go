@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/ffcvfs/ffcvfs/internal/readfile"
 )
 
 // A Destination receives a beton from a Writer in two steps, so that it
@@ -75,7 +77,7 @@ func NewFileDestination(path string) (*FileDestination, error) {
 		return nil, errors.New("writing a beton: no file name given")
 	}
 	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("writing %s: it is %s, not a regular file; a beton replaces only a file (give a new name)", path, describeMode(st.Mode()))
+		return nil, fmt.Errorf("writing %s: it is %s, not a regular file; a beton replaces only a file (give a new name)", path, readfile.Kind(st.Mode()))
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("writing %s: %w", path, err)
 	}
@@ -87,23 +89,6 @@ func NewFileDestination(path string) (*FileDestination, error) {
 	}
 	d.fh, d.tmp = fh, tmp
 	return d, nil
-}
-
-// describeMode names a file type that is not a regular file.
-func describeMode(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a folder"
-	case m&fs.ModeCharDevice != 0:
-		return "a character device"
-	case m&fs.ModeDevice != 0:
-		return "a block device"
-	case m&fs.ModeNamedPipe != 0:
-		return "a FIFO"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	}
-	return fmt.Sprintf("a special file (%v)", m.Type())
 }
 
 // namedTemps makes every temporary file a named one, as where the

@@ -1183,6 +1183,47 @@ func TestMountBackgroundLetsGoOfThePipe(t *testing.T) {
 	}
 }
 
+// TestMountLogFileFIFO: a --log-file that is a FIFO is refused with a
+// sentence, in the foreground and with --background, whether a reader
+// holds it or not; without one, the open waited for a reader for ever
+// (and the background child with it).
+func TestMountLogFileFIFO(t *testing.T) {
+	needFUSE(t)
+	fixture := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
+	bin := binary(t, "ffcvfs")
+	dir := t.TempDir()
+	mnt := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { forceUnmount(mnt) })
+	fifo := filepath.Join(dir, "log.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want := "--log-file " + fifo + " is a FIFO, not a regular file"
+	for _, reader := range []bool{false, true} {
+		if reader {
+			r, err := os.OpenFile(fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+		}
+		for _, bg := range []string{"--foreground", "--background"} {
+			args := []string{"mount", "--log-file", fifo, fixture, mnt}
+			if bg == "--background" {
+				args = append([]string{"mount", bg}, args[1:]...)
+			}
+			_, stderr := run(t, 1, bin, args...)
+			if !strings.Contains(stderr, want) {
+				t.Errorf("reader %v, %s: %q, want %q", reader, bg, stderr, want)
+			}
+			checkUnmounted(t, mnt)
+		}
+	}
+}
+
 // TestMountStopsAtOnceOnSignal: SIGTERM the moment the mount serves ends it
 // cleanly (exit 0, nothing left in the mount table). The signal handler is
 // in place before the mount becomes visible; before, a signal in between

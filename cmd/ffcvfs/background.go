@@ -12,6 +12,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
+
+	"github.com/ffcvfs/ffcvfs/internal/readfile"
 )
 
 // readyFDEnv tells a mount started by --background which file descriptor
@@ -96,7 +98,8 @@ func mountLog(path string) (*os.File, error) {
 	if path == "" {
 		return nil, nil
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	// O_NONBLOCK: the open of a FIFO would wait for a reader for ever.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
 	switch {
 	case errors.Is(err, syscall.ELOOP):
 		return nil, fmt.Errorf("--log-file %s is a symbolic link: give the file it points to, if it is the log you mean", path)
@@ -104,15 +107,17 @@ func mountLog(path string) (*os.File, error) {
 		return nil, fmt.Errorf("--log-file %s: the folder %s does not exist", path, filepath.Dir(path))
 	case errors.Is(err, syscall.EISDIR):
 		return nil, fmt.Errorf("--log-file %s is a folder: give the path of a file", path)
+	case errors.Is(err, syscall.ENXIO):
+		return nil, fmt.Errorf("--log-file %s is a FIFO, not a regular file: give the path of a file", path)
 	case err != nil:
 		return nil, fmt.Errorf("--log-file: %w", err)
 	}
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+	if st, err := f.Stat(); err != nil {
 		f.Close()
-		if err == nil {
-			err = fmt.Errorf("not a regular file (%s)", st.Mode().Type())
-		}
 		return nil, fmt.Errorf("--log-file %s: %v", path, err)
+	} else if !st.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("--log-file %s is %s, not a regular file: give the path of a file", path, readfile.Kind(st.Mode()))
 	}
 	if startedInBackground() {
 		logOutput.set(io.MultiWriter(f, os.Stderr))

@@ -31,12 +31,14 @@ func Open(path string) (*os.File, int64, error) {
 	}
 	if !st.Mode().IsRegular() {
 		f.Close()
-		return nil, 0, fmt.Errorf("%s: %w (%s)", path, ErrNotRegular, kind(st.Mode()))
+		return nil, 0, fmt.Errorf("%s: %w (%s)", path, ErrNotRegular, Kind(st.Mode()))
 	}
 	return f, st.Size(), nil
 }
 
-func kind(m os.FileMode) string {
+// Kind names the type of a file that is not a regular one: "a folder", "a
+// FIFO", ...
+func Kind(m os.FileMode) string {
 	switch {
 	case m.IsDir():
 		return "a folder"
