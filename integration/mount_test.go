@@ -1239,3 +1239,82 @@ func TestMountStopsAtOnceOnSignal(t *testing.T) {
 		}
 	}
 }
+
+// TestMountSIGHUP: SIGHUP while a mount is being set up (its storage, a
+// web server here, holds the first request until the signal is sent) and
+// once it serves, without a peer tier and with --peers @FILE: the mount
+// goes on and serves. A mount without @FILE or dns: died silently at the
+// first SIGHUP and left its mountpoint dead (ENOTCONN); one with @FILE, at a
+// SIGHUP in its first milliseconds.
+func TestMountSIGHUP(t *testing.T) {
+	needFUSE(t)
+	ffcvfs := binary(t, "ffcvfs")
+	data, err := os.ReadFile(testenv.Fixture(t, "beton", "imagefolder-jpg.beton"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, withPeers := range []bool{false, true} {
+		t.Run(fmt.Sprintf("peers=%v", withPeers), func(t *testing.T) {
+			first, release := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				once.Do(func() { close(first); <-release })
+				w.Header().Set("ETag", `"v1"`)
+				http.ServeContent(w, r, "data.beton", time.Unix(1e9, 0), bytes.NewReader(data))
+			}))
+			defer srv.Close()
+			defer once.Do(func() {})
+			dir := t.TempDir()
+			mnt := filepath.Join(dir, "mnt")
+			if err := os.Mkdir(mnt, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"mount"}
+			if withPeers {
+				peers := filepath.Join(dir, "peers")
+				if err := os.WriteFile(peers, []byte(peerURL(9)+"\n"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				args = append(args, "--peer-listen", peerAddr(9), "--peers", "@"+peers, "--peer-secret-file", peerSecret(t))
+			}
+			p := launchMount(t, exec.Command(ffcvfs, append(args, srv.URL+"/data.beton", mnt)...), mnt)
+			select {
+			case <-first:
+			case <-p.exited:
+				t.Fatalf("the mount ended before reading its storage (%s):\n%s", p.cmd.ProcessState, p.stderr)
+			}
+			p.cmd.Process.Signal(syscall.SIGHUP)
+			close(release)
+			deadline := time.Now().Add(testenv.Patience)
+			for {
+				if _, err := os.Stat(control.Path(mnt, control.StatsFile)); err == nil {
+					break
+				}
+				select {
+				case <-p.exited:
+					t.Fatalf("the mount ended at SIGHUP while being set up (%s):\n%s", p.cmd.ProcessState, p.stderr)
+				case <-time.After(20 * time.Millisecond):
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("not mounted in time:\n%s", p.stderr)
+				}
+			}
+			p.cmd.Process.Signal(syscall.SIGHUP)
+			if !withPeers {
+				waitOutput(t, p.stderr, "SIGHUP: nothing to reload")
+			}
+			files := mountedFiles(t, mnt)
+			if len(files) != 200 {
+				t.Fatalf("%d files served", len(files))
+			}
+			if _, err := os.ReadFile(filepath.Join(mnt, files[0])); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-p.exited:
+				t.Fatalf("the mount ended (%s):\n%s", p.cmd.ProcessState, p.stderr)
+			default:
+			}
+		})
+	}
+}

@@ -13,8 +13,13 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ffcvfs/ffcvfs/internal/hangup"
 	"github.com/ffcvfs/ffcvfs/internal/version"
 )
+
+// A feed server takes SIGHUP from its start (it re-reads a
+// peers file on it, or logs that it has nothing to re-read).
+var _ = hangup.ForCommand(os.Args[1:], "serve")
 
 func main() {
 	cli.VersionFlag = &cli.BoolFlag{Name: "version", Usage: "print the version and exit"}

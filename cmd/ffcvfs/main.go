@@ -12,10 +12,16 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ffcvfs/ffcvfs/internal/hangup"
 	"github.com/ffcvfs/ffcvfs/internal/version"
 	"github.com/ffcvfs/ffcvfs/jpeg"
 	"github.com/ffcvfs/ffcvfs/resize"
 )
+
+// A mount takes SIGHUP from its start (it re-reads a peers
+// file on it, or logs that it has nothing to re-read), so that one sent
+// before it is set up does not end it and leave a dead mountpoint.
+var _ = hangup.ForCommand(os.Args[1:], "mount")
 
 func main() {
 	setVersionFlag("ffcvfs")

@@ -1,20 +1,17 @@
 package cacheflags
 
 import (
-	"os"
-	"os/signal"
-	"sync"
-	"syscall"
-
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/internal/bytesize"
+	"github.com/ffcvfs/ffcvfs/internal/hangup"
 	"github.com/ffcvfs/ffcvfs/pagecache"
 	"github.com/ffcvfs/ffcvfs/peer"
 	"github.com/ffcvfs/ffcvfs/storage"
@@ -75,9 +72,14 @@ func Open(c *cli.Context, location string, base pagecache.Options) (*Opened, err
 			return nil, cli.Exit(err.Error(), 1)
 		}
 		o.Source, o.Peers = ps, ps.Stats
-		if popts.PeersFile != "" || popts.PeersDNS != "" {
-			reloadOnHangup()
-		}
+	}
+	switch {
+	case popts.PeersFile != "" || popts.PeersDNS != "":
+		hangup.Handle(peer.Reload)
+	case hangup.Caught(): // a mount, a feed server: SIGHUP must not end it
+		hangup.Handle(func() {
+			slog.Info("SIGHUP: nothing to reload (only --peers @FILE or dns:NAME:PORT is re-read on it); going on")
+		})
 	}
 	if o.Cache, err = pagecache.New(o.Source, f, copts); err != nil {
 		o.Source.Close()
@@ -94,20 +96,4 @@ func Open(c *cli.Context, location string, base pagecache.Options) (*Opened, err
 // usage is a mistake in how the command was called: exit status 2.
 func usage(format string, args ...any) error {
 	return cli.Exit(fmt.Sprintf(format, args...), 2)
-}
-
-var hangup sync.Once
-
-// reloadOnHangup makes SIGHUP re-read the peers file (or resolve their
-// name) at once, for the life of the process.
-func reloadOnHangup() {
-	hangup.Do(func() {
-		sigs := make(chan os.Signal, 1)
-		signal.Notify(sigs, syscall.SIGHUP)
-		go func() {
-			for range sigs {
-				peer.Reload()
-			}
-		}()
-	})
 }
