@@ -251,10 +251,15 @@ func LocalPath(url string) (path string, ok bool, err error) {
 }
 
 // s3Object splits the rest of an s3:// URL into bucket and key.
+// A URL with credentials (s3://ID:SECRET@bucket/key) is refused without
+// showing them: no bucket name holds an @.
 func s3Object(url, rest string) (bucket, key string, err error) {
 	bucket, key, _ = strings.Cut(rest, "/")
+	if strings.Contains(bucket, "@") {
+		return "", "", fmt.Errorf("%s: an S3 URL holds no credentials (logs and ps would show them): give them in the AWS environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) or config files", redactURL(url))
+	}
 	if bucket == "" || key == "" {
-		return "", "", fmt.Errorf("%s: an S3 URL is s3://bucket/key", url)
+		return "", "", fmt.Errorf("%s: an S3 URL is s3://bucket/key", redactURL(url))
 	}
 	return bucket, key, nil
 }
@@ -263,13 +268,16 @@ func s3Object(url, rest string) (bucket, key string, err error) {
 func filePath(raw string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", fmt.Errorf("open %s: %w", raw, err)
+		return "", fmt.Errorf("open %s: %w", redactURL(raw), err)
+	}
+	if u.User != nil {
+		return "", fmt.Errorf("open %s: a file URL holds no user or password", redactURL(raw))
 	}
 	if u.Host != "" && u.Host != "localhost" {
-		return "", fmt.Errorf("open %s: a file URL names a local path (file:///path), not host %q", raw, u.Host)
+		return "", fmt.Errorf("open %s: a file URL names a local path (file:///path), not host %q", redactURL(raw), u.Host)
 	}
 	if u.Path == "" {
-		return "", fmt.Errorf("open %s: no path", raw)
+		return "", fmt.Errorf("open %s: no path", redactURL(raw))
 	}
 	return u.Path, nil
 }

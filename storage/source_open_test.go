@@ -138,3 +138,23 @@ func checkReadAt(t *testing.T, src Source, data []byte, p []byte, off int64) {
 		t.Fatalf("ReadAt(%d bytes at %d): bytes differ", len(p), off)
 	}
 }
+
+// TestURLCredentialsNeverShown: credentials written into a URL are
+// refused with a sentence that does not show them, for reading and for
+// writing: s3://ID:SECRET@bucket/key was taken for a bucket named
+// "ID:SECRET@bucket" and echoed whole.
+func TestURLCredentialsNeverShown(t *testing.T) {
+	ctx := context.Background()
+	for _, url := range []string{"s3://AKID:hunter2@bucket/key", "s3://hunter2@bucket/key", "file://me:hunter2@localhost/x"} {
+		_, err := Open(ctx, url, Options{Logger: discardLogger()})
+		if err == nil || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "holds no") {
+			t.Errorf("Open(%q): %v", url, err)
+		}
+	}
+	for _, url := range []string{"s3://AKID:hunter2@bucket/key", "s3://AKID:hunter2@bucket"} {
+		_, err := Create(ctx, url, Options{Logger: discardLogger()})
+		if err == nil || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("Create(%q): %v", url, err)
+		}
+	}
+}
