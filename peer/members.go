@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/golang/groupcache/consistenthash"
 
@@ -89,13 +91,17 @@ func normalizePeers(list []string, scheme string) ([]string, error) {
 	for _, p := range list {
 		u, err := url.Parse(p)
 		if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || u.Path != "" && u.Path != "/" || u.User != nil || u.RawQuery != "" {
-			return nil, fmt.Errorf("peer %q: want %s://HOST:PORT", p, scheme)
+			hint := ""
+			if strings.HasPrefix(p, "dns:") {
+				hint = " (dns:NAME:PORT is given to --peers itself, not listed in a file)"
+			}
+			return nil, fmt.Errorf("peer %s: want %s://HOST:PORT%s", short(p), scheme, hint)
 		}
 		if u.Scheme != scheme {
 			if scheme == "https" {
-				return nil, fmt.Errorf("peer %q: with --peer-tls-cert, --peer-tls-key and --peer-tls-ca every peer is https://HOST:PORT", p)
+				return nil, fmt.Errorf("peer %s: with --peer-tls-cert, --peer-tls-key and --peer-tls-ca every peer is https://HOST:PORT", short(p))
 			}
-			return nil, fmt.Errorf("peer %q: https:// needs --peer-tls-cert, --peer-tls-key and --peer-tls-ca", p)
+			return nil, fmt.Errorf("peer %s: https:// needs --peer-tls-cert, --peer-tls-key and --peer-tls-ca", short(p))
 		}
 		out = append(out, scheme+"://"+u.Host)
 	}
@@ -113,12 +119,25 @@ func SplitPeers(list string) []string {
 func parseDNS(s string) (name, port string, err error) {
 	name, port, err = net.SplitHostPort(s)
 	if err != nil || name == "" {
-		return "", "", fmt.Errorf("--peers dns:%s: want dns:NAME:PORT", s)
+		return "", "", fmt.Errorf("--peers %s: want dns:NAME:PORT", short("dns:"+s))
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return "", "", fmt.Errorf("--peers dns:%s: port %q out of range", s, port)
+		return "", "", fmt.Errorf("--peers %s: port %s out of range", short("dns:"+s), short(port))
 	}
 	return name, port, nil
+}
+
+// short quotes what a peers list or file gave, cut to 64 bytes, for a
+// message of one line: such text may hold line breaks, or be anything.
+func short(s string) string {
+	const most = 64
+	if !utf8.ValidString(s) || strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return fmt.Sprintf("(%d bytes, not text)", len(s))
+	}
+	if len(s) <= most {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(strings.ToValidUTF8(s[:most], "")) + fmt.Sprintf("… (%d bytes)", len(s))
 }
 
 // apply makes nodes (normalized) the members, this node always among

@@ -149,3 +149,31 @@ func TestMembersFollowDNS(t *testing.T) {
 		t.Errorf("a name that does not resolve: sets %v", sets)
 	}
 }
+
+// TestMembersFileMessage: a peers file that turns into binary while the
+// node runs is logged in one short line, and the members stay.
+func TestMembersFileMessage(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "peers")
+	if err := os.WriteFile(file, []byte("http://a:1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var log strings.Builder
+	var sets [][]string
+	m := testMembers("http://a:1", file, &sets)
+	m.logger = slog.New(slog.NewTextHandler(&log, nil))
+	m.refresh(context.Background())
+	binary := make([]byte, 4096)
+	for i := range binary {
+		binary[i] = byte(0x80 + (i*7+i/3)%128) // no separator: one token
+	}
+	if err := os.WriteFile(file, binary, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m.refresh(context.Background())
+	if got := log.String(); strings.Count(got, "\n") != 1 || len(got) > 500 || !strings.Contains(got, "(4096 bytes, not text)") {
+		t.Errorf("logged %d bytes:\n%s", len(got), got)
+	}
+	if m.count() != 1 {
+		t.Errorf("%d members", m.count())
+	}
+}

@@ -216,6 +216,11 @@ func (o *Options) Validate() error {
 		o.Self = scheme + "://" + o.Listen
 	}
 	o.Self = strings.TrimSuffix(o.Self, "/")
+	if o.tls != nil {
+		if err := checkOwnCert(o.tls, o.Self, o.TLSCert, time.Now()); err != nil {
+			return err
+		}
+	}
 	peers, err := normalizePeers(o.Peers, scheme)
 	if err != nil {
 		return err
@@ -293,6 +298,55 @@ func loadTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
 		ClientCAs:    pool,
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 	}, nil
+}
+
+// checkOwnCert checks this node's certificate as its peers will: valid
+// now, signed by the CA, for server and client use, and naming the host
+// of self, this node's URL. A node whose certificate fails would start,
+// and every peer refuse it.
+func checkOwnCert(cfg *tls.Config, self, file string, now time.Time) error {
+	leaf, err := x509.ParseCertificate(cfg.Certificates[0].Certificate[0])
+	if err != nil {
+		return fmt.Errorf("--peer-tls-cert %s: %v", file, err)
+	}
+	switch {
+	case now.After(leaf.NotAfter):
+		return fmt.Errorf("--peer-tls-cert %s expired on %s: every peer would refuse it", file, leaf.NotAfter.UTC().Format(time.DateTime+" MST"))
+	case now.Before(leaf.NotBefore):
+		return fmt.Errorf("--peer-tls-cert %s is valid from %s only (is this machine's clock right?)", file, leaf.NotBefore.UTC().Format(time.DateTime+" MST"))
+	}
+	inter := x509.NewCertPool()
+	for _, der := range cfg.Certificates[0].Certificate[1:] {
+		if c, err := x509.ParseCertificate(der); err == nil {
+			inter.AddCert(c)
+		}
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: cfg.RootCAs, Intermediates: inter, CurrentTime: now,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}); err != nil {
+		return fmt.Errorf("--peer-tls-cert %s does not hold for --peer-tls-ca, as a server's and a client's: %v", file, err)
+	}
+	u, err := url.Parse(self)
+	if err != nil {
+		return fmt.Errorf("this node's URL %q: %v", self, err)
+	}
+	if err := leaf.VerifyHostname(u.Hostname()); err != nil {
+		return fmt.Errorf("--peer-tls-cert %s names %s, not %s, this node's address among the peers (--peer-self, or --peer-listen): every peer would refuse it",
+			file, certNames(leaf), u.Hostname())
+	}
+	return nil
+}
+
+// certNames lists the addresses a certificate names.
+func certNames(c *x509.Certificate) string {
+	var names []string
+	names = append(names, c.DNSNames...)
+	for _, ip := range c.IPAddresses {
+		names = append(names, ip.String())
+	}
+	if len(names) == 0 {
+		return "no address"
+	}
+	return strings.Join(names, ", ")
 }
 
 // node is the process's member of the tier: groupcache allows one pool

@@ -162,15 +162,15 @@ func PeerOptions(c *cli.Context) (o peer.Options, ok bool, err error) {
 	if list == "" {
 		list = os.Getenv("FFCVFS_PEERS")
 	}
-	if rest, isFile := strings.CutPrefix(list, "@"); isFile {
+	if rest, isDNS := strings.CutPrefix(list, "dns:"); isDNS {
+		list, o.PeersDNS = "", rest
+	} else if rest, isFile := strings.CutPrefix(list, "@"); isFile {
+		// A file lists URLs; dns: is for the flag alone.
 		b, err := readfile.Bounded(rest, 1<<20)
 		if err != nil {
 			return o, false, fmt.Errorf("--peers: %w", err)
 		}
 		list, o.PeersFile = string(b), rest
-	}
-	if rest, isDNS := strings.CutPrefix(list, "dns:"); isDNS {
-		list, o.PeersDNS = "", rest
 	}
 	o.Peers = peer.SplitPeers(list)
 	o.Self = c.String("peer-self")

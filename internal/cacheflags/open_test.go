@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -177,5 +178,76 @@ func TestOpen(t *testing.T) {
 	defer o.Close()
 	if o.Peers != nil || o.File.NumSamples() == 0 || o.Cache.Stats().BudgetBytes > 16<<20 {
 		t.Fatalf("opened %s: peers %v, %d samples, budget %d", path, o.Peers != nil, o.File.NumSamples(), o.Cache.Stats().BudgetBytes)
+	}
+}
+
+// TestPeerOwnCert: a node's own certificate that its peers would refuse
+// (expired, not valid yet, naming another address, signed by another CA)
+// is refused at start with a sentence naming the file and why (exit 2);
+// such a node started silently and every peer refused it.
+func TestPeerOwnCert(t *testing.T) {
+	beton := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
+	t.Setenv("FFCVFS_PEER_SECRET", "0123456789abcdef0123")
+	ca, other := testenv.NewCA(t, "peers"), testenv.NewCA(t, "others")
+	now := time.Now()
+	expired, expiredKey := ca.IssueValid(t, "expired", now.Add(-48*time.Hour), now.Add(-time.Hour), "127.0.0.1")
+	future, futureKey := ca.IssueValid(t, "future", now.Add(time.Hour), now.Add(48*time.Hour), "127.0.0.1")
+	elsewhere, elsewhereKey := ca.Issue(t, "elsewhere", "10.1.2.3")
+	foreign, foreignKey := other.Issue(t, "foreign", "127.0.0.1")
+	for _, c := range []struct {
+		cert, key, msg string
+	}{
+		{expired, expiredKey, "--peer-tls-cert " + expired + " expired on "},
+		{future, futureKey, "is valid from "},
+		{elsewhere, elsewhereKey, "--peer-tls-cert " + elsewhere + " names 10.1.2.3, not 127.0.0.1, this node's address"},
+		{foreign, foreignKey, "does not hold for --peer-tls-ca"},
+	} {
+		o, err := open(t, beton, "--peer-listen", "127.0.0.1:7", "--peers", "https://127.0.0.1:7",
+			"--peer-tls-cert", c.cert, "--peer-tls-key", c.key, "--peer-tls-ca", ca.File)
+		if err == nil {
+			o.Close()
+			t.Errorf("%s: opened", filepath.Base(c.cert))
+			continue
+		}
+		var ec cli.ExitCoder
+		if !errors.As(err, &ec) || ec.ExitCode() != 2 || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("%s: %v (exit %v), want exit 2 and %q", filepath.Base(c.cert), err, ec, c.msg)
+		}
+	}
+}
+
+// TestPeersFileMessages: a peers file holding dns:NAME:PORT, 4 KB of
+// binary or a 4,000-byte word is refused in one short line: the first was taken for a DNS
+// name whose port held the line break, and the second echoed whole.
+func TestPeersFileMessages(t *testing.T) {
+	beton := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
+	t.Setenv("FFCVFS_PEER_SECRET", "0123456789abcdef0123")
+	dir := t.TempDir()
+	binary := make([]byte, 4096)
+	for i := range binary {
+		binary[i] = byte(0x80 + (i*7+i/3)%128) // no separator: one token
+	}
+	for name, c := range map[string]struct {
+		data []byte
+		msg  string
+	}{
+		"dns":    {[]byte("dns:peers.local:7480\n"), `peer "dns:peers.local:7480": want http://HOST:PORT (dns:NAME:PORT is given to --peers itself, not listed in a file)`},
+		"binary": {binary, "peer (4096 bytes, not text): want http://HOST:PORT"},
+		"long":   {[]byte(strings.Repeat("h", 4000)), `"… (4000 bytes): want http://HOST:PORT`},
+	} {
+		file := filepath.Join(dir, name)
+		if err := os.WriteFile(file, c.data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		o, err := open(t, beton, "--peer-listen", "127.0.0.1:7", "--peers", "@"+file)
+		if err == nil {
+			o.Close()
+			t.Errorf("%s: opened", name)
+			continue
+		}
+		var ec cli.ExitCoder
+		if msg := err.Error(); !errors.As(err, &ec) || ec.ExitCode() != 2 || !strings.Contains(msg, c.msg) || strings.ContainsAny(msg, "\n\r") || len(msg) > 300 {
+			t.Errorf("%s: %q (exit %v), want exit 2 and one short line with %q", name, msg, ec, c.msg)
+		}
 	}
 }

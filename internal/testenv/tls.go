@@ -54,12 +54,18 @@ func NewCA(t testing.TB, name string) *CA {
 // files.
 func (ca *CA) Issue(t testing.TB, name string, ips ...string) (certFile, keyFile string) {
 	t.Helper()
+	return ca.IssueValid(t, name, time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour), ips...)
+}
+
+// IssueValid is Issue for a certificate valid from notBefore to notAfter.
+func (ca *CA) IssueValid(t testing.TB, name string, notBefore, notAfter time.Time, ips ...string) (certFile, keyFile string) {
+	t.Helper()
 	key := newKey(t)
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(time.Now().UnixNano()),
 		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
