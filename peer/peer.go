@@ -957,9 +957,14 @@ func fillReason(ctx context.Context, key string) reason {
 // getPage fills a page's value from storage: this node owns it, or its
 // owner could not be asked.
 func getPage(ctx context.Context, key string, dest groupcache.Sink) error {
-	s, p, _, _, err := parseKey(key)
+	s, p, _, n, err := parseKey(key)
 	if err != nil {
 		return err
+	}
+	if n != 0 {
+		// Each range would be filled as a whole page under a key of
+		// its own: a page read and kept per range asked.
+		return fmt.Errorf("key %q: a range, asked in the pages group", key)
 	}
 	buf := make([]byte, s.pageLen(p), s.pageLen(p)+tagLen)
 	h := s.holds()
@@ -986,6 +991,9 @@ func getRange(ctx context.Context, key string, dest groupcache.Sink) error {
 	s, p, off, n, err := parseKey(key)
 	if err != nil {
 		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("key %q: a page, asked in the ranges group", key)
 	}
 	buf := make([]byte, n, n+tagLen)
 	if h := s.holds(); h != nil && h.ReadHeld(p, off, buf) {

@@ -1,8 +1,11 @@
 package peer
 
 import (
+	"io"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ffcvfs/ffcvfs/storage/storagetest"
 )
@@ -126,4 +129,56 @@ func FuzzResponseValue(f *testing.F) {
 			t.Fatalf("a value of %d bytes from %d", len(v), len(b))
 		}
 	})
+}
+
+// identified is a source with an identity, as the tier needs.
+type identified struct{ *storagetest.Source }
+
+func (identified) Identity() string { return "mem://groups v1" }
+
+// TestGroupsRefuseOtherKeys: a member holding the secret that asks
+// ranges in the pages group (or a page in the ranges group) is refused,
+// and nothing is read from storage: each of 300 one-byte ranges was filled
+// as a whole page under a key of its own (300 storage reads, 600 MiB kept).
+func TestGroupsRefuseOtherKeys(t *testing.T) {
+	const block = 1 << 20
+	src := identified{storagetest.New("mem://groups", make([]byte, 3*block))}
+	s, err := Wrap(src, block, Options{Listen: "127.0.0.1:0", Peers: []string{"http://127.0.0.1:0"},
+		Secret: "0123456789abcdef0123", CacheBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := func(group, key string) int {
+		path := basePath + group + "/" + key
+		req, err := http.NewRequest(http.MethodGet, "http://"+Addr()+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set(authHeader, signRequest(http.MethodGet, path, time.Now()))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for i := range 300 {
+		if code := ask("pages", rangeKey(s.prefix, 1, int64(i), 1)); code == http.StatusOK {
+			t.Fatalf("range %d in the pages group: %d", i, code)
+		}
+	}
+	if code := ask("ranges", pageKey(s.prefix, 2)); code == http.StatusOK {
+		t.Errorf("a page in the ranges group: %d", code)
+	}
+	if n := s.storageReads.Load(); n != 0 {
+		t.Errorf("%d storage reads for keys of the other group", n)
+	}
+	// The keys of each group are served.
+	if ask("pages", pageKey(s.prefix, 1)) != http.StatusOK || ask("ranges", rangeKey(s.prefix, 1, 5, 10)) != http.StatusOK {
+		t.Error("a page or a range in its own group was refused")
+	}
+	if n := s.storageReads.Load(); n != 1 {
+		t.Errorf("%d storage reads for a page and a range of it, want 1", n)
+	}
 }
