@@ -3,7 +3,7 @@ package peer
 import (
 	"context"
 	"fmt"
-	"hash/crc32"
+	"log/slog"
 	"net"
 	"net/url"
 	"slices"
@@ -14,8 +14,6 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
-
-	"github.com/golang/groupcache/consistenthash"
 
 	"github.com/ffcvfs/ffcvfs/internal/readfile"
 )
@@ -41,44 +39,29 @@ const pollEvery = 2 * time.Second
 // maxPeersFile bounds a peers file.
 const maxPeersFile = 1 << 20
 
-// ringHash hashes a key for the ring: a range's key (PAGE@OFF+LEN) as its
-// page's, so that its owner has the page.
-func ringHash(b []byte) uint32 {
-	if i := strings.IndexByte(string(b), '@'); i >= 0 {
-		b = b[:i]
-	}
-	return crc32.ChecksumIEEE(b)
-}
-
-func newRing(nodes []string) *consistenthash.Map {
-	m := consistenthash.New(replicas, ringHash)
-	m.Add(nodes...)
-	return m
-}
-
 type members struct {
 	self, scheme string
 	file, dns    string
-	logger       interface {
-		Info(string, ...any)
-		Warn(string, ...any)
-	}
-	set    func(nodes []string) // groupcache's Set
-	reload chan struct{}
+	logger       *slog.Logger
+	set          func(nodes []string) // groupcache's Set
+	reload       chan struct{}
 
 	mu    sync.Mutex
 	nodes []string // sorted
-	ring  *consistenthash.Map
-	// alt caches the ring without the nodes that are down, by their names.
-	altDown string
-	alt     *consistenthash.Map
+	ring  *ring
+	// rings keeps the rings of the last member sets, by their nodes, so
+	// that a list flipping between sets builds each once.
+	rings []*ring
 	// ownedOf caches owned's counts for the ring.
 	ownedOf map[*Source]int64
-	moved   func(old, new *consistenthash.Map) int64 // pages whose owner changed
+	moved   func(old, new *ring) int64 // pages whose owner changed
+	built   atomic.Int64               // rings built
 
 	changes    atomic.Uint64
 	lastMoved  atomic.Int64
-	lastSource string // the file's or the answer's text last applied
+	lastChange atomic.Int64     // when the members last changed, in Unix ns; 0 before
+	now        func() time.Time // nil: time.Now
+	lastSource string           // the file's or the answer's text last applied
 }
 
 // normalizePeers checks a list of peer URLs and returns them as
@@ -152,35 +135,69 @@ func (m *members) apply(nodes []string) bool {
 		m.mu.Unlock()
 		return false
 	}
-	old, ring := m.ring, newRing(nodes)
+	old, ring := m.ring, m.ringOf(nodes)
 	added, removed := diff(m.nodes, nodes)
-	m.nodes, m.ring, m.alt, m.altDown, m.ownedOf = nodes, ring, nil, "", nil
+	m.nodes, m.ring, m.ownedOf = nodes, ring, nil
 	m.set(nodes)
 	m.mu.Unlock()
 	if old != nil {
+		m.lastChange.Store(m.clock().UnixNano())
 		m.changes.Add(1)
 		moved := int64(0)
 		if m.moved != nil {
 			moved = m.moved(old, ring)
 		}
 		m.lastMoved.Store(moved)
-		m.logger.Info("peer tier: the members changed", "nodes", len(nodes), "joined", added, "left", removed, "pages_moved", moved)
+		m.logger.Info("peer tier: the members changed", "nodes", len(nodes), "joined", len(added), "left", len(removed),
+			"joined_first", firstOf(added), "left_first", firstOf(removed), "pages_moved", moved)
 	}
 	return true
 }
 
-func diff(old, new []string) (added, removed []string) {
-	for _, n := range new {
-		if !slices.Contains(old, n) {
-			added = append(added, n)
+// keptRings is how many rings of past member sets members keeps.
+const keptRings = 4
+
+// ringOf returns the ring of nodes: one kept, or a new one, kept. Called
+// with m.mu held.
+func (m *members) ringOf(nodes []string) *ring {
+	for i, r := range m.rings {
+		if slices.Equal(r.nodes, nodes) {
+			m.rings = append(slices.Delete(m.rings, i, i+1), r)
+			return r
 		}
 	}
-	for _, n := range old {
-		if !slices.Contains(new, n) {
-			removed = append(removed, n)
+	r := newRing(nodes)
+	m.built.Add(1)
+	if len(m.rings) == keptRings {
+		m.rings = slices.Delete(m.rings, 0, 1)
+	}
+	m.rings = append(m.rings, r)
+	return r
+}
+
+// diff returns the nodes of new not in old, and of old not in new; both
+// are sorted.
+func diff(old, new []string) (added, removed []string) {
+	i, j := 0, 0
+	for i < len(old) || j < len(new) {
+		switch {
+		case j == len(new) || i < len(old) && old[i] < new[j]:
+			removed = append(removed, old[i])
+			i++
+		case i == len(old) || new[j] < old[i]:
+			added = append(added, new[j])
+			j++
+		default:
+			i, j = i+1, j+1
 		}
 	}
 	return added, removed
+}
+
+// firstOf returns the first few of nodes, for a log line of any size of
+// cluster.
+func firstOf(nodes []string) []string {
+	return nodes[:min(len(nodes), 4)]
 }
 
 // count returns the number of members.
@@ -201,7 +218,7 @@ func (m *members) owned(s *Source) int64 {
 	}
 	var n int64
 	for p := range (s.Size() + s.block - 1) / s.block {
-		if m.ring.Get(pageKey(s.prefix, p)) == m.self {
+		if m.ring.owner(pageKey(s.prefix, p)) == m.self {
 			n++
 		}
 	}
@@ -212,26 +229,25 @@ func (m *members) owned(s *Source) int64 {
 	return n
 }
 
-// successor returns the node that owns key once the nodes down (by base
-// URL) are left out: the same on every node that sees them down.
-func (m *members) successor(key string, down []string) string {
-	slices.Sort(down)
-	name := strings.Join(down, " ")
+// owner returns the node that owns key.
+func (m *members) owner(key string) string {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.alt == nil || m.altDown != name {
-		var up []string
-		for _, n := range m.nodes {
-			if !slices.Contains(down, n) {
-				up = append(up, n)
-			}
-		}
-		m.alt, m.altDown = newRing(up), name
+	r := m.ring
+	m.mu.Unlock()
+	return r.owner(key)
+}
+
+// successor returns the node that owns key once the nodes down are left
+// out: the same on every node that sees them down; this node when every
+// other is down.
+func (m *members) successor(key string, down func(node string) bool) string {
+	m.mu.Lock()
+	r := m.ring
+	m.mu.Unlock()
+	if s := r.successor(key, down); s != "" {
+		return s
 	}
-	if m.alt.IsEmpty() {
-		return m.self
-	}
-	return m.alt.Get(key)
+	return m.self
 }
 
 // watch follows the peers file or the DNS name until ctx ends.
@@ -295,15 +311,51 @@ func (m *members) refresh(ctx context.Context) {
 		m.warnOnce("list:"+text, "peer tier: the new list of peers is wrong; the members stay", "file", m.file, "dns", m.dns, "err", err)
 		return
 	}
+	if now := m.clock(); m.lastChange.Load() != 0 && now.Before(time.Unix(0, m.lastChange.Load()).Add(minChangeEvery)) && !m.same(nodes) {
+		// Held: the list is read again at the next poll.
+		m.logOnce("held:"+text, slog.LevelInfo, "peer tier: the list of peers changed again; the members follow it once the last change is "+minChangeEvery.String()+" old",
+			"file", m.file, "dns", m.dns, "nodes", len(nodes))
+		return
+	}
 	m.lastSource = text
 	m.apply(nodes)
 }
 
+// same reports whether nodes are the members now, this node among them.
+func (m *members) same(nodes []string) bool {
+	if !slices.Contains(nodes, m.self) {
+		nodes = append(slices.Clone(nodes), m.self)
+		slices.Sort(nodes)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Equal(nodes, m.nodes)
+}
+
+// minChangeEvery is the least time between two changes of the members: a
+// list that changes faster (a flapping file or DNS answer) is followed at
+// this pace, as each change costs groupcache a new ring (half a second of
+// CPU at 4,096 members) and moves pages.
+const minChangeEvery = 10 * time.Second
+
+// clock returns the time now.
+func (m *members) clock() time.Time {
+	if m.now != nil {
+		return m.now()
+	}
+	return time.Now()
+}
+
 // warnOnce logs a warning once per distinct key in a row.
 func (m *members) warnOnce(key, msg string, args ...any) {
+	m.logOnce(key, slog.LevelWarn, msg, args...)
+}
+
+// logOnce logs msg at level once per distinct key in a row.
+func (m *members) logOnce(key string, level slog.Level, msg string, args ...any) {
 	if key == m.lastSource {
 		return
 	}
 	m.lastSource = key
-	m.logger.Warn(msg, args...)
+	m.logger.Log(context.Background(), level, msg, args...)
 }

@@ -88,7 +88,6 @@ import (
 	"time"
 
 	"github.com/golang/groupcache"
-	"github.com/golang/groupcache/consistenthash"
 	"github.com/golang/groupcache/groupcachepb"
 	"golang.org/x/net/netutil"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -629,7 +628,7 @@ func start(opts Options) error {
 			// cluster. When that is this node, groupcache's local load
 			// does.
 			_, key, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, basePath), "/")
-			alt := node.members.successor(key, downNodes())
+			alt := node.members.successor(key, isDown)
 			if alt == opts.Self || alt == r.URL.Scheme+"://"+r.URL.Host {
 				return nil, err
 			}
@@ -677,22 +676,15 @@ func start(opts Options) error {
 	return nil
 }
 
-// downNodes returns the nodes that failed lately.
-func downNodes() []string {
-	var out []string
-	now := time.Now()
-	node.down.Range(func(k, v any) bool {
-		if now.Before(v.(time.Time)) {
-			out = append(out, k.(string))
-		}
-		return true
-	})
-	return out
+// isDown reports whether a node (its base URL) failed lately.
+func isDown(base string) bool {
+	until, ok := node.down.Load(base)
+	return ok && time.Now().Before(until.(time.Time))
 }
 
 // movedPages returns how many pages of the sources read through the tier
 // have another owner on ring b than on ring a.
-func movedPages(a, b *consistenthash.Map) int64 {
+func movedPages(a, b *ring) int64 {
 	node.mu.Lock()
 	srcs := make([]*Source, 0, len(node.sources))
 	for _, s := range node.sources {
@@ -702,7 +694,7 @@ func movedPages(a, b *consistenthash.Map) int64 {
 	var n int64
 	for _, s := range srcs {
 		for p := range (s.Size() + s.block - 1) / s.block {
-			if k := pageKey(s.prefix, p); a.Get(k) != b.Get(k) {
+			if k := pageKey(s.prefix, p); a.owner(k) != b.owner(k) {
 				n++
 			}
 		}
