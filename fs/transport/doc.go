@@ -21,5 +21,8 @@
 // # What it must never do
 //
 // Leave a dead mount behind when mounting fails half-way, or block the
-// netpoller: a request is read only once epoll says one is queued.
+// netpoller: a request is read only once epoll says one is queued. Hold a
+// file of its own mount that needs an answer to close: a process killed
+// then closes it as it exits, and waits for ever for the answer it can no
+// longer give (the poll hack's file is opened FOPEN_NOFLUSH for that).
 package transport

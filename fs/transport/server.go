@@ -129,6 +129,9 @@ func Serve(dir string, raw fuse.RawFileSystem, mo fuse.MountOptions) (*Server, e
 	// comes after the loop has started.
 	if fd, err := unix.Open(filepath.Join(dir, pollHackName), unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
 		unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
+		if holdPollHack != nil {
+			holdPollHack()
+		}
 		unix.Close(fd)
 	}
 	return s, nil
@@ -277,6 +280,7 @@ func (s *Server) answer(req, out []byte) error {
 	if n == 0 { // FORGET and others take no reply
 		return nil
 	}
+	noFlushPollHack(req, out[:n])
 	var errno syscall.Errno
 	err := s.conn.Control(func(fd uintptr) {
 		_, _, errno = syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&out[0])), uintptr(n))
@@ -288,6 +292,39 @@ func (s *Server) answer(req, out []byte) error {
 		return errno
 	}
 	return nil
+}
+
+// holdPollHack, set by tests, runs while the poll hack's file is open.
+var holdPollHack func()
+
+// Offsets in requests and replies: fuse_in_header's opcode and nodeid;
+// fuse_out_header's error, and the first byte after it; fuse_open_out's
+// open_flags.
+const (
+	inOpcode      = 4
+	inNodeID      = 16
+	outError      = 4
+	outBody       = 16
+	openOutFlags  = 8
+	fuseOpen      = 14
+	pollHackInode = ^uint64(0) // go-fuse's
+)
+
+// noFlushPollHack marks the reply to the OPEN of the poll hack's file
+// FOPEN_NOFLUSH: closing it then asks nothing of this server. The server
+// holds that file open for a moment after it starts serving; killed then
+// (SIGKILL), the process closed it as it exited, and waited for ever for
+// the answer to the FLUSH that it could no longer give, in state D, its
+// mount dead.
+func noFlushPollHack(req, out []byte) {
+	if len(req) < inHeaderSize || len(out) < outBody+openOutFlags+4 ||
+		binary.NativeEndian.Uint32(req[inOpcode:]) != fuseOpen ||
+		binary.NativeEndian.Uint64(req[inNodeID:]) != pollHackInode ||
+		binary.NativeEndian.Uint32(out[outError:]) != 0 {
+		return
+	}
+	f := out[outBody+openOutFlags:]
+	binary.NativeEndian.PutUint32(f, binary.NativeEndian.Uint32(f)|fuse.FOPEN_NOFLUSH)
 }
 
 // Invalidate tells the kernel to drop its cached copy of bytes [off,
