@@ -333,9 +333,10 @@ func TestWriteStopsOnSIGTERM(t *testing.T) {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	// Wait for the temporary file: the write has begun.
+	// Wait for the temporary file, unnamed where the filesystem allows
+	// it: the write has begun.
 	for {
-		if m, _ := filepath.Glob(filepath.Join(dir, ".out.beton.tmp-*")); len(m) > 0 {
+		if holdsFileIn(cmd.Process.Pid, dir) {
 			break
 		}
 		select {
@@ -358,6 +359,18 @@ func TestWriteStopsOnSIGTERM(t *testing.T) {
 	if len(ents) != 1 {
 		t.Errorf("left behind: %v", names(ents))
 	}
+}
+
+// holdsFileIn reports whether process pid has a file in dir open (named
+// or not: an O_TMPFILE file shows as dir/#INODE (deleted)).
+func holdsFileIn(pid int, dir string) bool {
+	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	for _, fd := range fds {
+		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && filepath.Dir(l) == dir {
+			return true
+		}
+	}
+	return false
 }
 
 func firstFile(t *testing.T, dir string) string {
