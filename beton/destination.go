@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/ffcvfs/ffcvfs/internal/readfile"
@@ -96,15 +97,21 @@ func NewFileDestination(path string) (*FileDestination, error) {
 var namedTemps = false
 
 // tempPattern is the name of a temporary file of base, for
-// os.CreateTemp; removeStaleTemps matches it.
-func tempPattern(base string) string { return "." + base + ".tmp-*" }
+// os.CreateTemp: tempPrefix and a random number.
+func tempPattern(base string) string { return tempPrefix(base) + "*" }
+
+func tempPrefix(base string) string { return "." + base + ".tmp-" }
 
 // removeStaleTemps removes dir's temporary files of base whose writer is
 // gone: those that no process holds locked. Errors are no matter: a file
 // left is removed by a later write.
 func removeStaleTemps(dir, base string) {
-	names, _ := filepath.Glob(filepath.Join(dir, tempPattern(base)))
-	for _, name := range names {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), tempPrefix(base)) || !e.Type().IsRegular() {
+			continue
+		}
+		name := filepath.Join(dir, e.Name())
 		f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 		if err != nil {
 			continue
