@@ -355,17 +355,22 @@ func parseError(body []byte, fields []field) error {
 }
 
 // validJSON reports whether b is JSON text as Python's json module writes
-// and reads it, which FFCV's JSONField uses: standard JSON, and the values
+// and reads it, which FFCV's JSONField uses: standard JSON, with the values
 // NaN, Infinity and -Infinity, which it writes for such floats.
 func validJSON(b []byte) bool {
 	if json.Valid(b) {
 		return true
 	}
-	// Replace those tokens outside strings, where a value may begin, with
-	// numbers, and ask again.
+	std, ok := withoutNonFinite(b)
+	return ok && json.Valid(std)
+}
+
+// withoutNonFinite returns b with each NaN, Infinity and -Infinity where a
+// value begins (outside strings) replaced by 0, and whether it held one.
+func withoutNonFinite(b []byte) ([]byte, bool) {
 	var out []byte
-	inString, escaped := false, false
-	prev := byte('[') // the last byte outside white space: a value may begin
+	found, inString, escaped := false, false, false
+	valueNext := true // the last byte outside strings and white space was [ , : or none
 	for i := 0; i < len(b); i++ {
 		c := b[i]
 		if inString {
@@ -377,27 +382,38 @@ func validJSON(b []byte) bool {
 			case c == '"':
 				inString = false
 			}
+			out = append(out, c)
 			continue
 		}
-		if c == '"' {
-			inString = true
-		}
-		begins := prev == '[' || prev == ',' || prev == ':' || prev == '-' && i > 0 && b[i-1] == '-'
-		for _, tok := range []string{"NaN", "Infinity"} {
-			if begins && bytes.HasPrefix(b[i:], []byte(tok)) && (tok == "Infinity" || prev != '-') {
-				if out == nil {
-					out = append([]byte(nil), b...)
-				}
-				copy(out[i:], bytes.Repeat([]byte{'0'}, len(tok)))
-				out[i] = '1'
-				i += len(tok) - 1
-				c = '0'
-				break
+		if valueNext {
+			if tok := nonFinite(b[i:]); tok > 0 {
+				out = append(out, '0')
+				i += tok - 1
+				found, valueNext = true, false
+				continue
 			}
 		}
-		if c != ' ' && c != '\t' && c != '\n' && c != '\r' {
-			prev = c
+		switch c {
+		case ' ', '\t', '\n', '\r':
+		case '[', ',', ':':
+			valueNext = true
+		case '"':
+			inString, valueNext = true, false
+		default:
+			valueNext = false
+		}
+		out = append(out, c)
+	}
+	return out, found
+}
+
+// nonFinite returns the length of the non-finite value b starts with, 0
+// for none.
+func nonFinite(b []byte) int {
+	for _, tok := range []string{"NaN", "Infinity", "-Infinity"} {
+		if bytes.HasPrefix(b, []byte(tok)) {
+			return len(tok)
 		}
 	}
-	return out != nil && json.Valid(out)
+	return 0
 }
