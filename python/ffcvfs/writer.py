@@ -34,6 +34,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from typing import Callable, List, Mapping, Optional, Sequence
 
 import numpy as np
@@ -214,8 +215,9 @@ class DatasetWriter:
         # why it did (the writer saw its stream end early); workers still
         # busy are killed, and are no cause.
         ended = {}
+        deadline = time.monotonic() + (5 if code == 0 else 1)  # for all of them
         for k, p in enumerate(workers):
-            p.join(5 if code == 0 else 1)
+            p.join(max(0.0, deadline - time.monotonic()))
             if p.is_alive():
                 p.kill()
                 p.join()
