@@ -179,18 +179,26 @@ func startMount(t *testing.T, env []string, src string, args ...string) *mountPr
 		cmd.Env = append(cmd.Env, env...)
 	}
 	p := launchMount(t, cmd, mnt)
+	p.waitServing(t)
+	return p
+}
+
+// waitServing waits until the mount serves its stats.json, failing the
+// test when the process exits first or after testenv.Patience.
+func (p *mountProc) waitServing(t *testing.T) {
+	t.Helper()
 	deadline := time.Now().Add(testenv.Patience)
 	for {
-		if _, err := os.Stat(control.Path(mnt, control.StatsFile)); err == nil {
-			return p
+		if _, err := os.Stat(control.Path(p.mnt, control.StatsFile)); err == nil {
+			return
 		}
 		select {
 		case <-p.exited:
-			t.Fatalf("ffcvfs mount %s exited before serving (%s):\n%s", src, p.cmd.ProcessState, p.stderr)
+			t.Fatalf("ffcvfs mount at %s exited before serving (%s):\n%s", p.mnt, p.cmd.ProcessState, p.stderr)
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("ffcvfs mount %s: %s/.ffcvfs/stats.json not there in time:\n%s", src, mnt, p.stderr)
+			t.Fatalf("ffcvfs mount: %s/.ffcvfs/stats.json not there in time:\n%s", p.mnt, p.stderr)
 		}
 	}
 }

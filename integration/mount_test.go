@@ -1285,20 +1285,7 @@ func TestMountSIGHUP(t *testing.T) {
 			}
 			p.cmd.Process.Signal(syscall.SIGHUP)
 			close(release)
-			deadline := time.Now().Add(testenv.Patience)
-			for {
-				if _, err := os.Stat(control.Path(mnt, control.StatsFile)); err == nil {
-					break
-				}
-				select {
-				case <-p.exited:
-					t.Fatalf("the mount ended at SIGHUP while being set up (%s):\n%s", p.cmd.ProcessState, p.stderr)
-				case <-time.After(20 * time.Millisecond):
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("not mounted in time:\n%s", p.stderr)
-				}
-			}
+			p.waitServing(t) // fails if SIGHUP ended it
 			p.cmd.Process.Signal(syscall.SIGHUP)
 			if !withPeers {
 				waitOutput(t, p.stderr, "SIGHUP: nothing to reload")

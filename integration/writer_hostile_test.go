@@ -5,8 +5,6 @@ import (
 	"context"
 	bin "encoding/binary"
 	"encoding/json"
-	"image"
-	"image/png"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,23 +55,6 @@ func imageSample(id int, file []byte) []byte {
 	return bin.LittleEndian.AppendUint64(b, uint64(id%10))
 }
 
-// smoothPNG is a side×side PNG of smooth colours: tens of KB on the
-// stream, side²×3 bytes once decoded.
-func smoothPNG(t *testing.T, side int) []byte {
-	img := image.NewNRGBA(image.Rect(0, 0, side, side))
-	for y := range side {
-		for x := range side {
-			o := img.PixOffset(x, y)
-			img.Pix[o], img.Pix[o+1], img.Pix[o+2], img.Pix[o+3] = byte(x/64), byte(y/64), 100, 255
-		}
-	}
-	var b bytes.Buffer
-	if err := png.Encode(&b, img); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
-
 // TestWriteStreamMemoryCompressedImages: 32 PNGs of 2500×2500 pixels,
 // 25 KB each on the stream and 18.75 MB each stored raw, written by 2
 // workers: the writer's peak resident size stays within its stated
@@ -84,7 +65,7 @@ func smoothPNG(t *testing.T, side int) []byte {
 func TestWriteStreamMemoryCompressedImages(t *testing.T) {
 	ffcvfs := binary(t, "ffcvfs")
 	const side, n = 2500, 32
-	pngBytes := smoothPNG(t, side)
+	pngBytes := testenv.SmoothPNG(t, side)
 	stream := streamHeader(t, map[string]any{"format": "ffcvfs-stream", "version": 1, "samples": n, "page_size": 32 << 20,
 		"fields": []map[string]any{{"name": "image", "type": "rgb_image", "write_mode": "raw"}, {"name": "label", "type": "int"}}})
 	for id := range n {

@@ -2,7 +2,6 @@ package peer
 
 import (
 	"fmt"
-	"slices"
 	"testing"
 )
 
@@ -14,12 +13,7 @@ func BenchmarkSuccessorDeadMembers(b *testing.B) {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			var sets [][]string
 			m := testMembers("http://self:1", "", &sets)
-			nodes := []string{"http://self:1"}
-			for i := range n {
-				nodes = append(nodes, fmt.Sprintf("http://dead%d:1", i))
-			}
-			slices.Sort(nodes)
-			m.apply(nodes)
+			m.apply(deadMembers(n))
 			down := map[string]bool{}
 			b.ResetTimer()
 			for i := range b.N {
@@ -37,11 +31,7 @@ func BenchmarkSuccessorDeadMembers(b *testing.B) {
 func BenchmarkApplyFlip(b *testing.B) {
 	var sets [][]string
 	m := testMembers("http://self:1", "", &sets)
-	many := []string{"http://self:1"}
-	for i := range 4095 {
-		many = append(many, fmt.Sprintf("http://dead%d:1", i))
-	}
-	slices.Sort(many)
+	many := deadMembers(4095)
 	few := []string{"http://dead0:1", "http://self:1"}
 	for i := range b.N {
 		if i%2 == 0 {

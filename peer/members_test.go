@@ -226,6 +226,16 @@ func TestRingAgrees(t *testing.T) {
 	}
 }
 
+// deadMembers is http://self:1 and n others, dead0 to deadN-1, sorted.
+func deadMembers(n int) []string {
+	nodes := []string{"http://self:1"}
+	for i := range n {
+		nodes = append(nodes, fmt.Sprintf("http://dead%d:1", i))
+	}
+	slices.Sort(nodes)
+	return nodes
+}
+
 // TestSuccessorDeadMembers: 4,095 dead members of a peers file found down
 // one by one, as reads meet them, and a file flipping between 2 and 4,096
 // members, build a ring per member set, not one per read or per change:
@@ -234,11 +244,7 @@ func TestRingAgrees(t *testing.T) {
 func TestSuccessorDeadMembers(t *testing.T) {
 	var sets [][]string
 	m := testMembers("http://self:1", "", &sets)
-	many := []string{"http://self:1"}
-	for i := range 4095 {
-		many = append(many, fmt.Sprintf("http://dead%d:1", i))
-	}
-	slices.Sort(many)
+	many := deadMembers(4095)
 	m.apply(many)
 	down := map[string]bool{}
 	for i := range 200 {

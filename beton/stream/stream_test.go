@@ -6,8 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"image"
-	"image/png"
 	"io"
 	"math"
 	"os"
@@ -420,23 +418,6 @@ func (d *discard) Commit([]byte) error         { return nil }
 func (d *discard) Abort() error                { return nil }
 func (d *discard) Name() string                { return "discard" }
 
-// compressedPNG is a side×side PNG of smooth colours: a few KB per
-// megapixel, w×h×3 bytes once decoded.
-func compressedPNG(t testing.TB, side int) []byte {
-	img := image.NewNRGBA(image.Rect(0, 0, side, side))
-	for y := range side {
-		for x := range side {
-			o := img.PixOffset(x, y)
-			img.Pix[o], img.Pix[o+1], img.Pix[o+2], img.Pix[o+3] = byte(x/64), byte(y/64), 100, 255
-		}
-	}
-	var b bytes.Buffer
-	if err := png.Encode(&b, img); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
-
 // TestWriteHeldBounded: 24 samples of a 2000×2000 PNG of 20 KB, 12 MB each
 // once decoded, stored raw by 2 workers. What a write holds is bounded by
 // prepared bytes, not by frames: at most MaxHeld counted, and the live heap
@@ -446,7 +427,7 @@ func compressedPNG(t testing.TB, side int) []byte {
 // queues.
 func TestWriteHeldBounded(t *testing.T) {
 	const side, n = 2000, 24
-	pngBytes := compressedPNG(t, side)
+	pngBytes := testenv.SmoothPNG(t, side)
 	var e enc
 	e.header(Header{Format: Format, Version: Version, Samples: n, PageSize: 16 << 20, Fields: []Field{
 		{Name: "image", Type: "rgb_image", WriteMode: "raw"}, {Name: "label", Type: "int"}}})

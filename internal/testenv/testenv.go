@@ -8,7 +8,10 @@
 package testenv
 
 import (
+	"bytes"
 	"compress/gzip"
+	"image"
+	"image/png"
 	"io"
 	"math"
 	"os"
@@ -230,4 +233,23 @@ func PSNR(a, b []byte) float64 {
 		return math.Inf(1)
 	}
 	return 10 * math.Log10(255*255*float64(len(a))/se)
+}
+
+// SmoothPNG is a side×side PNG of smooth colours: a few KB per megapixel
+// as a file, side²×3 bytes decoded, for tests of what images that
+// compress well cost once decoded.
+func SmoothPNG(t testing.TB, side int) []byte {
+	t.Helper()
+	img := image.NewNRGBA(image.Rect(0, 0, side, side))
+	for y := range side {
+		for x := range side {
+			o := img.PixOffset(x, y)
+			img.Pix[o], img.Pix[o+1], img.Pix[o+2], img.Pix[o+3] = byte(x/64), byte(y/64), 100, 255
+		}
+	}
+	var b bytes.Buffer
+	if err := png.Encode(&b, img); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
 }
