@@ -11,9 +11,11 @@ beton and reads it with the ffcvfs package's Loader through CuPy and DLPack into
   2. float16 NCHW, normalized, center crops, quasi-random order, 2 epochs:
      equal to the CPU path batch by batch, each sample once per epoch;
   3. throughput with the consumer idle (it only takes and releases
-     batches), in images/s, next to the CPU path's.
+     batches), in images/s, next to the CPU path's, and the CPU path's
+     batches copied to the GPU with .cuda() (pinned), as a loop without
+     device delivery does.
 
-Usage (scripts/gpu-check.sh runs it):
+Usage (scripts/device-check.sh runs it):
 
     python3 python/check_ffcvfeed_cuda.py --bin bin/ffcvfeed-cuda --data small.beton [--cpu-bin bin/ffcvfeed]
 
@@ -179,6 +181,25 @@ def idle_throughput(binary, data, device, args, epochs, tmp):
     return rates
 
 
+def copy_throughput(binary, data, args, epochs, tmp):
+    """The CPU path's batches copied to the GPU as a training loop without
+    device delivery does: pinned, then .cuda(non_blocking=True)."""
+    import torch
+    srv = Server(binary, data, "cpu", args + ["--epochs", str(epochs)], tmp)
+    rates = []
+    with Loader(srv.sock, device="cpu") as loader:
+        for _ in range(epochs):
+            n, t = 0, time.perf_counter()
+            for images, labels in loader:
+                torch.from_numpy(images).pin_memory().cuda(non_blocking=True)
+                torch.from_numpy(labels).cuda(non_blocking=True)
+                n += int(labels.shape[0])
+            torch.cuda.synchronize()
+            rates.append(n / (time.perf_counter() - t))
+    srv.finish("throughput on cpu, copied with .cuda()")
+    return rates
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bin", required=True, help="ffcvfeed built with -tags cuda")
@@ -248,10 +269,15 @@ def main():
         e = max(1, opts.bench_epochs)
         gpu = idle_throughput(opts.bin, opts.data, "cuda:0", args, e, tmp)
         cpu = idle_throughput(cpu_bin, opts.data, "cpu", args, e, tmp)
-        for name, r in (("cuda:0", gpu), ("cpu", cpu)):
+        copied = copy_throughput(cpu_bin, opts.data, args, e, tmp)
+        for name, r in (("cuda:0", gpu), ("cpu", cpu), ("cpu+.cuda()", copied)):
             print(f"      throughput, consumer idle, {name}: " + ", ".join(f"epoch {i}: {x:.0f} img/s" for i, x in enumerate(r)) +
                   f"; best {max(r):.0f} img/s", flush=True)
-        print(f"      cuda:0 / cpu (best epochs): {max(gpu) / max(cpu):.2f}", flush=True)
+        print(f"      cuda:0 / cpu (best epochs): {max(gpu) / max(cpu):.2f}; cuda:0 / cpu+.cuda(): {max(gpu) / max(copied):.2f}", flush=True)
+        # Lines for scripts/device-check.sh's summary.
+        print(f"gpu loader device=cuda:0 images/s={max(gpu):.0f}", flush=True)
+        print(f"gpu loader device=cpu images/s={max(cpu):.0f}", flush=True)
+        print(f"gpu loader device=cpu+.cuda() images/s={max(copied):.0f}", flush=True)
 
     if failures:
         print(f"\n{len(failures)} check(s) failed", flush=True)

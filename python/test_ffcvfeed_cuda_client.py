@@ -4,7 +4,7 @@ No GPU is needed: a stand-in for the few CuPy calls the loader makes backs
 each "device buffer" with host memory and logs every call, so the tests
 check what the loader asks of CUDA and when (waits before yielding, a
 release only after the consumer stream's event completed), not CUDA itself.
-python/check_ffcvfeed_cuda.py (scripts/gpu-check.sh) checks the real thing.
+python/check_ffcvfeed_cuda.py (scripts/device-check.sh) checks the real thing.
 
 Run: PYTHONPATH=python /usr/bin/python3 -m unittest python/test_ffcvfeed_cuda_client.py
 """

@@ -18,7 +18,8 @@
 # dynamic loader finds no libcuda.so.1, or (libcuda1 installed, as here)
 # gorgonia.org/cu's init gets CUDA_ERROR_NO_DEVICE from cuInit, prints
 # "Error in initialization, ... NoDevice" and exits with status 1. Run them
-# on a machine with a GPU: scripts/gpu-check.sh bin/ffcvfeed-cuda BETON.
+# on a machine with a GPU: scripts/device-check.sh (--prepare builds them
+# for it).
 #
 # Environment:
 #   CUDA_STUBS   folder holding the libcuda.so to link against (default: the
@@ -134,4 +135,4 @@ fi
 
 echo
 echo "check-cuda-build: OK: bin/ffcvfeed-cuda and bin/cudafeed-cuda.test built with -tags cuda; they run only where"
-echo "an NVIDIA driver and a GPU are: scripts/gpu-check.sh bin/ffcvfeed-cuda BETON"
+echo "an NVIDIA driver and a GPU are: scripts/device-check.sh --prepare, then scripts/device-check.sh there"

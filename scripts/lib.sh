@@ -26,7 +26,8 @@ FFCVFS_APT_PYTHON=(
 # FFCVFS_APT_TEST: what only the tests use beside those: venv, pip,
 # setuptools and wheel to install python/ as a package, prometheus (with
 # promtool) and tmux for the tests of the metrics and of 'ffcvfs stats',
-# curl for the README's S3 upload, git to test a fresh clone.
+# curl for the README's S3 upload, git to test a fresh clone, xz-utils for
+# scripts/device-check.sh's folder.
 FFCVFS_APT_TEST=(
 	python3-venv
 	python3-pip
@@ -37,6 +38,7 @@ FFCVFS_APT_TEST=(
 	curl
 	git
 	file
+	xz-utils
 )
 # FFCVFS_APT_ARM64: building for linux/arm64 without emulation (Debian's
 # cross compiler and, from the arm64 architecture added to dpkg, the arm64

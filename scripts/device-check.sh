@@ -1,0 +1,256 @@
+#!/usr/bin/env bash
+# One command for a training node: a machine with a GPU and many cores
+# (the lent one: an H100 or H200, 16 cores, python3 with PyTorch and CuPy,
+# the NVIDIA driver, no Go, nothing to fetch). In two steps:
+#
+#   scripts/device-check.sh --prepare [--cpu-only]   # here, with Go
+#   scripts/device-check.sh [--cpu-only]             # there, from the same tree
+#
+# --prepare builds what the run needs into device-check/ (git-ignored; name
+# it in the device tool's carry): static ffcvfs, ffcvfeed and readall, and,
+# without --cpu-only, ffcvfeed built with -tags cuda and the compiled GPU
+# tests of package cudafeed (scripts/check-cuda-build.sh installs their
+# headers; libjpeg-turbo is linked in, libcuda.so.1 comes from the driver),
+# each xz-compressed; the folder stays under 40 MiB, so that it and the
+# tree travel in the device tool's 64 MiB.
+#
+# The run builds nothing. It unpacks device-check/ into a temporary
+# folder, writes two betons of the fixture's real photos (testdata/
+# imagefolder-small, 10 times over: 2,000 images) with ffcvfs write, one
+# without and one with restart intervals, and prints, as lines to grep:
+#
+#   ffcvfeed workers=N images/s=X beton=plain|restarts
+#       ffcvfeed bench (160 px random-resized crops, uint8) at 1, 2, 4, 8
+#       and 16 workers, as many as the machine has cores;
+#   mount readers=N files/s=X MB/s=Y
+#       the mount's raw reads of every file at 1 to 16 readers, where
+#       /dev/fuse exists (a line says so where not);
+#   gpu ...
+#       without --cpu-only: nvidia-smi's line, the cudafeed tests on the
+#       device, and python/check_ffcvfeed_cuda.py: ffcvfeed serve
+#       --device cuda:0 read by the Python Loader as CUDA tensors (DLPack
+#       into torch), every sample once and equal to the CPU path, and
+#       images/s beside the CPU path's batches copied with .cuda().
+#
+# --cpu-only runs the parts that need no GPU; scripts/test.sh runs it here,
+# in CI, with DEVICE_CHECK_IMAGES small. It takes about 3 minutes on the lent
+# machine and stops at 8 (DEVICE_CHECK_LIMIT, seconds).
+#
+# Environment: DEVICE_CHECK_IMAGES (images per ffcvfeed bench run, default
+# 20000), DEVICE_CHECK_DIR (default device-check), PYTHON (default python3).
+set -euo pipefail
+
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+root=$(repo_root)
+cd "$root"
+
+prepare=0 cpu_only=0
+for a in "$@"; do
+	case $a in
+	--prepare) prepare=1 ;;
+	--cpu-only) cpu_only=1 ;;
+	-h | --help)
+		sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+		exit 0
+		;;
+	*) die "unknown argument $a (want --prepare and/or --cpu-only; --help says more)" ;;
+	esac
+done
+dir=${DEVICE_CHECK_DIR:-device-check}
+images=${DEVICE_CHECK_IMAGES:-20000}
+[[ $images =~ ^[0-9]+$ ]] && ((images >= 200 && images <= 10000000)) ||
+	die "DEVICE_CHECK_IMAGES=$images: want 200 to 10000000 images per run"
+python=${PYTHON:-python3}
+max_folder=$((40 << 20))
+
+# pack FILE...: xz-compress each FILE into $dir as NAME.xz.
+pack() {
+	local f
+	for f in "$@"; do
+		xz -T0 -6 -c "$f" >"$dir/$(basename "$f").xz"
+	done
+}
+
+prepare() {
+	step "prepare $dir/ ($( ((cpu_only)) && echo 'CPU only' || echo 'CPU and GPU'))"
+	ensure_apt "${FFCVFS_APT_BUILD[@]}" xz-utils file
+	ensure_go
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	local bin
+	bin=$(mktemp -d)
+	log "building static ffcvfs and ffcvfeed, and readall"
+	CGO_ENABLED=1 go build -trimpath -tags netgo,osusergo -o "$bin/" \
+		-ldflags "-s -w -linkmode external -extldflags -static" ./cmd/ffcvfs ./cmd/ffcvfeed
+	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin/" ./tools/readall
+	for p in "$bin"/ffcvfs "$bin"/ffcvfeed; do
+		file -b "$p" | grep -q "statically linked" || die "$p is not statically linked: $(file -b "$p")"
+	done
+	pack "$bin"/ffcvfs "$bin"/ffcvfeed "$bin"/readall
+	if ((!cpu_only)); then
+		log "building ffcvfeed -tags cuda and the cudafeed GPU tests (scripts/check-cuda-build.sh installs CUDA's headers)"
+		bash scripts/check-cuda-build.sh >&2
+		# libjpeg-turbo linked in: the GPU machine need not have
+		# libjpeg.so.62. A folder holding only the archive comes first
+		# in the linker's search.
+		local jpeg
+		jpeg=$(mktemp -d)
+		ln -s /usr/lib/x86_64-linux-gnu/libjpeg.a "$jpeg/libjpeg.a"
+		local stubs=/usr/lib/x86_64-linux-gnu/stubs
+		CGO_LDFLAGS="-L$jpeg -L$stubs" go build -tags cuda -trimpath -ldflags "-s -w" -o "$bin/ffcvfeed-cuda" ./cmd/ffcvfeed
+		CGO_LDFLAGS="-L$jpeg -L$stubs" go test -tags cuda -c -trimpath -ldflags "-s -w" -o "$bin/cudafeed-cuda.test" ./cudafeed/
+		rm -rf "$jpeg"
+		if readelf -d "$bin/ffcvfeed-cuda" | grep -q 'NEEDED.*libjpeg'; then
+			die "$bin/ffcvfeed-cuda links libjpeg dynamically"
+		fi
+		pack "$bin"/ffcvfeed-cuda "$bin"/cudafeed-cuda.test
+	fi
+	rm -rf "$bin"
+	local size
+	size=$(du -sb "$dir" | cut -f1)
+	((size <= max_folder)) || die "$dir holds $size bytes, more than $max_folder"
+	ls -l "$dir"
+	echo "prepared $dir: $((size >> 20)) MiB; run scripts/device-check.sh$( ((cpu_only)) && echo ' --cpu-only') where it is to run"
+}
+
+((prepare)) && {
+	prepare
+	exit 0
+}
+
+# --- the run: no Go, nothing fetched ---
+
+[[ -d $dir ]] || die "no $dir/: run scripts/device-check.sh --prepare$( ((cpu_only)) && echo ' --cpu-only') first (where Go is), and carry $dir to this machine"
+start=$SECONDS
+limit=${DEVICE_CHECK_LIMIT:-480}
+work=$(mktemp -d)
+mnt=
+cleanup() {
+	if [[ -n $mnt ]] && grep -q " $mnt " /proc/mounts 2>/dev/null; then
+		"$work/ffcvfs" umount "$mnt" >/dev/null 2>&1 || umount -l "$mnt" 2>/dev/null || true
+	fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+# unpack NAME: $dir/NAME.xz into $work/NAME, executable.
+unpack() {
+	"$python" -c 'import lzma, shutil, sys
+with lzma.open(sys.argv[1]) as src, open(sys.argv[2], "wb") as dst:
+    shutil.copyfileobj(src, dst)' "$dir/$1.xz" "$work/$1"
+	chmod +x "$work/$1"
+}
+
+# in_time: fails once the run has taken its limit.
+in_time() {
+	((SECONDS - start < limit)) || die "the run took its ${limit} s; stopping"
+}
+
+step "machine"
+cores=$(nproc)
+echo "cores=$cores cpu=\"$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)\" memory=$(awk '/^MemTotal/ { print int($2 / 1024) }' /proc/meminfo)MiB"
+for p in ffcvfs ffcvfeed readall; do
+	[[ -f $dir/$p.xz ]] || die "$dir/$p.xz missing: prepare again"
+	unpack "$p"
+done
+"$work/ffcvfs" version | head -1
+
+step "betons: the fixture's photos ten times over, without and with restart intervals"
+tree=$work/tree
+photos=$root/testdata/imagefolder-small
+[[ -d $photos ]] || die "$photos missing"
+for copy in $(seq 0 9); do
+	for cls in "$photos"/*/; do
+		c=$(basename "$cls")
+		mkdir -p "$tree/$c"
+		for f in "$cls"*; do
+			ln -s "$f" "$tree/$c/$copy-$(basename "$f")"
+		done
+	done
+done
+"$work/ffcvfs" write --restart-interval 0 "$tree" "$work/plain.beton" | tail -1
+"$work/ffcvfs" write --restart-interval 4 "$tree" "$work/restarts.beton" | tail -1
+n=$(find -L "$tree" -type f | wc -l)
+epochs=$(((images + n - 1) / n))
+
+step "ffcvfeed bench: $((epochs * n)) images a run, 160 px random-resized crops"
+counts=()
+for w in 1 2 4 8 16; do
+	((w <= cores)) && counts+=("$w")
+done
+for w in "${counts[@]}"; do
+	for b in plain restarts; do
+		in_time
+		out=$("$work/ffcvfeed" bench --data "$work/$b.beton" --workers "$w" --epochs "$epochs" --resolution 160 2>&1) ||
+			die "ffcvfeed bench --workers $w on $b.beton failed: $out"
+		rate=$(sed -n 's/^total: .* \([0-9.]*\) images\/s.*/\1/p' <<<"$out")
+		[[ -n $rate ]] || die "no total in ffcvfeed bench's output: $out"
+		echo "ffcvfeed workers=$w images/s=$rate beton=$b"
+	done
+done
+
+step "the mount's raw reads"
+if [[ ! -e /dev/fuse ]]; then
+	echo "mount: skipped, no /dev/fuse on this machine"
+elif ((EUID != 0)) && ! command -v fusermount3 >/dev/null 2>&1; then
+	echo "mount: skipped, not root and no fusermount3"
+else
+	# A mount of its own for each count: the first reads of every file,
+	# not the kernel's copies of an earlier pass.
+	mnt=$work/mnt
+	mkdir -p "$mnt"
+	for r in 1 2 4 8 16; do
+		((r <= cores)) || continue
+		in_time
+		if ! "$work/ffcvfs" mount --background --cache-size 512MiB "$work/plain.beton" "$mnt" >"$work/mount.log" 2>&1; then
+			echo "mount: failed: $(tail -1 "$work/mount.log")"
+			break
+		fi
+		out=$("$work/readall" -j "$r" "$mnt")
+		echo "mount readers=$r $(sed -n 's/.* \([0-9.]*\) files\/s.* \([0-9.]*\) MB\/s.*/files\/s=\1 MB\/s=\2/p' <<<"$out")"
+		"$work/ffcvfs" umount "$mnt"
+	done
+	mnt=
+fi
+
+if ((cpu_only)); then
+	echo
+	echo "device-check: CPU parts done in $((SECONDS - start)) s"
+	exit 0
+fi
+
+step "GPU"
+for p in ffcvfeed-cuda cudafeed-cuda.test; do
+	[[ -f $dir/$p.xz ]] || die "$dir/$p.xz missing: prepare without --cpu-only"
+	unpack "$p"
+done
+if command -v nvidia-smi >/dev/null 2>&1; then
+	echo "gpu $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
+else
+	echo "gpu: nvidia-smi not found"
+fi
+"$python" -c 'import numpy, torch, cupy
+assert torch.cuda.is_available(), "torch sees no GPU"
+print("gpu python: numpy", numpy.__version__, "torch", torch.__version__, "CUDA", torch.version.cuda, "cupy", cupy.__version__)' ||
+	die "$python must import numpy, torch with CUDA, and cupy"
+in_time
+step "cudafeed's tests on the device"
+if (cd "$root/cudafeed" && "$work/cudafeed-cuda.test" -test.v -test.count=1); then
+	echo "gpu cudafeed tests: ok"
+else
+	echo "gpu cudafeed tests: FAILED"
+	failed=1
+fi
+in_time
+step "python/check_ffcvfeed_cuda.py: the Loader's CUDA tensors"
+if "$python" "$root/python/check_ffcvfeed_cuda.py" --bin "$work/ffcvfeed-cuda" --cpu-bin "$work/ffcvfeed" \
+	--data "$work/plain.beton" --resolution 160 --bench-epochs 3; then
+	echo "gpu loader checks: ok"
+else
+	echo "gpu loader checks: FAILED"
+	failed=1
+fi
+echo
+echo "device-check: done in $((SECONDS - start)) s"
+((${failed:-0} == 0)) || die "a GPU check failed (above)"
