@@ -77,7 +77,8 @@
 // # Concurrency
 //
 // One mutex (Server.mu) guards slot states, the send queue and the active
-// connection; it is never held across socket I/O. Each connection has a writer
+// connection; it is never held across socket I/O. It is taken per batch,
+// never per sample, so the pipeline's workers do not meet on it. Each connection has a writer
 // (the goroutine that accepted it) and a reader goroutine. AcquireSlot takes
 // free slots from a channel of capacity Slots, so it honours its context.
 //

@@ -47,6 +47,15 @@
 // never held during I/O or while a plan is prepared; with Options.Debug,
 // every unlock checks the invariants of the cache and of its policy.
 //
+// Every reader shares that mutex, and it does not limit cores: a read of a
+// sample (AcquireSample and Release) holds it 60 to 470 ns in all
+// (BenchmarkAcquireHit, 64 to 16,384 pages, every read a hit or a tenth of
+// the pages cached), so it is busy only at some two million samples a
+// second, the work of over a thousand decoding cores. Storage reads,
+// prefetches and tiers run outside it. At 2 decoding workers all mutex
+// waits of ffcvfeed (FFCVFS_MUTEXPROFILE) were under a millisecond in 5 s
+// of CPU.
+//
 // # What it must never do
 //
 // Exceed its budget, read a page for a consumer without a plan more often

@@ -11,6 +11,15 @@
 // sample. Batches are filled concurrently, as many as the Sink has free
 // slots, and published in batch order.
 //
+// What the workers share: per sample, their batch's atomic counter (to
+// claim the next sample), the image counter, and the page cache's mutex
+// (see package pagecache); per batch, a receive each from the jobs channel
+// and a send to the done channel; nothing else. So a worker's cost does
+// not grow with their number: ffcvfeed bench on a beton with restart
+// intervals took 0.246 ms of CPU an image with 1 worker and 0.243 with 2,
+// its goroutines waiting under a millisecond in all for mutexes in 5 s of
+// CPU (FFCVFS_MUTEXPROFILE).
+//
 // # What it must never do
 //
 // Let one bad sample stop an epoch when OnError is "skip": a sample that

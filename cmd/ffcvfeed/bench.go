@@ -15,6 +15,7 @@ import (
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/fields"
+	"github.com/ffcvfs/ffcvfs/internal/profile"
 	"github.com/ffcvfs/ffcvfs/jpeg"
 	"github.com/ffcvfs/ffcvfs/pipeline"
 )
@@ -46,7 +47,16 @@ func benchCommand() *cli.Command {
 				sums = &checksumSink{DiscardSink: discard, specs: p.Fields(), sums: map[[2]int][32]byte{}}
 				sink = sums
 			}
-			total, start := 0, time.Now()
+			stopProfiles, err := profile.Start()
+			if err != nil {
+				return cli.Exit(err.Error(), 1)
+			}
+			defer func() {
+				if err := stopProfiles(); err != nil {
+					slog.Warn("writing the profiles", "err", err)
+				}
+			}()
+			total, start, cpu0 := 0, time.Now(), profile.CPUTime()
 			for e := 0; e < c.Int("epochs"); e++ {
 				t := time.Now()
 				n, err := p.RunEpoch(c.Context, e, sink)
@@ -62,7 +72,9 @@ func benchCommand() *cli.Command {
 				fmt.Println()
 			}
 			el := time.Since(start).Seconds()
-			fmt.Printf("total: ffcvfeed bench: %d images in %.2f s: %.0f images/s (errors %d)\n", total, el, float64(total)/el, p.Errors.Load())
+			cpu := (profile.CPUTime() - cpu0).Seconds()
+			fmt.Printf("total: ffcvfeed bench: %d images in %.2f s: %.0f images/s (errors %d); CPU %.2f s, %.3f ms an image\n",
+				total, el, float64(total)/el, p.Errors.Load(), cpu, 1e3*cpu/float64(max(total, 1)))
 			if sums != nil {
 				fmt.Printf("checksum: sha256 %s (%d batches)\n", sums.sum(), len(sums.sums))
 			}

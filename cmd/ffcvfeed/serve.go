@@ -15,6 +15,7 @@ import (
 	"github.com/ffcvfs/ffcvfs/feed"
 	"github.com/ffcvfs/ffcvfs/internal/lifeline"
 	"github.com/ffcvfs/ffcvfs/internal/metrics"
+	"github.com/ffcvfs/ffcvfs/internal/profile"
 	"github.com/ffcvfs/ffcvfs/order"
 )
 
@@ -46,6 +47,15 @@ func serveCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			stopProfiles, err := profile.Start()
+			if err != nil {
+				return cli.Exit(err.Error(), 1)
+			}
+			defer func() {
+				if err := stopProfiles(); err != nil {
+					slog.Warn("writing the profiles", "err", err)
+				}
+			}()
 			if err := checkSocketPath(c.String("socket")); err != nil {
 				return err
 			}

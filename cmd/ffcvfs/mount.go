@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/ffcvfs/ffcvfs/internal/bytesize"
 	"github.com/ffcvfs/ffcvfs/internal/cacheflags"
 	"github.com/ffcvfs/ffcvfs/internal/metrics"
+	"github.com/ffcvfs/ffcvfs/internal/profile"
 	"github.com/ffcvfs/ffcvfs/pagecache"
 	"github.com/ffcvfs/ffcvfs/storage"
 	"github.com/urfave/cli/v2"
@@ -71,7 +71,8 @@ takes one core per 8 (from 1 to 8): random reads from network storage cost
 a GET per image, and one core caps them at a few thousand images a second.
 
 FFCVFS_CPUPROFILE=FILE writes a CPU profile of the mount to FILE (for go
-tool pprof) when it ends.
+tool pprof) when it ends; FFCVFS_MUTEXPROFILE=FILE and FFCVFS_BLOCKPROFILE=FILE
+the time its goroutines waited for locks, and were blocked.
 
 SRC '-' reads SRC from the first line of standard input, so that a URL
 holding a secret (a presigned one) appears in no command line, which every
@@ -146,18 +147,16 @@ func runMount(c *cli.Context) error {
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(mountProcs(storage.IsNetwork(src), runtime.NumCPU()))
 	}
-	if p := os.Getenv("FFCVFS_CPUPROFILE"); p != "" {
-		// A CPU profile of the whole mount, for go tool pprof.
-		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-		if err != nil {
-			return cli.Exit(fmt.Sprintf("FFCVFS_CPUPROFILE: %v", err), 1)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return cli.Exit(fmt.Sprintf("FFCVFS_CPUPROFILE: %v", err), 1)
-		}
-		defer pprof.StopCPUProfile()
+	// Profiles of the whole mount, for go tool pprof, when asked for.
+	stopProfiles, err := profile.Start()
+	if err != nil {
+		return cli.Exit(err.Error(), 1)
 	}
+	defer func() {
+		if err := stopProfiles(); err != nil {
+			slog.Warn("writing the profiles", "err", err)
+		}
+	}()
 	metricsAddr := c.String("metrics-addr")
 	if metricsAddr != "" {
 		if _, err := metrics.ListenAddr(metricsAddr); err != nil {

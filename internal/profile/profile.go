@@ -1,0 +1,145 @@
+// Package profile writes the profiles a process's environment asks for,
+// for go tool pprof, and tells the CPU time a process has used:
+//
+//	FFCVFS_CPUPROFILE=FILE    where the CPU goes
+//	FFCVFS_MUTEXPROFILE=FILE  the time goroutines waited for a mutex that
+//	                          another held, at the Unlock that ended the wait
+//	FFCVFS_BLOCKPROFILE=FILE  the time goroutines spent blocked: mutexes,
+//	                          channels, selects, condition variables
+//
+// Every contention and every blocking event is recorded (fractions and
+// rates of 1): the figures are totals, at the price of some speed while
+// they are on. A FILE is created 0600, or truncated if it is a regular
+// file; a symbolic link, a FIFO or anything else is refused.
+package profile
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"syscall"
+	"time"
+
+	"github.com/ffcvfs/ffcvfs/internal/readfile"
+)
+
+// The environment variables, by profile.
+const (
+	CPUEnv   = "FFCVFS_CPUPROFILE"
+	MutexEnv = "FFCVFS_MUTEXPROFILE"
+	BlockEnv = "FFCVFS_BLOCKPROFILE"
+)
+
+// Start starts the profiles the environment asks for; stop writes them
+// and closes their files. Without any, stop does nothing.
+func Start() (stop func() error, err error) {
+	var files []*os.File
+	var names []string
+	fail := func(err error) (func() error, error) {
+		for _, f := range files {
+			f.Close()
+		}
+		runtime.SetMutexProfileFraction(0)
+		runtime.SetBlockProfileRate(0)
+		return nil, err
+	}
+	open := func(env string) (*os.File, error) {
+		path := os.Getenv(env)
+		if path == "" {
+			return nil, nil
+		}
+		f, err := create(path)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", env, err)
+		}
+		files = append(files, f)
+		return f, nil
+	}
+	cpu, err := open(CPUEnv)
+	if err != nil {
+		return fail(err)
+	}
+	mutex, err := open(MutexEnv)
+	if err != nil {
+		return fail(err)
+	}
+	block, err := open(BlockEnv)
+	if err != nil {
+		return fail(err)
+	}
+	if cpu != nil {
+		if err := pprof.StartCPUProfile(cpu); err != nil {
+			return fail(fmt.Errorf("%s: %w", CPUEnv, err))
+		}
+	}
+	if mutex != nil {
+		runtime.SetMutexProfileFraction(1)
+		names = append(names, "mutex")
+	}
+	if block != nil {
+		runtime.SetBlockProfileRate(1)
+		names = append(names, "block")
+	}
+	return func() error {
+		var errs []error
+		if cpu != nil {
+			pprof.StopCPUProfile()
+		}
+		for i, f := range []*os.File{mutex, block} {
+			if f == nil {
+				continue
+			}
+			name := "mutex"
+			if i == 1 {
+				name = "block"
+			}
+			if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
+				errs = append(errs, fmt.Errorf("writing the %s profile: %w", name, err))
+			}
+		}
+		for _, f := range files {
+			if err := f.Close(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	}, nil
+}
+
+// create opens path for a profile: a new file (0600), or a regular file
+// truncated; never through a symbolic link, never a FIFO (its open would
+// wait) or a device.
+func create(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
+	switch {
+	case errors.Is(err, syscall.ELOOP):
+		return nil, fmt.Errorf("%s is a symbolic link: give the file it points to", path)
+	case errors.Is(err, syscall.ENXIO):
+		return nil, fmt.Errorf("%s is a FIFO, not a regular file", path)
+	case err != nil:
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err == nil && !st.Mode().IsRegular() {
+		err = fmt.Errorf("%s is %s, not a regular file", path, readfile.Kind(st.Mode()))
+	}
+	if err == nil {
+		err = f.Truncate(0)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// CPUTime returns the CPU time the process has used, user and system.
+func CPUTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
