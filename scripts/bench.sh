@@ -73,6 +73,14 @@
 #                                 image, the mount's peak RSS, the CPU each process spent
 #                                 and the TCP connections opened. Then ffcvfeed bench
 #                                 through such a mount vs on the local beton.
+#   scripts/bench.sh link [GIB]   the S3 and HTTP paths at the link's speed: a beton of GIB
+#                                 GiB (default 1) of the fixture's photos on versitygw and
+#                                 on nginx (ranges with sendfile) on loopback, nothing
+#                                 shaped; one epoch by 4 readers in QuasiRandomSampler's
+#                                 and RandomSampler's orders: GB/s and the mount's CPU
+#                                 per GB fetched, beside a reference reader fetching the
+#                                 same ranges (nginx's log of the mount's HTTP run) over
+#                                 as many connections (storagebench replay)
 #   scripts/bench.sh disk [N]     the disk tier: storage's set-up, a RAM cache of 10 %,
 #                                 --disk-cache big enough for the beton. Per ORDER
 #                                 (default "random quasi-random"; random is not
@@ -105,7 +113,9 @@
 # MAX_SECONDS (each reading way stops after that long; default 30), READERS
 # (the mount's --readers; default 64), CACHE and FEED_CACHE (the mount's
 # --cache-size for the readers and for ffcvfeed), WAYS (a regular expression:
-# only the reading ways whose names match) and FEED=0 (no ffcvfeed runs). feed
+# only the reading ways whose names match) and FEED=0 (no ffcvfeed runs). link
+# reads MAX_SECONDS, BATCH, READERS and CACHE (default 256MiB) as storage
+# does, and BENCH_PROFILES (a folder that keeps the mounts' CPU profiles). feed
 # reads FFCV_SRC, a checkout of libffcv/ffcv to build FFCV's Loader from
 # (default: ${FFCVFS_CACHE:-~/.cache/ffcvfs}/ffcv-src, cloned at $FFCV_COMMIT when
 # missing; FFCV=0 leaves FFCV out), and OUTPUTS=0 leaves the output options out.
@@ -862,6 +872,161 @@ storage_setup() {
 
 }
 
+# fetch_share PROFILE: the shares of a mount's CPU profile spent fetching
+# from storage (each request with its retries: the storage package,
+# net/http, crypto and the network's system calls below it) and serving
+# FUSE (its requests, from reading /dev/fuse to writing the reply), as
+# fetch=F fuse=U, fractions of 1.
+fetch_share() {
+	go tool pprof -top -cum "bin/ffcvfs" "$1" 2>/dev/null | awk '
+		$NF ~ /storage\.\(\*retryPolicy\)\.run$/ { f = $5 }
+		$NF ~ /fs\/transport\.\(\*Server\)\.loop$/ { u = $5 }
+		END { printf "fetch=%.4f fuse=%.4f", f / 100, u / 100 }'
+}
+
+# bench_link [GIB]: the mount reading a beton of GIB GiB (default 1) of the
+# fixture's real photos at the link's speed: from versitygw and from nginx
+# (ranges with sendfile) on loopback, nothing shaped. Per source and order
+# (QuasiRandomSampler's, RandomSampler's), one epoch's reads by 4 readers:
+# GB/s fetched and the mount's CPU per GB, beside a reference reader
+# (storagebench replay) fetching the very ranges the mount fetched (nginx's
+# log of the mount's HTTP run of that order) over as many connections:
+# plain GETs, through one presigned URL for S3.
+bench_link() {
+	local gib=${1:-1} secs=${MAX_SECONDS:-60}
+	[[ $gib =~ ^[1-9][0-9]*$ ]] || die "GIB must be a positive whole number, got '$gib'"
+	ensure_apt fuse3 libjpeg62-turbo-dev pkg-config gcc nginx
+	ensure_go
+	ensure_versitygw
+	mkdir -p bin
+	local cmd
+	for cmd in ffcvfs ffcvfeed; do
+		go build -o "bin/$cmd" "./cmd/$cmd" || die "go build ./cmd/$cmd failed"
+	done
+	go build -o bin/storagebench ./tools/storagebench || die "go build ./tools/storagebench failed"
+	STORAGE_TMP=$(mktemp -d)
+	trap storage_cleanup EXIT
+	trap 'exit 130' INT TERM
+	STORAGE_BATCH=${BATCH:-64} STORAGE_READERS=${READERS:-64}
+	local cache=${CACHE:-256MiB}
+	mkdir -p "$STORAGE_TMP/s3" "$STORAGE_TMP/mnt" "$STORAGE_TMP/www" "$STORAGE_TMP/tree"
+	# The photos, as many times over as GIB GiB takes: links, then a beton.
+	local photos=testdata/imagefolder-small per copies c cls f
+	per=$(du -sbL "$photos" | cut -f1)
+	copies=$(((gib * (1 << 30) + per - 1) / per))
+	for ((c = 0; c < copies; c++)); do
+		for cls in "$photos"/*/; do
+			mkdir -p "$STORAGE_TMP/tree/$(basename "$cls")"
+			for f in "$cls"*; do
+				ln -s "$(realpath "$f")" "$STORAGE_TMP/tree/$(basename "$cls")/$c-$(basename "$f")"
+			done
+		done
+	done
+	local beton=$STORAGE_TMP/www/link.beton
+	bin/ffcvfs write "$STORAGE_TMP/tree" "$beton" >&2 || die "ffcvfs write failed"
+	# nginx's workers run as another user: the way to the beton is theirs to read.
+	chmod 755 "$STORAGE_TMP" "$STORAGE_TMP/www"
+	local size
+	size=$(stat -c %s "$beton")
+	local ports vgw ngx
+	mapfile -t ports < <(bin/storagebench ports 2)
+	vgw=${ports[0]} ngx=${ports[1]} STORAGE_LINK=${ports[0]}
+	local var
+	for var in $(compgen -e); do
+		[[ $var != AWS_* ]] || unset "$var"
+	done
+	AWS_ACCESS_KEY_ID=BENCH$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')
+	AWS_SECRET_ACCESS_KEY=$(od -An -N20 -tx1 /dev/urandom | tr -d ' \n')
+	export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true \
+		AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null
+	ROOT_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID ROOT_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY \
+		versitygw --port "127.0.0.1:$vgw" --keep-alive --region us-east-1 --quiet \
+		posix --io-buffer-size $((64 << 10)) "$STORAGE_TMP/s3" >"$STORAGE_TMP/versitygw.log" 2>&1 &
+	STORAGE_PIDS+=($!)
+	wait_port "$vgw" versitygw "$!"
+	bin/storagebench put -endpoint "http://127.0.0.1:$vgw" -bucket bench -beton "$beton" -key link.beton ||
+		die "uploading to versitygw failed"
+	# nginx: ranges with sendfile, connections kept, every request logged
+	# with its connection and range.
+	cat >"$STORAGE_TMP/nginx.conf" <<-CONF
+		pid $STORAGE_TMP/nginx.pid;
+		error_log $STORAGE_TMP/nginx-error.log;
+		worker_processes auto;
+		events { worker_connections 1024; }
+		http {
+		    access_log off;
+		    log_format ranges '\$connection \$http_range \$status \$body_bytes_sent';
+		    client_body_temp_path $STORAGE_TMP/nginx-tmp;
+		    sendfile on; tcp_nopush on;
+		    keepalive_requests 1000000; keepalive_timeout 300s;
+		    server {
+		        listen 127.0.0.1:$ngx;
+		        root $STORAGE_TMP/www;
+		        access_log $STORAGE_TMP/access.log ranges;
+		    }
+		}
+	CONF
+	nginx -c "$STORAGE_TMP/nginx.conf" -g 'daemon off;' >"$STORAGE_TMP/nginx.log" 2>&1 &
+	STORAGE_PIDS+=($!)
+	wait_port "$ngx" nginx "$!"
+
+	echo
+	echo "the mount at the link's speed: a $((size >> 20)) MiB beton of the fixture's photos ($copies times over), from versitygw and"
+	echo "from nginx on loopback, nothing shaped; $(nproc) cores, median of $RUNS runs taking turns. One epoch, 4 readers"
+	echo "dealt batches of $STORAGE_BATCH, --cache-size $cache --readers $STORAGE_READERS; a run stops after $secs s. GB/s: 10^9 bytes fetched"
+	echo "from storage a second; CPU/GB: the mount's CPU seconds per GB fetched. The reference: the same ranges,"
+	echo "those nginx logged for the mount's HTTP run of that order, fetched by storagebench replay over as many"
+	echo "connections (plain GETs; S3 through one presigned URL)."
+	echo "fetch: the share of the mount's CPU in fetching (its CPU profile: requests with their retries), and"
+	echo "fuse: in serving FUSE requests; ratio: the mount's CPU per GB in fetching over the reference's."
+	printf '%-30s %6s %7s %6s %6s %9s %8s %9s %6s %6s\n' "what" "GB/s" "CPU/GB" "fetch" "fuse" "fetch/GB" "ref GB/s" "ref CPU/GB" "ratio" "conns"
+	local orders=(quasi-random random-announced) names=("QuasiRandomSampler" "RandomSampler") i o src out m r
+	for ((i = 0; i < RUNS; i++)); do
+		for o in 0 1; do
+			for src in http s3; do
+				: >"$STORAGE_TMP/access.log"
+				# The mount's CPU profile, for where its CPU goes.
+				export FFCVFS_CPUPROFILE=$STORAGE_TMP/cpu-$src-$o-$i.pb
+				if [[ $src == http ]]; then
+					mount_at "http://127.0.0.1:$ngx/link.beton" "$cache"
+				else
+					mount_at "s3://bench/link.beton" "$cache"
+				fi
+				unset FFCVFS_CPUPROFILE
+				out=$(bin/storagebench mount -order "${orders[o]}" -j 4 -batch "$STORAGE_BATCH" -max-seconds "$secs" "$STORAGE_TMP/mnt") ||
+					die "storagebench mount failed"
+				storage_umount
+				m="$out cpu_mount=$STORAGE_MOUNT_CPU $(fetch_share "$STORAGE_TMP/cpu-$src-$o-$i.pb")"
+				[[ -z ${BENCH_PROFILES:-} ]] || cp "$STORAGE_TMP/cpu-$src-$o-$i.pb" "$BENCH_PROFILES/"
+				if [[ $src == http ]]; then
+					cp "$STORAGE_TMP/access.log" "$STORAGE_TMP/ranges-$o.log"
+					r=$(bin/storagebench replay -log "$STORAGE_TMP/ranges-$o.log" -url "http://127.0.0.1:$ngx/link.beton") ||
+						die "storagebench replay failed"
+				else
+					r=$(bin/storagebench replay -log "$STORAGE_TMP/ranges-$o.log" -endpoint "http://127.0.0.1:$vgw" -bucket bench -key link.beton) ||
+						die "storagebench replay failed"
+				fi
+				echo "$m $(sed 's/\([a-z_]*\)=/ref_\1=/g' <<<"$r")" >>"$STORAGE_TMP/link-$src-$o.txt"
+			done
+		done
+	done
+	for o in 0 1; do
+		for src in http s3; do
+			awk -v what="$([[ $src == http ]] && echo nginx || echo versitygw), ${names[o]}" '
+				function median(s,   a, k, i, j, t) { k = split(s, a, " "); for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }; return (k % 2) ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2 }
+				{
+					for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+					gb = gb " " v["fetched"] / 1e9 / v["seconds"]; cpu = cpu " " v["cpu_mount"] / v["fetched"] * 1e6
+					rgb = rgb " " v["ref_bytes"] / 1e9 / v["ref_seconds"]; rcpu = rcpu " " v["ref_cpu_reader"] / v["ref_bytes"] * 1e6
+					fe = fe " " v["fetch"]; fu = fu " " v["fuse"]; fgb = fgb " " v["cpu_mount"] * v["fetch"] / v["fetched"] * 1e6
+					ratio = ratio " " (v["cpu_mount"] * v["fetch"] / v["fetched"]) / (v["ref_cpu_reader"] / v["ref_bytes"]); conns = conns " " v["ref_conns"]
+				}
+				END { printf "%-30s %6.2f %7.2f %5.0f%% %5.0f%% %9.2f %8.2f %9.2f %6.2f %6.0f\n", what, median(gb), median(cpu), 100 * median(fe), 100 * median(fu), median(fgb), median(rgb), median(rcpu), median(ratio), median(conns) }
+			' "$STORAGE_TMP/link-$src-$o.txt"
+		done
+	done
+}
+
 bench_storage() {
 	local n dir latency secs beton page size feed_cache
 	storage_setup "$@"
@@ -1271,6 +1436,10 @@ cluster)
 	go run ./tools/clustersim -nodes 8,16,32,64 -ranks 8 -epochs 3
 	go run ./tools/clustersim -nodes 8,64 -ranks 8 -epochs 3 -move 0.1 | tail -n 4
 	;;
+link)
+	shift
+	bench_link "$@"
+	;;
 cache)
 	ensure_deps
 	echo "page cache: 1 GiB beton of 8 MiB pages, 4 consumers, budget 10 %, median of $RUNS runs"
@@ -1288,7 +1457,7 @@ writer)
 	bench_writer "$@"
 	;;
 *)
-	echo "usage: scripts/bench.sh write [N] | writer [N] | cache | mount [N] | legacy [N] | metrics [N] | scan [N] | feed [N] | cifar [N] | storage [N] | disk [N] | cluster" >&2
+	echo "usage: scripts/bench.sh write [N] | writer [N] | cache | mount [N] | legacy [N] | metrics [N] | scan [N] | feed [N] | cifar [N] | storage [N] | link [GIB] | disk [N] | cluster" >&2
 	exit 2
 	;;
 esac

@@ -9,6 +9,7 @@
 //	storagebench link  -listen ADDR -to ADDR -rate MBS
 //	storagebench get   -endpoint URL -bucket B -prefix P [-j 4] [-batch 64] [-seed S] [-max-seconds T]
 //	storagebench mount -order quasi-random|random|random-announced [-j 4] [-batch 64] [-seed S] [-shard R-of-W[.nodes-N]] [-max-seconds T] MNT
+//	storagebench replay -log FILE (-url URL | -endpoint URL -bucket B -key K) [-j N]
 //
 // S3 credentials and region come from the usual AWS environment variables.
 package main
@@ -55,6 +56,13 @@ const usage = `usage:
       read from MNT/.ffcvfs/orders/, which announces it) or random (a permutation
       of our own, not announced)
 
+  storagebench replay -log FILE (-url URL | -endpoint URL -bucket B -key K) [-j N]
+      fetches the byte ranges that an nginx access log (format "CONN RANGE STATUS
+      BYTES") names, from URL, or from s3://B/K through one presigned URL, over N
+      connections (default: as many as the log's), each range once: the
+      reference for what a mount's reads of the same ranges cost; prints
+      ranges=N bytes=B seconds=S cpu_reader=MS conns=N
+
 get and mount print: images=N bytes=B dataset_images=N dataset_bytes=B
 fetched=B requests=R seconds=S (fetched: bytes read from storage, in R requests;
 for mount, from
@@ -65,7 +73,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, usage)
 		os.Exit(2)
 	}
-	cmds := map[string]func([]string) error{"ports": ports, "put": put, "link": link, "get": get, "mount": mount}
+	cmds := map[string]func([]string) error{"ports": ports, "put": put, "link": link, "get": get, "mount": mount, "replay": replay}
 	run, ok := cmds[os.Args[1]]
 	if !ok {
 		fmt.Fprintln(os.Stderr, usage)
@@ -137,7 +145,7 @@ func put(args []string) error {
 	prefix := fl.String("prefix", "", "key prefix of those objects")
 	jobs := fl.Int("j", 8, "parallel uploads")
 	fl.Parse(args)
-	if *endpoint == "" || *bucket == "" || *betonPath == "" || *key == "" || *folder == "" || *prefix == "" {
+	if *endpoint == "" || *bucket == "" || *betonPath == "" || *key == "" || (*folder == "") != (*prefix == "") {
 		fl.Usage()
 		os.Exit(2)
 	}
@@ -151,6 +159,9 @@ func put(args []string) error {
 	}
 	type upload struct{ path, key string }
 	todo := []upload{{*betonPath, *key}}
+	if *folder == "" {
+		*folder = os.DevNull // no files: the beton alone
+	}
 	err = filepath.WalkDir(*folder, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
 			return err
