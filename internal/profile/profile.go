@@ -36,7 +36,6 @@ const (
 // and closes their files. Without any, stop does nothing.
 func Start() (stop func() error, err error) {
 	var files []*os.File
-	var names []string
 	fail := func(err error) (func() error, error) {
 		for _, f := range files {
 			f.Close()
@@ -76,11 +75,9 @@ func Start() (stop func() error, err error) {
 	}
 	if mutex != nil {
 		runtime.SetMutexProfileFraction(1)
-		names = append(names, "mutex")
 	}
 	if block != nil {
 		runtime.SetBlockProfileRate(1)
-		names = append(names, "block")
 	}
 	return func() error {
 		var errs []error

@@ -22,17 +22,22 @@ func TestStart(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	n := 0
 	for range 4 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for range 1000 {
 				mu.Lock()
+				n++
 				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
+	if n != 4000 {
+		t.Fatal(n)
+	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
