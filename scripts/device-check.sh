@@ -37,7 +37,8 @@
 # machine and stops at 8 (DEVICE_CHECK_LIMIT, seconds).
 #
 # Environment: DEVICE_CHECK_IMAGES (images per ffcvfeed bench run, default
-# 20000), DEVICE_CHECK_DIR (default device-check), PYTHON (default python3).
+# 20000), DEVICE_CHECK_DIR (default device-check), DEVICE_CHECK_LIMIT (the
+# run's limit in seconds, default 480), PYTHON (default python3).
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh
@@ -124,6 +125,8 @@ prepare() {
 [[ -d $dir ]] || die "no $dir/: run scripts/device-check.sh --prepare$( ((cpu_only)) && echo ' --cpu-only') first (where Go is), and carry $dir to this machine"
 start=$SECONDS
 limit=${DEVICE_CHECK_LIMIT:-480}
+[[ $limit =~ ^[0-9]+$ ]] && ((limit >= 10 && limit <= 86400)) ||
+	die "DEVICE_CHECK_LIMIT=$limit: want 10 to 86400 seconds"
 work=$(mktemp -d)
 mnt=
 cleanup() {
