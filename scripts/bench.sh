@@ -774,6 +774,31 @@ storage_row() {
 		base="$(cat "$STORAGE_TMP/base-cpu.txt" 2>/dev/null)" "$STORAGE_TMP/way-$k.txt"
 }
 
+# start_versitygw PORT: versitygw on 127.0.0.1:PORT serving $STORAGE_TMP/s3,
+# with fresh credentials exported for the clients and nothing of the
+# user's AWS settings.
+start_versitygw() {
+	local var
+	for var in $(compgen -e); do
+		[[ $var != AWS_* ]] || unset "$var"
+	done
+	AWS_ACCESS_KEY_ID=BENCH$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')
+	AWS_SECRET_ACCESS_KEY=$(od -An -N20 -tx1 /dev/urandom | tr -d ' \n')
+	export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true \
+		AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null
+	# Keep-alive, as S3 does: without it versitygw answers every request
+	# with "Connection: close", and each GET would pay for new TCP
+	# connections (to the link, the proxy and the server). A 64 KiB read
+	# buffer: by default versitygw allocates 1 MiB for every ranged GET
+	# (not for a GET of a whole object), which on these shared cores costs
+	# more CPU than the request itself; S3 answers ranges as fast as objects.
+	ROOT_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID ROOT_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY \
+		versitygw --port "127.0.0.1:$1" --keep-alive --region us-east-1 --quiet \
+		posix --io-buffer-size $((64 << 10)) "$STORAGE_TMP/s3" >"$STORAGE_TMP/versitygw.log" 2>&1 &
+	STORAGE_PIDS+=($!)
+	wait_port "$1" versitygw "$!"
+}
+
 # storage_setup N: the S3 set-up of bench_storage and bench_disk: the bench
 # data of N images, versitygw behind toxiproxy and the capped link, the
 # beton and the images uploaded. Sets STORAGE_* and the variables below.
@@ -832,27 +857,7 @@ storage_setup() {
 	mapfile -t ports < <(bin/storagebench ports 4)
 	((${#ports[@]} == 4)) || die "storagebench ports found no free ports"
 	vgw=${ports[0]} api=${ports[1]} proxy=${ports[2]} STORAGE_LINK=${ports[3]}
-	# Fresh credentials, and nothing from the user's AWS settings.
-	local var
-	for var in $(compgen -e); do
-		[[ $var != AWS_* ]] || unset "$var"
-	done
-	AWS_ACCESS_KEY_ID=BENCH$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')
-	AWS_SECRET_ACCESS_KEY=$(od -An -N20 -tx1 /dev/urandom | tr -d ' \n')
-	export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true \
-		AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null
-
-	# Keep-alive, as S3 does: without it versitygw answers every request
-	# with "Connection: close", and each GET would pay for three new TCP
-	# connections (to the link, the proxy and the server). A 64 KiB read
-	# buffer: by default versitygw allocates 1 MiB for every ranged GET
-	# (not for a GET of a whole object), which on these shared cores costs
-	# more CPU than the request itself; S3 answers ranges as fast as objects.
-	ROOT_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID ROOT_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY \
-		versitygw --port "127.0.0.1:$vgw" --keep-alive --region us-east-1 --quiet \
-		posix --io-buffer-size $((64 << 10)) "$STORAGE_TMP/s3" >"$STORAGE_TMP/versitygw.log" 2>&1 &
-	STORAGE_PIDS+=($!)
-	wait_port "$vgw" versitygw "$!"
+	start_versitygw "$vgw"
 	toxiproxy-server -host 127.0.0.1 -port "$api" >"$STORAGE_TMP/toxiproxy.log" 2>&1 &
 	STORAGE_PIDS+=($!)
 	wait_port "$api" toxiproxy "$!"
@@ -931,19 +936,7 @@ bench_link() {
 	local ports vgw ngx
 	mapfile -t ports < <(bin/storagebench ports 2)
 	vgw=${ports[0]} ngx=${ports[1]} STORAGE_LINK=${ports[0]}
-	local var
-	for var in $(compgen -e); do
-		[[ $var != AWS_* ]] || unset "$var"
-	done
-	AWS_ACCESS_KEY_ID=BENCH$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')
-	AWS_SECRET_ACCESS_KEY=$(od -An -N20 -tx1 /dev/urandom | tr -d ' \n')
-	export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true \
-		AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null
-	ROOT_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID ROOT_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY \
-		versitygw --port "127.0.0.1:$vgw" --keep-alive --region us-east-1 --quiet \
-		posix --io-buffer-size $((64 << 10)) "$STORAGE_TMP/s3" >"$STORAGE_TMP/versitygw.log" 2>&1 &
-	STORAGE_PIDS+=($!)
-	wait_port "$vgw" versitygw "$!"
+	start_versitygw "$vgw"
 	bin/storagebench put -endpoint "http://127.0.0.1:$vgw" -bucket bench -beton "$beton" -key link.beton ||
 		die "uploading to versitygw failed"
 	# nginx: ranges with sendfile, connections kept, every request logged

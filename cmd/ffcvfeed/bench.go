@@ -47,15 +47,11 @@ func benchCommand() *cli.Command {
 				sums = &checksumSink{DiscardSink: discard, specs: p.Fields(), sums: map[[2]int][32]byte{}}
 				sink = sums
 			}
-			stopProfiles, err := profile.Start()
+			stopProfiles, err := profile.StartLogged(slog.Default())
 			if err != nil {
 				return cli.Exit(err.Error(), 1)
 			}
-			defer func() {
-				if err := stopProfiles(); err != nil {
-					slog.Warn("writing the profiles", "err", err)
-				}
-			}()
+			defer stopProfiles()
 			total, start, cpu0 := 0, time.Now(), profile.CPUTime()
 			for e := 0; e < c.Int("epochs"); e++ {
 				t := time.Now()

@@ -47,15 +47,11 @@ func serveCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			stopProfiles, err := profile.Start()
+			stopProfiles, err := profile.StartLogged(slog.Default())
 			if err != nil {
 				return cli.Exit(err.Error(), 1)
 			}
-			defer func() {
-				if err := stopProfiles(); err != nil {
-					slog.Warn("writing the profiles", "err", err)
-				}
-			}()
+			defer stopProfiles()
 			if err := checkSocketPath(c.String("socket")); err != nil {
 				return err
 			}

@@ -148,15 +148,11 @@ func runMount(c *cli.Context) error {
 		runtime.GOMAXPROCS(mountProcs(storage.IsNetwork(src), runtime.NumCPU()))
 	}
 	// Profiles of the whole mount, for go tool pprof, when asked for.
-	stopProfiles, err := profile.Start()
+	stopProfiles, err := profile.StartLogged(slog.Default())
 	if err != nil {
 		return cli.Exit(err.Error(), 1)
 	}
-	defer func() {
-		if err := stopProfiles(); err != nil {
-			slog.Warn("writing the profiles", "err", err)
-		}
-	}()
+	defer stopProfiles()
 	metricsAddr := c.String("metrics-addr")
 	if metricsAddr != "" {
 		if _, err := metrics.ListenAddr(metricsAddr); err != nil {

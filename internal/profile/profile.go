@@ -16,6 +16,7 @@ package profile
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -130,6 +131,20 @@ func create(path string) (*os.File, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// StartLogged is Start with a stop that logs to log what it could not
+// write, for a command to defer.
+func StartLogged(log *slog.Logger) (stop func(), err error) {
+	s, err := Start()
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		if err := s(); err != nil {
+			log.Warn("writing the profiles", "err", err)
+		}
+	}, nil
 }
 
 // CPUTime returns the CPU time the process has used, user and system.
