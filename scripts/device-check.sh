@@ -157,7 +157,7 @@ for p in ffcvfs ffcvfeed readall; do
 	[[ -f $dir/$p.xz ]] || die "$dir/$p.xz missing: prepare again"
 	unpack "$p"
 done
-"$work/ffcvfs" version | head -1
+"$work/ffcvfs" version | sed -n 1p
 
 step "betons: the fixture's photos ten times over, without and with restart intervals"
 tree=$work/tree
