@@ -207,7 +207,7 @@ func TestWriteS3Stalled(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(ffcvfs, "write", "--from-stream", "-", "--s3-endpoint", "http://"+proxy.Addr(),
+		cmd := exec.Command(ffcvfs, "-v", "write", "--from-stream", "-", "--s3-endpoint", "http://"+proxy.Addr(),
 			"--attempt-timeout", "500ms", "--upload-deadline", "3s", "s3://betons/"+key)
 		cmd.Env = append(os.Environ(), srv.Env()...)
 		cmd.Stdin = pr
@@ -220,13 +220,9 @@ func TestWriteS3Stalled(t *testing.T) {
 		if _, err := pw.Write(first); err != nil {
 			t.Fatal(err)
 		}
-		// The upload has begun when S3 lists it.
-		deadline := time.Now().Add(testenv.Patience)
-		for len(uploadIDs(t, srv, "betons")) == 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("no upload began:\n%s", &out)
-			}
-			time.Sleep(10 * time.Millisecond)
+		waitOutput(t, &out, "the upload began")
+		if ids := uploadIDs(t, srv, "betons"); len(ids) != 1 {
+			t.Fatalf("S3 lists %d uploads once the writer said it began one", len(ids))
 		}
 		return cmd, pw, &out
 	}

@@ -153,6 +153,7 @@ func CreateS3(ctx context.Context, bucket, key string, opts Options) (*S3Upload,
 	if err != nil {
 		return nil, fmt.Errorf("writing %s: %w", name, uploadError(err))
 	}
+	opts.Logger.Debug("the upload began", "object", name, "upload_id", u.id)
 	// A cancelled ctx stops the upload: parts in flight fail, and Commit
 	// with them.
 	u.ctx, u.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
