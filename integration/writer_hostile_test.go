@@ -347,3 +347,30 @@ for name in ["-h", "--help", "-train.beton"]:
 		f.Close()
 	}
 }
+
+// TestWriteUploadFlags: --attempt-timeout and --upload-deadline refuse a
+// negative, zero or absurd duration with a sentence (exit 2), and one that
+// is no duration as urfave/cli refuses any flag's (exit 1), before
+// anything is read or written.
+func TestWriteUploadFlags(t *testing.T) {
+	ffcvfs := binary(t, "ffcvfs")
+	for _, flag := range []string{"--attempt-timeout", "--upload-deadline"} {
+		for _, c := range []struct {
+			value, want string
+			code        int
+		}{
+			{"-5s", flag + " -5s: want more than 0 and at most 168h0m0s", 2},
+			{"0s", flag + " 0s: want more than 0", 2},
+			{"10000h", flag + " 10000h0m0s: want more than 0 and at most 168h0m0s", 2},
+			{"2562047h", "at most 168h0m0s", 2},
+			{"soon", "invalid value \"soon\" for flag -" + flag[2:], 1}, // urfave/cli's parse error
+		} {
+			cmd := exec.Command(ffcvfs, "write", flag, c.value, "--from-stream", "-", "s3://bucket/out.beton")
+			cmd.Stdin = strings.NewReader("")
+			b, _ := cmd.CombinedOutput()
+			if code := cmd.ProcessState.ExitCode(); code != c.code || !strings.Contains(string(b), c.want) {
+				t.Errorf("%s %s: exit %d, %s; want exit %d with %q", flag, c.value, code, b, c.code, c.want)
+			}
+		}
+	}
+}
