@@ -281,7 +281,11 @@ func runWriteStream(c *cli.Context, pageSize int64) error {
 // openStreams opens --from-stream's sources.
 func openStreams(names []string) ([]stream.Source, error) {
 	var srcs []stream.Source
-	var stats []os.FileInfo // of srcs, those that have one
+	type opened struct {
+		name string
+		info os.FileInfo
+	}
+	var stats []opened // the sources Stat could tell
 	fail := func(err error) ([]stream.Source, error) {
 		for _, s := range srcs {
 			s.R.(io.Closer).Close()
@@ -317,15 +321,15 @@ func openStreams(names []string) ([]stream.Source, error) {
 		// The same stream twice (- twice, fd:0 and -, a file by two
 		// names) would split its frames between two readers.
 		if st, err := f.Stat(); err == nil {
-			for i, prev := range stats {
-				if os.SameFile(prev, st) {
+			for _, prev := range stats {
+				if os.SameFile(prev.info, st) {
 					if f != os.Stdin {
 						f.Close()
 					}
-					return fail(fmt.Errorf("%s and %s are the same stream: each producer needs one of its own", srcs[i].Name, name))
+					return fail(fmt.Errorf("%s and %s are the same stream: each producer needs one of its own", prev.name, name))
 				}
 			}
-			stats = append(stats, st)
+			stats = append(stats, opened{name, st})
 		}
 		srcs = append(srcs, stream.Source{Name: name, R: f})
 	}
