@@ -165,18 +165,9 @@ func CreateS3(ctx context.Context, bucket, key string, opts Options) (*S3Upload,
 // the options: attempts that stall for stall are retried, and the whole
 // ends by deadline.
 func (u *S3Upload) request(ctx context.Context, what string, deadline, stall time.Duration, call attemptFunc) error {
-	p := &retryPolicy{
-		attemptTimeout: stall,
-		deadline:       deadline,
-		deadlineName:   "upload deadline",
-		maxRetries:     u.opts.MaxRetries,
-		backoffBase:    u.opts.BackoffBase,
-		backoffMax:     u.opts.BackoffMax,
-		log:            u.log,
-		now:            time.Now,
-		sleep:          sleepCtx,
-		jitter:         fullJitter,
-	}
+	p := newRetryPolicy(&u.opts)
+	p.attemptTimeout, p.deadline, p.deadlineName = stall, deadline, "upload deadline"
+	p.log = u.log // one log of causes for the whole upload
 	rctx, cancel := context.WithTimeoutCause(ctx, deadline, errReadDeadline)
 	defer cancel()
 	return p.do(rctx, what, call)
