@@ -126,10 +126,7 @@ func short(s string) string {
 // apply makes nodes (normalized) the members, this node always among
 // them, and reports whether they changed.
 func (m *members) apply(nodes []string) bool {
-	if !slices.Contains(nodes, m.self) {
-		nodes = append(slices.Clone(nodes), m.self)
-		slices.Sort(nodes)
-	}
+	nodes = m.withSelf(nodes)
 	m.mu.Lock()
 	if slices.Equal(nodes, m.nodes) {
 		m.mu.Unlock()
@@ -321,12 +318,19 @@ func (m *members) refresh(ctx context.Context) {
 	m.apply(nodes)
 }
 
+// withSelf returns nodes (sorted) with this node among them.
+func (m *members) withSelf(nodes []string) []string {
+	if slices.Contains(nodes, m.self) {
+		return nodes
+	}
+	nodes = append(slices.Clone(nodes), m.self)
+	slices.Sort(nodes)
+	return nodes
+}
+
 // same reports whether nodes are the members now, this node among them.
 func (m *members) same(nodes []string) bool {
-	if !slices.Contains(nodes, m.self) {
-		nodes = append(slices.Clone(nodes), m.self)
-		slices.Sort(nodes)
-	}
+	nodes = m.withSelf(nodes)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Equal(nodes, m.nodes)
