@@ -13,6 +13,7 @@ import (
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/beton/imagefolder"
+	"github.com/ffcvfs/ffcvfs/jpeg"
 )
 
 // Format and Version are the header's "format" and "version".
@@ -274,7 +275,7 @@ func (f *field) heldBytes(form byte, v *beton.Value) int64 {
 		return 0
 	}
 	nw, nh, resized := imagefolder.ResizedSize(w, h, f.image.MaxResolution)
-	if form == FormFile && !resized && f.image.Mode == imagefolder.WriteJPG && len(v.Data) > 2 && v.Data[0] == 0xFF && v.Data[1] == 0xD8 {
+	if form == FormFile && !resized && f.image.Mode == imagefolder.WriteJPG && jpeg.HasSignature(v.Data) {
 		return 0 // most likely kept byte for byte
 	}
 	return int64(nw) * int64(nh) * 3
