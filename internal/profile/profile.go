@@ -85,13 +85,9 @@ func Start() (stop func() error, err error) {
 		if cpu != nil {
 			pprof.StopCPUProfile()
 		}
-		for i, f := range []*os.File{mutex, block} {
+		for name, f := range map[string]*os.File{"mutex": mutex, "block": block} {
 			if f == nil {
 				continue
-			}
-			name := "mutex"
-			if i == 1 {
-				name = "block"
 			}
 			if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
 				errs = append(errs, fmt.Errorf("writing the %s profile: %w", name, err))
