@@ -76,8 +76,11 @@ type Writer struct {
 	written   uint64 // bytes written after the metadata region (padding + pages)
 
 	allocs []Alloc
-	next   int // next sample id
-	err    error
+	count  int // samples written
+	// seen marks the samples written, once one came out of id order
+	// (WriteSampleAt); nil while they come in order.
+	seen []uint64
+	err  error
 	size   int64 // of the file, once written
 
 	// The names index (SetNames), if any.
@@ -163,15 +166,33 @@ func NewWriter(dst Destination, fields []Field, numSamples int, opts WriterOptio
 	return w, nil
 }
 
-// WriteSample appends the next sample. values holds one Value per field, in
-// field order.
+// WriteSample appends the next sample, the one after the last written.
+// values holds one Value per field, in field order.
 func (w *Writer) WriteSample(values []Value) error {
+	return w.WriteSampleAt(len(w.meta)/w.layout.RecordSize, values)
+}
+
+// WriteSampleAt appends sample id, in the pages after the samples written
+// before it, whatever their ids: a beton's samples need not lie in id
+// order (FFCV's writer interleaves its workers' pages). Each id is written
+// once. The first sample out of id order makes the Writer hold the whole
+// metadata table (the count given to NewWriter times the record size) and
+// a bit a sample: its caller bounds the count, as a beton read whole does.
+func (w *Writer) WriteSampleAt(id int, values []Value) error {
 	if w.err != nil {
 		return w.err
 	}
-	id := w.next
-	if id >= int(w.header.NumSamples) {
+	if id < 0 || id >= int(w.header.NumSamples) {
 		return fmt.Errorf("sample %d: the file was created for %d samples", id, w.header.NumSamples)
+	}
+	rs := w.layout.RecordSize
+	inOrder := w.seen == nil && id == len(w.meta)/rs
+	written := id < len(w.meta)/rs
+	if w.seen != nil {
+		written = w.seen[id/64]&(1<<(id%64)) != 0
+	}
+	if written {
+		return fmt.Errorf("sample %d: written twice", id)
 	}
 	if len(values) != len(w.fields) {
 		return fmt.Errorf("sample %d: %d values for %d fields", id, len(values), len(w.fields))
@@ -193,9 +214,22 @@ func (w *Writer) WriteSample(values []Value) error {
 			return w.fail(err)
 		}
 	}
-	rs := w.layout.RecordSize
-	w.meta = slices.Grow(w.meta, rs)[:len(w.meta)+rs]
-	rec := w.meta[id*rs:]
+	switch {
+	case inOrder:
+		w.meta = slices.Grow(w.meta, rs)[:len(w.meta)+rs]
+	case w.seen == nil:
+		// The first sample out of order: the samples before it were
+		// written in order, 0 to len(meta)/rs.
+		w.seen = make([]uint64, (w.header.NumSamples+63)/64)
+		for i := range len(w.meta) / rs {
+			w.seen[i/64] |= 1 << (i % 64)
+		}
+		w.meta = slices.Grow(w.meta, int(w.metaSize)-len(w.meta))[:w.metaSize]
+	}
+	if w.seen != nil {
+		w.seen[id/64] |= 1 << (id % 64)
+	}
+	rec := w.meta[id*rs : (id+1)*rs]
 	clear(rec)
 	for fi := range w.fields {
 		m := rec[w.layout.Offsets[fi]:]
@@ -220,7 +254,7 @@ func (w *Writer) WriteSample(values []Value) error {
 			binary.LittleEndian.PutUint64(m, w.alloc(id, v.Data, false))
 		}
 	}
-	w.next++
+	w.count++
 	return nil
 }
 
@@ -333,8 +367,8 @@ func (w *Writer) Close() error {
 	if w.closed {
 		return errors.New("beton writer already closed")
 	}
-	if w.err == nil && w.next != int(w.header.NumSamples) {
-		w.err = fmt.Errorf("writing %s: %d of %d samples written", w.name, w.next, w.header.NumSamples)
+	if w.err == nil && w.count != int(w.header.NumSamples) {
+		w.err = fmt.Errorf("writing %s: %d of %d samples written", w.name, w.count, w.header.NumSamples)
 	}
 	if w.err != nil {
 		return WithAbort(w.err, w.Abort())

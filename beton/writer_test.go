@@ -424,3 +424,103 @@ func TestFileDestinationKilled(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteSampleAtPageOrder writes every fixture's samples in the order
+// of its pages, as a rewrite of a beton does: every value reads back the
+// same, and each sample's page neighbours are the fixture's.
+func TestWriteSampleAtPageOrder(t *testing.T) {
+	for _, path := range fixtureBetons(t) {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			f, err := beton.OpenFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			out := filepath.Join(t.TempDir(), "out.beton")
+			w, err := beton.Create(out, f.Fields(), f.NumSamples(), beton.WriterOptions{PageSize: f.PageSize()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make([]bool, f.NumSamples())
+			for dp := range f.NumPages() {
+				for _, s := range f.PageSamples(f.FirstPage() + int64(dp)) {
+					if err := w.WriteSampleAt(int(s), values(t, f, int(s))); err != nil {
+						t.Fatal(err)
+					}
+					done[s] = true
+				}
+			}
+			for s := range done {
+				if !done[s] {
+					if err := w.WriteSampleAt(s, values(t, f, s)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			g, err := beton.OpenFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			for s := range f.NumSamples() {
+				a, b := values(t, f, s), values(t, g, s)
+				for i := range a {
+					if a[i].Int != b[i].Int || a[i].Float != b[i].Float || a[i].Mode != b[i].Mode ||
+						a[i].Width != b[i].Width || a[i].Height != b[i].Height || !bytes.Equal(a[i].Data, b[i].Data) {
+						t.Fatalf("sample %d field %d differs", s, i)
+					}
+				}
+			}
+			for dp := range f.NumPages() {
+				if a, b := f.PageSamples(f.FirstPage()+int64(dp)), g.PageSamples(g.FirstPage()+int64(dp)); !slices.Equal(a, b) {
+					t.Fatalf("page %d holds samples %v, the fixture's %v", dp, b, a)
+				}
+			}
+			if errs := beton.Verify(g, beton.VerifyOptions{All: true}); len(errs) > 0 {
+				t.Errorf("Verify: %v", errs)
+			}
+		})
+	}
+}
+
+// A sample written twice is refused, in order or not, and one never
+// written fails Close.
+func TestWriteSampleAtTwiceAndMissing(t *testing.T) {
+	fields := []beton.Field{{Type: beton.TypeBytes, Name: "blob"}, {Type: beton.TypeInt, Name: "label"}}
+	val := func(i int) []beton.Value { return []beton.Value{{Data: []byte{byte(i)}}, {Int: int64(i)}} }
+	dir := t.TempDir()
+	w, err := beton.Create(filepath.Join(dir, "a.beton"), fields, 4, beton.WriterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []int{0, 1} {
+		if err := w.WriteSampleAt(id, val(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.WriteSampleAt(1, val(1)); err == nil || !strings.Contains(err.Error(), "sample 1: written twice") {
+		t.Fatalf("sample 1 again, in order: %v", err)
+	}
+	if err := w.WriteSampleAt(3, val(3)); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []int{0, 3} {
+		if err := w.WriteSampleAt(id, val(id)); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("sample %d: written twice", id)) {
+			t.Fatalf("sample %d again, out of order: %v", id, err)
+		}
+	}
+	for _, id := range []int{-1, 4} {
+		if err := w.WriteSampleAt(id, val(0)); err == nil {
+			t.Fatalf("sample %d of 4 accepted", id)
+		}
+	}
+	if err := w.Close(); err == nil || !strings.Contains(err.Error(), "3 of 4 samples written") {
+		t.Fatalf("Close with sample 2 missing: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "a.beton")); !os.IsNotExist(err) {
+		t.Fatalf("a beton missing a sample appeared: %v", err)
+	}
+}
