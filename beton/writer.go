@@ -81,7 +81,7 @@ type Writer struct {
 	// (WriteSampleAt); nil while they come in order.
 	seen []uint64
 	err  error
-	size   int64 // of the file, once written
+	size int64 // of the file, once written
 
 	// The names index (SetNames), if any.
 	nameField int
