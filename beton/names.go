@@ -125,3 +125,12 @@ func (w *Writer) SetNames(field int, names []string) error {
 	w.nameField, w.names = field, names
 	return nil
 }
+
+// NamesField returns the index of the field whose descriptor locates the
+// names index (see PathField), or -1.
+func (f *File) NamesField() int {
+	if f.names.size == 0 {
+		return -1
+	}
+	return f.names.field
+}

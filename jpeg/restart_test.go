@@ -41,8 +41,11 @@ func TestAddRestartsLossless(t *testing.T) {
 		if !restartIndex(rst, &x) || x.k != k || x.perRow%k != 0 || len(x.starts) != x.rows*x.cols() {
 			t.Fatalf("%s: restart interval %d not indexed: %+v", f.name, k, x)
 		}
-		if restartIndex(f.data, &x) {
+		if restartIndex(f.data, &x) || HasCropRestarts(f.data) {
 			t.Fatalf("%s: the original has restart intervals already", f.name)
+		}
+		if !HasCropRestarts(rst) {
+			t.Fatalf("%s: HasCropRestarts is false after AddRestarts", f.name)
 		}
 		want, _, _ := decodeWhole(t, d, f.name, f.data, 8)
 		got, _, _ := decodeWhole(t, d, f.name, rst, 8)

@@ -21,6 +21,7 @@ import (
 	"github.com/ffcvfs/ffcvfs/internal/cacheflags"
 	"github.com/ffcvfs/ffcvfs/internal/lifeline"
 	"github.com/ffcvfs/ffcvfs/internal/progress"
+	"github.com/ffcvfs/ffcvfs/jpeg"
 	"github.com/ffcvfs/ffcvfs/storage"
 	"github.com/urfave/cli/v2"
 )
@@ -29,7 +30,7 @@ func writeCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "write",
 		Usage:     "write a .beton that FFCV and ffcvfs read, from an ImageFolder tree or from a stream of samples",
-		ArgsUsage: "IMAGEFOLDER OUT.beton  |  --from-stream SRC OUT.beton",
+		ArgsUsage: "IMAGEFOLDER OUT.beton  |  --from-stream SRC OUT.beton  |  --from-beton SRC OUT.beton",
 		Description: `Walks IMAGEFOLDER the way torchvision's ImageFolder does: one folder per class,
 sorted by name, label = class index; files with the extensions ImageFolder
 accepts (.jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp). Writes fields
@@ -39,8 +40,11 @@ Modes:
    jpg         store JPEG (default). A JPEG that already fits --max-resolution is
                stored byte-for-byte; other images are decoded, resized with area
                averaging and encoded with libjpeg-turbo at --jpeg-quality.
-               With --restart-interval, every JPEG is then transcoded losslessly
-               with restart markers: same pixels, faster crops in ffcvfeed.
+               Every JPEG is then transcoded losslessly with restart markers
+               (--restart-interval, 4 MCUs by default; 0: none): the same
+               pixels for every decoder (FFCV, PIL, torchvision), about 1 %
+               more bytes, crops that ffcvfeed entropy-decodes only where
+               they lie.
    raw         store decoded RGB pixels (fastest to read, largest).
    smart       raw when width×height×3 ≤ --smart-threshold, else JPEG.
    proportion  JPEG for a --compress-probability fraction of images (chosen
@@ -54,6 +58,14 @@ sizes (the image flags above are the ImageFolder's). The format is in the
 documentation of package beton/stream; the Python package's DatasetWriter
 (a drop-in for FFCV's) writes it.
 
+With --from-beton, SRC is a beton (a path, s3:// or http(s)://), any
+writer's, FFCV's included: it is written anew with every JPEG given
+restart markers, losslessly, and everything else as it was (every field
+and value, each sample's id, raw images, the names index); a JPEG that
+cannot be transcoded is kept as it was and named in the summary. Betons
+written by FFCV lack restart markers; this makes ffcvfeed's crops of them
+as fast as of the betons ffcvfs writes.
+
 OUT.beton may be s3://BUCKET/KEY: the beton is sent by multipart upload as
 it is written, and appears only when it is complete; an interrupted or
 failed write aborts the upload. A local file is written to a temporary
@@ -64,14 +76,16 @@ Examples:
    ffcvfs write ~/data/train train.beton
    ffcvfs write --max-resolution 512 --classes-out classes.txt ~/data/train train.beton
    ffcvfs write --mode smart --max-resolution 256 ~/data/val val.beton
-   ffcvfs write --restart-interval 4 ~/data/train train.beton
+   ffcvfs write --restart-interval 0 ~/data/train train.beton   # JPEGs as they are
+   ffcvfs write --from-beton ffcv-train.beton train.beton
+   ffcvfs write --from-beton s3://my-bucket/ffcv/train.beton s3://my-bucket/train.beton
    ffcvfs write ~/data/train s3://my-bucket/imagenet/train.beton
    my-producer | ffcvfs write --from-stream - data.beton`,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "mode", Value: "jpg", Usage: "how images are stored: jpg, raw, smart or proportion", Category: "images"},
 			&cli.IntFlag{Name: "max-resolution", Usage: "resize images whose longer side exceeds `N` pixels (0: keep sizes)", Category: "images"},
 			&cli.IntFlag{Name: "jpeg-quality", Value: 90, Usage: "JPEG quality `Q` (1-100) for images that are (re-)encoded", Category: "images"},
-			&cli.IntFlag{Name: "restart-interval", Usage: "store every JPEG losslessly transcoded with a restart marker about every `MCUS` MCUs (4 is a good choice), so that ffcvfeed entropy-decodes only the part of an image a crop covers;\n\tthe pixels are the source's, the bytes are not (0: JPEGs as they are)", Category: "images"},
+			&cli.IntFlag{Name: "restart-interval", Value: jpeg.DefaultRestartInterval, Usage: "store every JPEG losslessly transcoded with a restart marker about every `MCUS` MCUs, so that ffcvfeed entropy-decodes only the part of an image a crop covers;\n\tthe pixels are the source's for every decoder, the bytes are not (0: JPEGs as they are, byte for byte where they fit)", Category: "images"},
 			&cli.IntFlag{Name: "smart-threshold", Value: 256 * 256 * 3, Usage: "smart mode: store raw when width×height×3 ≤ `BYTES`", Category: "images"},
 			&cli.Float64Flag{Name: "compress-probability", Value: 0.5, Usage: "proportion mode: fraction `P` of images stored as JPEG", Category: "images"},
 			&cli.Int64Flag{Name: "seed", Usage: "random seed for proportion mode", Category: "images"},
@@ -81,7 +95,9 @@ Examples:
 			&cli.StringFlag{Name: "classes-out", Usage: "write the class names, one per line in label order, to `FILE`", Category: "file"},
 			&cli.StringSliceFlag{Name: "from-stream", Usage: "read samples from `SRC` (a file, a FIFO, - for standard input, fd:N) instead of an ImageFolder tree; repeat for several producers, whose samples are merged by id", Category: "stream"},
 			&cli.StringFlag{Name: "max-sample-size", Value: "256MiB", Usage: "--from-stream: refuse a sample frame larger than `SIZE`", Category: "stream"},
-		}, cacheflags.UploadFlags("s3 output")...),
+			&cli.StringFlag{Name: "from-beton", Usage: "write the beton `SRC` (a path, s3:// or http(s)://; - reads the location from standard input) anew, its JPEGs given restart markers (--restart-interval), everything else as it was; --page-size: the source's unless given", Category: "beton"},
+			&cli.DurationFlag{Name: "read-deadline", Value: storage.DefaultReadDeadline, Usage: "--from-beton from S3 or HTTP: give up a read of a page, retries included, after this long", Category: "beton"},
+		}, cacheflags.UploadFlags("storage")...),
 		Action: runWrite,
 	}
 }
@@ -91,10 +107,16 @@ func runWrite(c *cli.Context) error {
 	if err != nil {
 		return usageError("--page-size: %v", err)
 	}
-	for _, f := range []string{"attempt-timeout", "upload-deadline"} {
+	for _, f := range []string{"attempt-timeout", "upload-deadline", "read-deadline"} {
 		if d := c.Duration(f); d < 0 || d > storage.MaxDeadline || c.IsSet(f) && d == 0 {
 			return usageError("--%s %v: want more than 0 and at most %v", f, d, storage.MaxDeadline)
 		}
+	}
+	if c.IsSet("from-beton") {
+		if len(c.StringSlice("from-stream")) > 0 {
+			return usageError("--from-beton and --from-stream: give one source")
+		}
+		return runWriteBeton(c, pageSize)
 	}
 	if len(c.StringSlice("from-stream")) > 0 {
 		return runWriteStream(c, pageSize)
@@ -174,9 +196,10 @@ func runWrite(c *cli.Context) error {
 			return cli.Exit(err.Error(), 1)
 		}
 	}
-	fmt.Printf("%s: %d images in %d classes, %d pages of %s (%s); jpg %d (%d stored verbatim), raw %d; %.0f images/s\n",
+	fmt.Printf("%s: %d images in %d classes, %d pages of %s (%s); jpg %d (%s), raw %d; %.0f images/s\n",
 		out, res.Samples, len(res.Classes), res.Pages, bytesize.Format(pageSize), bytesize.Format(res.Bytes),
-		res.JPEG, res.Verbatim, res.Raw, float64(res.Samples)/res.Elapsed.Seconds())
+		res.JPEG, jpegSummary(res.Verbatim, res.Restarts), res.Raw, float64(res.Samples)/res.Elapsed.Seconds())
+	printNoRestarts(res.NoRestarts, res.FirstNoRestarts)
 	return nil
 }
 
@@ -272,10 +295,24 @@ func runWriteStream(c *cli.Context, pageSize int64) error {
 		}
 		return cli.Exit(fmt.Sprintf("%v; %s was not written", err, out), 1)
 	}
-	fmt.Printf("%s: %d samples, %d pages of %s (%s); images: jpg %d (%d stored verbatim), raw %d; %.0f samples/s\n",
+	fmt.Printf("%s: %d samples, %d pages of %s (%s); images: jpg %d (%s), raw %d; %.0f samples/s\n",
 		out, res.Samples, res.Pages, bytesize.Format(res.PageSize), bytesize.Format(res.Bytes),
-		res.JPEG, res.Verbatim, res.Raw, float64(res.Samples)/res.Elapsed.Seconds())
+		res.JPEG, jpegSummary(res.Verbatim, res.Restarts), res.Raw, float64(res.Samples)/res.Elapsed.Seconds())
+	printNoRestarts(res.NoRestarts, res.FirstNoRestarts)
 	return nil
+}
+
+// jpegSummary says how the JPEGs were stored.
+func jpegSummary(verbatim, restarts int) string {
+	return fmt.Sprintf("%d with restart markers, %d stored verbatim", restarts, verbatim)
+}
+
+// printNoRestarts names the JPEGs stored without the restart markers
+// asked for, if any.
+func printNoRestarts(n int, first string) {
+	if n > 0 {
+		fmt.Printf("%d JPEGs stored as they were, without restart markers, which they could not be given; the first: %s\n", n, first)
+	}
 }
 
 // openStreams opens --from-stream's sources.
