@@ -90,7 +90,7 @@ func TestDiskCacheOverS3(t *testing.T) {
 	// The object replaced by another beton of the same images (other
 	// pages): its old entries are never served, and are removed.
 	other := filepath.Join(t.TempDir(), "other.beton")
-	run(t, 0, binary(t, "ffcvfs"), "write", "--page-size", "4MiB", "--classes-out", filepath.Join(t.TempDir(), "c.txt"), testenv.Fixture(t, "imagefolder-small"), other)
+	run(t, 0, binary(t, "ffcvfs"), "write", "--restart-interval", "0", "--page-size", "4MiB", "--classes-out", filepath.Join(t.TempDir(), "c.txt"), testenv.Fixture(t, "imagefolder-small"), other)
 	data, err := os.ReadFile(other)
 	if err != nil {
 		t.Fatal(err)

@@ -38,7 +38,8 @@ func writeSmallBeton(t *testing.T) (src, out, classes string) {
 	src = testenv.Fixture(t, "imagefolder-small")
 	dir := t.TempDir()
 	out, classes = filepath.Join(dir, "small.beton"), filepath.Join(dir, "classes.txt")
-	run(t, 0, binary(t, "ffcvfs"), "write", "--page-size", "2MiB", "--classes-out", classes, src, out)
+	// The JPEGs as they are: the mount must serve the fixture's very files.
+	run(t, 0, binary(t, "ffcvfs"), "write", "--restart-interval", "0", "--page-size", "2MiB", "--classes-out", classes, src, out)
 	return src, out, classes
 }
 
@@ -412,7 +413,7 @@ func TestMountDataLoaderCache(t *testing.T) {
 			t.Fatalf("mkimagefolder: %v\n%s", err, out)
 		}
 		beton = filepath.Join(dir, fmt.Sprintf("d%d.beton", perClass))
-		run(t, 0, ffcvfs, "write", "--page-size", "2MiB", tree, beton)
+		run(t, 0, ffcvfs, "write", "--restart-interval", "0", "--page-size", "2MiB", tree, beton)
 		stdout, _ := run(t, 0, ffcvfs, "info", "--json", beton)
 		var info struct{ Pages int }
 		if err := json.Unmarshal([]byte(stdout), &info); err != nil {

@@ -78,7 +78,7 @@ func TestMountKeepNames(t *testing.T) {
 	py := debianPython(t, "torchvision")
 	tree := namedTree(t)
 	beton := filepath.Join(t.TempDir(), "named.beton")
-	run(t, 0, binary(t, "ffcvfs"), "write", "--keep-names", "--page-size", "2MiB", tree, beton)
+	run(t, 0, binary(t, "ffcvfs"), "write", "--restart-interval", "0", "--keep-names", "--page-size", "2MiB", tree, beton)
 	mnt := mountBeton(t, beton)
 
 	want, got := treeFiles(t, tree), treeFiles(t, mnt)

@@ -19,14 +19,22 @@ import (
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
 
-// TestWriteImageFolderVerbatim: every sample of the written beton holds the
-// exact bytes of its source JPEG and the label torchvision assigns it.
+// TestWriteImageFolderVerbatim: with --restart-interval 0 every sample of
+// the written beton holds the exact bytes of its source JPEG and the
+// label torchvision assigns it; by default, every JPEG has restart markers
+// and the same pixels, and every other value is the same.
 func TestWriteImageFolderVerbatim(t *testing.T) {
 	src := testenv.Fixture(t, "imagefolder-small")
 	ffcvfs := binary(t, "ffcvfs")
 	out := filepath.Join(t.TempDir(), "out.beton")
 	classesOut := filepath.Join(t.TempDir(), "classes.txt")
-	run(t, 0, ffcvfs, "write", "--page-size", "2MiB", "--classes-out", classesOut, src, out)
+	run(t, 0, ffcvfs, "write", "--restart-interval", "0", "--page-size", "2MiB", "--classes-out", classesOut, src, out)
+	byDefault := filepath.Join(t.TempDir(), "default.beton")
+	stdout, _ := run(t, 0, ffcvfs, "write", "--page-size", "2MiB", src, byDefault)
+	if !strings.Contains(stdout, "jpg 200 (200 with restart markers, 0 stored verbatim)") {
+		t.Errorf("summary of a write by default:\n%s", stdout)
+	}
+	sameValues(t, out, byDefault)
 
 	classes, samples := torchvisionImageFolder(t, src)
 	got, _ := os.ReadFile(classesOut)
@@ -64,7 +72,7 @@ func TestWriteImageFolderVerbatim(t *testing.T) {
 			t.Errorf("sample %d: %+v, source %dx%d (%v)", i, meta, cfg.Width, cfg.Height, err)
 		}
 	}
-	stdout, _ := run(t, 0, ffcvfs, "verify", out)
+	stdout, _ = run(t, 0, ffcvfs, "verify", out)
 	if !strings.Contains(stdout, "OK") {
 		t.Errorf("verify said %q", stdout)
 	}
@@ -390,19 +398,22 @@ func names(ents []os.DirEntry) []string {
 	return s
 }
 
-// TestWriteRestartIntervals: ffcvfs write --restart-interval stores every
-// JPEG with restart markers, and the mount serves files whose pixels, as
-// PIL decodes them, are those of the source photos, though their bytes
-// are not; ffcvfeed decodes every image of the beton.
+// TestWriteRestartIntervals: ffcvfs write stores every JPEG with restart
+// markers by default, and the mount serves files whose pixels, as PIL
+// (torchvision's ImageFolder's loader) and torchvision.io.decode_jpeg
+// decode them, are those of the source photos, though their bytes are
+// not; ffcvfeed decodes every image of the beton.
 func TestWriteRestartIntervals(t *testing.T) {
 	src := testenv.Fixture(t, "imagefolder-small")
-	py := debianPython(t, "PIL")
+	py := debianPython(t, "PIL", "torchvision")
 	out := filepath.Join(t.TempDir(), "restarts.beton")
-	run(t, 0, binary(t, "ffcvfs"), "write", "--page-size", "2MiB", "--keep-names", "--restart-interval", "4", src, out)
+	run(t, 0, binary(t, "ffcvfs"), "write", "--page-size", "2MiB", "--keep-names", src, out)
 	mnt := mountBeton(t, out)
 	const script = `
 import os, sys
+import torch
 from PIL import Image
+from torchvision.io import ImageReadMode, decode_jpeg, read_file
 src, mnt = sys.argv[1], sys.argv[2]
 same = differ = rst = 0
 for d, _, files in os.walk(src):
@@ -411,7 +422,11 @@ for d, _, files in os.walk(src):
         b = os.path.join(mnt, os.path.relpath(a, src))
         ia, ib = Image.open(a), Image.open(b)
         if ia.mode != ib.mode or ia.size != ib.size or ia.tobytes() != ib.tobytes():
-            print("pixels differ:", b)
+            print("PIL: pixels differ:", b)
+            continue
+        ta, tb = (decode_jpeg(read_file(p), mode=ImageReadMode.RGB) for p in (a, b))
+        if not torch.equal(ta, tb):
+            print("torchvision: pixels differ:", b)
             continue
         same += 1
         ba, bb = open(a, "rb").read(), open(b, "rb").read()

@@ -15,7 +15,7 @@ Usage: scripts/make-bench-data.sh [--seed S] N OUT
 Builds benchmark data from real photographs:
 
   OUT/imagefolder/class000/img0000000.jpg ... class099/...   N JPEGs, 100 classes
-  OUT/bench.beton                                            ffcvfs write of that tree
+  OUT/bench.beton                                            ffcvfs write --restart-interval 0 of that tree
   OUT/.params                                                what they were made from
 
 Steps:
@@ -39,7 +39,7 @@ Steps:
      3:4..4:3) of a random kept photo, resized with area averaging so that its
      shorter side is uniform in 300-500 px, and encoded with libjpeg-turbo at a
      quality uniform in 75-95. The same N, seed and photos give the same bytes.
-  4. Builds bin/ffcvfs, runs 'bin/ffcvfs write OUT/imagefolder OUT/bench.beton'
+  4. Builds bin/ffcvfs, runs 'bin/ffcvfs write --restart-interval 0 OUT/imagefolder OUT/bench.beton' (the JPEGs as they are)
      and prints the summary of 'ffcvfs info'.
 
 Running it again with the same N and seed does nothing but print the summary,
@@ -195,7 +195,7 @@ echo "${#photos[@]} source photographs (list: $CACHE/photos.txt)"
 
 photos_sum=$(sha256sum "${photos[@]}" | sed "s|$CACHE/root/||" | sha256sum | cut -c1-16)
 gen_sum=$(sha256sum tools/mkbenchdata/main.go | cut -c1-16)
-params="n=$N seed=$seed photos=$photos_sum generator=$gen_sum"
+params="n=$N seed=$seed photos=$photos_sum generator=$gen_sum beton=plain"
 
 if [[ -f $OUT/bench.beton && -f $OUT/.params && "$(cat "$OUT/.params")" == "$params" ]]; then
 	log "$OUT already holds these images ($params); nothing to do"
@@ -211,9 +211,11 @@ go run ./tools/mkbenchdata -n "$N" -out "$OUT/imagefolder" -seed "$seed" -- "${p
 	die "mkbenchdata failed"
 took "$start"
 
-step "ffcvfs write $OUT/imagefolder $OUT/bench.beton"
+step "ffcvfs write --restart-interval 0 $OUT/imagefolder $OUT/bench.beton"
 start=$EPOCHREALTIME
-bin/ffcvfs write "$OUT/imagefolder" "$OUT/bench.beton" || die "ffcvfs write failed"
+# The JPEGs as they are, as FFCV's writer stores them: the benchmarks'
+# plain beton (scripts/bench.sh feed writes one with restart markers).
+bin/ffcvfs write --restart-interval 0 "$OUT/imagefolder" "$OUT/bench.beton" || die "ffcvfs write failed"
 took "$start"
 printf '%s\n' "$params" >"$OUT/.params"
 summary

@@ -56,10 +56,16 @@ type Result struct {
 	Samples  int
 	JPEG     int // images stored as JPEG
 	Verbatim int // of which stored byte-for-byte from the source
-	Raw      int // images stored as raw pixels
-	Pages    int
-	Bytes    int64 // size of the written file
-	Elapsed  time.Duration
+	Restarts int // of which with restart markers (Options.RestartInterval)
+	// NoRestarts counts the JPEGs stored without the markers asked for,
+	// which could not be transcoded; FirstNoRestarts names the first and
+	// why.
+	NoRestarts      int
+	FirstNoRestarts string
+	Raw             int // images stored as raw pixels
+	Pages           int
+	Bytes           int64 // size of the written file
+	Elapsed         time.Duration
 }
 
 // Fields returns the fields Convert writes: an RGB image and an int label,
@@ -226,6 +232,14 @@ func convertLoop(ctx context.Context, w *beton.Writer, tree *Tree, names []strin
 					res.JPEG++
 					if r.p.Verbatim {
 						res.Verbatim++
+					}
+					if r.p.Restarts {
+						res.Restarts++
+					}
+					if r.p.NoRestarts != nil {
+						if res.NoRestarts++; res.FirstNoRestarts == "" {
+							res.FirstNoRestarts = fmt.Sprintf("%s: %v", s.Path, r.p.NoRestarts)
+						}
 					}
 				} else {
 					res.Raw++

@@ -60,7 +60,9 @@ type Options struct {
 	// transcoded with restart markers about every RestartInterval MCUs
 	// (jpeg.AddRestarts: the divisor of the MCUs per row nearest it), so
 	// that a crop is entropy-decoded only where it lies. The pixels are
-	// the source's; the bytes are not. 0 stores JPEGs as they are.
+	// the source's; the bytes are not. 0 stores JPEGs as they are (the
+	// command line and the stream format default to
+	// jpeg.DefaultRestartInterval).
 	RestartInterval int
 }
 
@@ -117,6 +119,31 @@ type Prepared struct {
 	Data []byte
 	// Verbatim is true when Data is the source file itself, unchanged.
 	Verbatim bool
+	// Restarts is true when Data is a JPEG with restart intervals a crop
+	// can be decoded from (Options.RestartInterval: transcoded, or a
+	// source that had them, kept verbatim). NoRestarts says why a JPEG
+	// that Options.RestartInterval asked markers for has none: a JPEG that
+	// cannot be transcoded is stored as it is, not refused.
+	Restarts   bool
+	NoRestarts error
+}
+
+// addRestarts gives p's JPEG restart markers every ri MCUs, where it
+// has none a crop can use.
+func (p *Prepared) addRestarts(ri int) {
+	if !p.JPEG || ri <= 0 {
+		return
+	}
+	if jpeg.HasCropRestarts(p.Data) {
+		p.Restarts = true
+		return
+	}
+	data, _, err := jpeg.AddRestarts(p.Data, ri)
+	if err != nil {
+		p.NoRestarts = err
+		return
+	}
+	p.Data, p.Verbatim, p.Restarts = data, false, true
 }
 
 // Mode is the storage mode of p.
@@ -156,7 +183,8 @@ type Scratch struct {
 //     imencode).
 //
 // With opts.RestartInterval, every JPEG stored is then transcoded with
-// restart markers, losslessly.
+// restart markers, losslessly; one that has usable markers already stays
+// as it is, and one that cannot be transcoded too (Prepared.NoRestarts).
 //
 // rnd draws the "proportion" mode's choice (one Float64 per call) and is not
 // used in other modes. scratch may be nil.
@@ -175,15 +203,10 @@ func Prepare(path string, src []byte, opts Options, rnd *rand.Rand, scratch *Scr
 		scratch = new(Scratch)
 	}
 	p, err = prepare(src, &opts, rnd, scratch)
-	if err == nil && p.JPEG && opts.RestartInterval > 0 {
-		var data []byte
-		if data, _, err = jpeg.AddRestarts(p.Data, opts.RestartInterval); err == nil {
-			p.Data, p.Verbatim = data, false
-		}
-	}
 	if err != nil {
 		return Prepared{}, fmt.Errorf("imagefolder: %s: %w", path, err)
 	}
+	p.addRestarts(opts.RestartInterval)
 	return p, nil
 }
 
@@ -272,12 +295,10 @@ func PreparePixels(pix []byte, w, h int, opts Options, rnd *rand.Rand, scratch *
 		}
 	}
 	p, err = store(pix, w, h, true, mode, &opts, scratch)
-	if err == nil && p.JPEG && opts.RestartInterval > 0 {
-		p.Data, _, err = jpeg.AddRestarts(p.Data, opts.RestartInterval)
-	}
 	if err != nil {
 		return Prepared{}, fmt.Errorf("imagefolder: %w", err)
 	}
+	p.addRestarts(opts.RestartInterval)
 	return p, nil
 }
 

@@ -15,12 +15,14 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
+	ffjpeg "github.com/ffcvfs/ffcvfs/jpeg"
 	"github.com/pixiv/go-libjpeg/jpeg"
 	"golang.org/x/image/bmp"
 	"golang.org/x/image/tiff"
@@ -599,4 +601,27 @@ func absDiff(a, b byte) int {
 		return int(a - b)
 	}
 	return int(b - a)
+}
+
+// TestPrepareRestartsFallBack: a JPEG that libjpeg-turbo transcodes only
+// with a warning (a scan cut short) is stored as it is, with the reason,
+// not refused; one with restart markers already is kept verbatim.
+func TestPrepareRestartsFallBack(t *testing.T) {
+	src := testenv.Photos(t, 1)[0].Data
+	bad := append(slices.Clone(src[:len(src)/2]), 0xFF, 0xD9)
+	p, err := Prepare("bad.jpg", bad, Options{Mode: WriteJPG, RestartInterval: 4}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Verbatim || p.Restarts || p.NoRestarts == nil || !bytes.Equal(p.Data, bad) {
+		t.Fatalf("verbatim %v, restarts %v, why %v; jpeg %v %dx%d %d bytes", p.Verbatim, p.Restarts, p.NoRestarts, p.JPEG, p.Width, p.Height, len(p.Data))
+	}
+	rst, _, err := ffjpeg.AddRestarts(src, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err = Prepare("rst.jpg", rst, Options{Mode: WriteJPG, RestartInterval: 4}, nil, nil)
+	if err != nil || !p.Verbatim || !p.Restarts || !bytes.Equal(p.Data, rst) {
+		t.Fatalf("a JPEG with restart markers: verbatim %v, restarts %v, %v", p.Verbatim, p.Restarts, err)
+	}
 }

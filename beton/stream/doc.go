@@ -35,8 +35,10 @@
 // (FFCV's seven). An rgb_image field takes FFCV's RGBImageField arguments
 // (write_mode raw, jpg, smart or proportion; max_resolution;
 // smart_threshold, where absent means never a JPEG in smart mode, as in
-// FFCV; jpeg_quality; compress_probability) and restart_interval;
-// ndarray and torch_tensor take a NumPy type string and a shape.
+// FFCV; jpeg_quality; compress_probability) and restart_interval (the
+// MCUs between the restart markers every JPEG stored gets, losslessly;
+// absent: 4, 0: none, the JPEGs as they are); ndarray and torch_tensor
+// take a NumPy type string and a shape.
 //
 // A sample ('S'): u64 id, then one value per field, in field order:
 //
@@ -48,8 +50,8 @@
 // JSON values are the text without a trailing NUL (the beton adds it);
 // arrays are their bytes in C order as their type string says. An image
 // of form 0 is an image file (JPEG, PNG, ...; width and height are
-// ignored): a JPEG that fits the field is kept byte for byte, as `ffcvfs
-// write` keeps them; form 1 is width×height RGB pixels, row by row.
+// ignored): a JPEG that fits the field is kept without decoding (byte for
+// byte with restart_interval 0), as `ffcvfs write` keeps them; form 1 is width×height RGB pixels, row by row.
 //
 // An error the producer met ('E'): u64 id, u16 field index (0xFFFF: none),
 // UTF-8 message. The write stops with it, naming the sample and field.

@@ -66,7 +66,10 @@ type Field struct {
 	SmartThreshold      *int     `json:"smart_threshold,omitempty"`
 	JPEGQuality         int      `json:"jpeg_quality,omitempty"`
 	CompressProbability *float64 `json:"compress_probability,omitempty"`
-	RestartInterval     int      `json:"restart_interval,omitempty"`
+	// RestartInterval: MCUs between the restart markers every JPEG
+	// stored gets (jpeg.AddRestarts); absent: jpeg.DefaultRestartInterval,
+	// 0: none, JPEGs as they are.
+	RestartInterval *int `json:"restart_interval,omitempty"`
 
 	// ndarray, torch_tensor
 	DType string   `json:"dtype,omitempty"`
@@ -140,8 +143,11 @@ func (h *Header) check(pageSize int64) ([]field, error) {
 				Mode:            spec.WriteMode,
 				MaxResolution:   spec.MaxResolution,
 				JPEGQuality:     spec.JPEGQuality,
-				RestartInterval: spec.RestartInterval,
+				RestartInterval: jpeg.DefaultRestartInterval,
 				SmartThreshold:  math.MaxInt, // FFCV: no threshold, never a JPEG
+			}
+			if spec.RestartInterval != nil {
+				o.RestartInterval = *spec.RestartInterval
 			}
 			if spec.SmartThreshold != nil {
 				if *spec.SmartThreshold < 0 {
@@ -256,8 +262,13 @@ type sample struct {
 	forms  []byte // per field, for images
 	err    error  // met while preparing
 
-	verbatim bool  // an image is the file sent, byte for byte
-	cost     int64 // the bytes it holds until written, as heldBytes estimates
+	verbatim bool // an image is the file sent, byte for byte
+	restarts int  // images given or kept with restart markers
+	// noRestarts: an image stored without the restart markers asked for,
+	// and why.
+	noRestarts string
+	noRestartN int
+	cost       int64 // the bytes it holds until written, as heldBytes estimates
 }
 
 // heldBytes estimates what an image value of f takes once prepared,

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
+	"github.com/ffcvfs/ffcvfs/jpeg"
 )
 
 // enc builds streams.
@@ -590,4 +591,75 @@ func TestWriteJSONNaN(t *testing.T) {
 			t.Errorf("%s: %v", bad, err)
 		}
 	}
+}
+
+// TestWriteRestartIntervalDefault: a header without restart_interval gets
+// restart markers in every JPEG (a file kept, one encoded), the pixels of
+// the file sent; restart_interval 0 keeps the file sent byte for byte.
+func TestWriteRestartIntervalDefault(t *testing.T) {
+	jpg := photo(t)
+	for _, ri := range []*int{nil, new(int)} {
+		var e enc
+		h := Header{Format: Format, Version: Version, Samples: 2, PageSize: beton.MinPageSize, Fields: []Field{
+			{Name: "kept", Type: "rgb_image", WriteMode: "jpg", RestartInterval: ri},
+			{Name: "encoded", Type: "rgb_image", WriteMode: "jpg", MaxResolution: 64, RestartInterval: ri},
+		}}
+		e.header(h)
+		for id := range 2 {
+			b := u64(int64(id))
+			for range 2 {
+				b = append(b, FormFile)
+				b = append(b, u32(0)...)
+				b = append(b, u32(0)...)
+				b = append(b, u32(len(jpg))...)
+				b = append(b, jpg...)
+			}
+			e.frame(KindSample, b)
+		}
+		path, res, err := writeStreams(t, [][]byte{e.Bytes()}, Options{Workers: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := beton.OpenFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		for id := range 2 {
+			kept, err := f.ReadData(id, 0, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			enc, err := f.ReadData(id, 1, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ri == nil {
+				if !jpeg.HasCropRestarts(kept) || !jpeg.HasCropRestarts(enc) || bytes.Equal(kept, jpg) {
+					t.Fatalf("by default, sample %d: JPEGs without restart markers", id)
+				}
+				if a, b := decodeRGB(t, jpg), decodeRGB(t, kept); !bytes.Equal(a, b) {
+					t.Fatalf("sample %d: the kept JPEG's pixels changed", id)
+				}
+			} else if !bytes.Equal(kept, jpg) || jpeg.HasCropRestarts(enc) {
+				t.Fatalf("restart_interval 0, sample %d: the file sent was not kept as it was", id)
+			}
+		}
+		if want := map[bool]int{true: 4, false: 0}[ri == nil]; res.Restarts != want || res.NoRestarts != 0 || res.JPEG != 4 {
+			t.Fatalf("restart_interval %v: %+v", ri, res)
+		}
+	}
+}
+
+func decodeRGB(t *testing.T, b []byte) []byte {
+	t.Helper()
+	info, err := jpeg.Scan(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pix, _, _, err := jpeg.DecodeRGB(b, &info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pix
 }

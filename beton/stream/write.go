@@ -48,11 +48,17 @@ type Result struct {
 	Samples  int
 	JPEG     int // images stored as JPEG
 	Verbatim int // of which the file sent, byte for byte
-	Raw      int // images stored as pixels
-	Pages    int
-	PageSize int64 // the header's, or Options.PageSize
-	Bytes    int64
-	Elapsed  time.Duration
+	Restarts int // of which with restart markers (restart_interval)
+	// NoRestarts counts the JPEGs stored without the markers asked for,
+	// which could not be transcoded; FirstNoRestarts names the first and
+	// why.
+	NoRestarts      int
+	FirstNoRestarts string
+	Raw             int // images stored as pixels
+	Pages           int
+	PageSize        int64 // the header's, or Options.PageSize
+	Bytes           int64
+	Elapsed         time.Duration
 	// MaxHeld is the most bytes of samples held at once between reading
 	// and writing, as Options.MaxHeld counts them.
 	MaxHeld int64
@@ -398,6 +404,12 @@ func run(ctx context.Context, w *beton.Writer, readers []*frameReader, fields []
 					if s.verbatim {
 						res.Verbatim++
 					}
+					res.Restarts += s.restarts
+					if s.noRestartN > 0 {
+						if res.NoRestarts += s.noRestartN; res.FirstNoRestarts == "" {
+							res.FirstNoRestarts = s.noRestarts
+						}
+					}
 				}
 				samples += int64(len(r.samples))
 				written++
@@ -469,6 +481,14 @@ func prepareSample(s *sample, fields []field, seed int64, scratch *imagefolder.S
 			}
 			*v = beton.Value{Mode: p.Mode(), Width: p.Width, Height: p.Height, Data: p.Data}
 			s.verbatim = s.verbatim || p.Verbatim
+			if p.Restarts {
+				s.restarts++
+			}
+			if p.NoRestarts != nil {
+				if s.noRestartN++; s.noRestarts == "" {
+					s.noRestarts = fmt.Sprintf("%s: %v", name(), p.NoRestarts)
+				}
+			}
 		case beton.TypeJSON:
 			if !validJSON(v.Data) || slices.Contains(v.Data, 0) {
 				s.err = fmt.Errorf("%s: %d bytes that are not JSON text", name(), len(v.Data))

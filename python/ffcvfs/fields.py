@@ -201,13 +201,17 @@ class RGBImageField(Field):
     compress_probability, drawn reproducibly per sample).
     max_resolution: images whose longer side is larger are shrunk to it
     (OpenCV's INTER_AREA, as FFCV). jpeg_quality: for images encoded here.
+    restart_interval: every JPEG stored is transcoded losslessly with a
+    restart marker about every this many MCUs (FFCV, PIL and torchvision
+    decode the same pixels; ffcvfeed decodes crops of it faster); 0: JPEGs
+    as they are.
     """
 
     type_name = "rgb_image"
 
     def __init__(self, write_mode: str = "raw", max_resolution: Optional[int] = None,
                  smart_threshold: Optional[int] = None, jpeg_quality: int = 90,
-                 compress_probability: float = 0.5) -> None:
+                 compress_probability: float = 0.5, restart_interval: int = 4) -> None:
         if write_mode not in ("raw", "jpg", "smart", "proportion"):
             raise ValueError(f"write_mode {write_mode!r}: want 'raw', 'jpg', 'smart' or 'proportion'")
         self.write_mode = write_mode
@@ -221,10 +225,14 @@ class RGBImageField(Field):
             raise ValueError(f"jpeg_quality {jpeg_quality} is outside 1..100")
         if not 0 <= float(compress_probability) <= 1:
             raise ValueError(f"compress_probability {compress_probability} is outside [0, 1]")
+        self.restart_interval = int(restart_interval)
+        if not 0 <= self.restart_interval <= 65535:
+            raise ValueError(f"restart_interval {restart_interval} is outside 0..65535 MCUs")
 
     def spec(self, name):
         s = {"name": name, "type": self.type_name, "write_mode": self.write_mode,
-             "jpeg_quality": self.jpeg_quality, "compress_probability": float(self.proportion)}
+             "jpeg_quality": self.jpeg_quality, "compress_probability": float(self.proportion),
+             "restart_interval": self.restart_interval}
         if self.max_resolution:
             s["max_resolution"] = int(self.max_resolution)
         if self.smart_threshold is not None:
