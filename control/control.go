@@ -74,13 +74,19 @@ type Stats struct {
 		// Images counts the sample files read from their start: each
 		// read of a file through the mount once. Reads the kernel serves
 		// from its page cache (--kernel-cache) never reach the mount.
-		Images     uint64 `json:"images"`
-		JPG        uint64 `json:"jpg"`
-		JPGBytes   uint64 `json:"jpg_bytes"`
-		PPM        uint64 `json:"ppm"`
-		PPMBytes   uint64 `json:"ppm_bytes"`
-		Beton      uint64 `json:"dataset_beton"`
-		BetonBytes uint64 `json:"dataset_beton_bytes"`
+		Images uint64 `json:"images"`
+		// JPGImages counts the JPEG sample files of Images, and
+		// JPGRestarts those of them whose JPEG has restart markers a
+		// crop can be decoded from (ffcvfs write gives every JPEG them;
+		// FFCV's writer does not: ffcvfs write --from-beton adds them).
+		JPGImages   uint64 `json:"jpg_images"`
+		JPGRestarts uint64 `json:"jpg_images_with_restarts"`
+		JPG         uint64 `json:"jpg"`
+		JPGBytes    uint64 `json:"jpg_bytes"`
+		PPM         uint64 `json:"ppm"`
+		PPMBytes    uint64 `json:"ppm_bytes"`
+		Beton       uint64 `json:"dataset_beton"`
+		BetonBytes  uint64 `json:"dataset_beton_bytes"`
 		// Errors counts lookups and reads answered with an error, EIO
 		// mostly; not those interrupted, which the kernel restarts.
 		Errors uint64 `json:"errors"`

@@ -178,6 +178,7 @@ func (v *View) Stats() control.Stats {
 func (v *View) viewStats() control.Stats {
 	var s control.Stats
 	s.Reads.Images = v.reads.images.Load()
+	s.Reads.JPGImages, s.Reads.JPGRestarts = v.reads.jpgImages.Load(), v.reads.restarts.Load()
 	s.Reads.JPG, s.Reads.JPGBytes = v.reads.jpg.Load(), v.reads.jpgBytes.Load()
 	s.Reads.PPM, s.Reads.PPMBytes = v.reads.ppm.Load(), v.reads.ppmBytes.Load()
 	s.Reads.Beton, s.Reads.BetonBytes = v.reads.beton.Load(), v.reads.betonBytes.Load()

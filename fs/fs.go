@@ -183,6 +183,7 @@ type View struct {
 
 type readCounters struct {
 	images                  atomic.Uint64 // sample files read from offset 0
+	jpgImages, restarts     atomic.Uint64 // of which JPEGs, and with restart markers
 	jpg, ppm, beton, errors atomic.Uint64
 	jpgBytes, ppmBytes      atomic.Uint64
 	betonBytes              atomic.Uint64

@@ -20,6 +20,7 @@ import (
 	"unsafe"
 
 	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/beton/rewrite"
 	"github.com/ffcvfs/ffcvfs/control"
 	"github.com/ffcvfs/ffcvfs/fs/orders"
 	"github.com/ffcvfs/ffcvfs/fs/transport"
@@ -710,4 +711,46 @@ func fixtureCopy(t *testing.T, name string) ([]byte, *beton.File) {
 		t.Fatal(err)
 	}
 	return data, f
+}
+
+// TestRestartCounts: stats.json counts the JPEG files read from their
+// start and those whose JPEG has restart markers: none in a beton FFCV
+// wrote, every one once rewritten with them.
+func TestRestartCounts(t *testing.T) {
+	src := fixture(t, "imagefolder-mixed.beton") // JPEG and raw images
+	rewritten := filepath.Join(t.TempDir(), "restarts.beton")
+	f, err := beton.OpenFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := beton.NewFileDestination(rewritten)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := rewrite.Rewrite(t.Context(), f, dst, rewrite.Options{Workers: 2})
+	f.Close()
+	if err != nil || res.Transcoded == 0 {
+		t.Fatalf("%+v, %v", res, err)
+	}
+	for _, path := range []string{src, rewritten} {
+		mnt, v := testMount(t, path, Options{})
+		files := sampleFiles(t, mnt)
+		jpgs := 0
+		for _, p := range files {
+			if _, err := os.ReadFile(p); err != nil {
+				t.Fatal(err)
+			}
+			if strings.HasSuffix(p, ".jpg") {
+				jpgs++
+			}
+		}
+		st := v.Stats()
+		want := uint64(0)
+		if path == rewritten {
+			want = uint64(jpgs)
+		}
+		if jpgs != res.JPEG || st.Reads.JPGImages != uint64(jpgs) || st.Reads.JPGRestarts != want {
+			t.Errorf("%s: %d JPEG files read: stats say %d, %d with restart markers (want %d)", path, jpgs, st.Reads.JPGImages, st.Reads.JPGRestarts, want)
+		}
+	}
 }

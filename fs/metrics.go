@@ -37,6 +37,8 @@ func (v *View) Collectors() []prometheus.Collector {
 			readBytes = "Bytes returned by READs, by kind of file."
 		)
 		e.Counter("images_read_total", "Sample files read from their start through the mount (reads the kernel serves from its page cache do not reach it).", float64(st.Reads.Images))
+		e.Counter("jpg_images_read_total", "JPEG sample files read from their start through the mount.", float64(st.Reads.JPGImages))
+		e.Counter("jpg_images_read_with_restarts_total", "JPEG sample files read from their start whose JPEG has restart markers a crop can be decoded from (ffcvfs write --from-beton adds them to a beton that lacks them).", float64(st.Reads.JPGRestarts))
 		e.Counter("reads_total", reads, float64(st.Reads.JPG), "file", "jpg")
 		e.Counter("reads_total", reads, float64(st.Reads.PPM), "file", "ppm")
 		e.Counter("reads_total", reads, float64(st.Reads.Beton), "file", "dataset.beton")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/control"
+	"github.com/ffcvfs/ffcvfs/jpeg"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -270,6 +271,12 @@ func (n *sampleNode) Read(ctx context.Context, f gofs.FileHandle, dest []byte, o
 	}
 	defer pg.Release()
 	data := pg.Data[int64(img.Ptr)-pg.Off:][:img.Size]
+	if off == 0 && img.Mode == beton.ModeJPEG {
+		v.reads.jpgImages.Add(1)
+		if jpeg.HasCropRestarts(data) {
+			v.reads.restarts.Add(1)
+		}
+	}
 	k := 0
 	if img.Mode == beton.ModeRaw {
 		hdr := ppmHeader(img.Width, img.Height)

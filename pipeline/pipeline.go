@@ -43,6 +43,7 @@ import (
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/fields"
 	"github.com/ffcvfs/ffcvfs/internal/half"
+	"github.com/ffcvfs/ffcvfs/jpeg"
 	"github.com/ffcvfs/ffcvfs/order"
 	"github.com/ffcvfs/ffcvfs/pagecache"
 	"github.com/ffcvfs/ffcvfs/pipeline/augment"
@@ -223,9 +224,41 @@ type Pipeline struct {
 	lut16 [3][256]uint16 // float16 bits
 	lut32 [3][256]uint32 // float32 bits
 
-	// Counters.
-	Images, Errors atomic.Uint64
+	// Counters. JPEGs counts the JPEG images decoded, Restarts those of
+	// them with restart markers a crop is decoded from (jpeg.
+	// HasCropRestarts).
+	Images, Errors, JPEGs, Restarts atomic.Uint64
+	advised                         sync.Once // AdviseRestarts
 }
+
+// restartProbe is how many JPEGs a pipeline decodes before it says, once,
+// whether the beton's JPEGs lack restart markers (AdviseRestarts); fewer
+// when an epoch ends before.
+const restartProbe = 64
+
+// AdviseRestarts logs, once, a warning when most of the JPEGs decoded so
+// far lack restart markers: such a beton (FFCV's writer makes them) is
+// slower to crop than it needs to be, and ffcvfs write --from-beton
+// gives it the markers. A pipeline calls it itself after restartProbe
+// JPEGs, or at the end of its first epoch.
+func (p *Pipeline) AdviseRestarts() {
+	j, r := p.JPEGs.Load(), p.Restarts.Load()
+	if j == 0 {
+		return
+	}
+	p.advised.Do(func() {
+		if 2*r >= j {
+			return
+		}
+		p.opts.Logger.Warn(fmt.Sprintf("%d of the first %d JPEGs of %s have no restart markers: "+
+			"'ffcvfs write --from-beton %s OUT.beton' adds them losslessly (the same pixels for every decoder), "+
+			"and random-resized crops then decode about %s faster", j-r, j, p.f.Name(), p.f.Name(), RestartSpeedup))
+	})
+}
+
+// RestartSpeedup is what restart markers gained random-resized crops in
+// ffcvfeed in the measurements (docs/measurements.md), for AdviseRestarts.
+const RestartSpeedup = "1.1-1.4×"
 
 // New returns a pipeline over the cache's beton. announce, if set, is told
 // each epoch's order before it is read (the cache is told in any case).
@@ -599,6 +632,9 @@ func (p *Pipeline) run(ctx context.Context, epoch int, all []uint32, start int, 
 	}
 	cancel()
 	wg.Wait()
+	if runErr == nil {
+		p.AdviseRestarts()
+	}
 	return delivered, runErr
 }
 
@@ -765,7 +801,17 @@ func (p *Pipeline) sample(ctx context.Context, dec *decode.Decoder, rng *rand.Ra
 		if dst == nil {
 			dst = out[:pix]
 		}
-		if err := dec.Apply(data[int64(img.Ptr)-off:][:img.Size], mode, img.Width, img.Height, o.Op, rng, dst); err != nil {
+		src := data[int64(img.Ptr)-off:][:img.Size]
+		if mode == decode.JPEG {
+			n := p.JPEGs.Add(1)
+			if jpeg.HasCropRestarts(src) {
+				p.Restarts.Add(1)
+			}
+			if n == restartProbe {
+				p.AdviseRestarts()
+			}
+		}
+		if err := dec.Apply(src, mode, img.Width, img.Height, o.Op, rng, dst); err != nil {
 			return err
 		}
 		if p.augment {

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/beton/rewrite"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 	"github.com/ffcvfs/ffcvfs/jpeg"
 	"github.com/ffcvfs/ffcvfs/order"
@@ -489,6 +490,58 @@ func TestEveryLayoutDeterministic(t *testing.T) {
 		a, b := runs[0][i], runs[1][i]
 		if a.epoch != b.epoch || a.batch != b.batch || !bytes.Equal(a.images, b.images) {
 			t.Errorf("epoch %d batch %d: the two runs' images differ", a.epoch, a.batch)
+		}
+	}
+}
+
+// TestRestartCounts: a pipeline counts the JPEGs it decodes and those
+// with restart markers, and over a beton whose JPEGs lack them (FFCV's
+// writer made the fixture) says once, over two epochs, what adds them;
+// over the same beton rewritten with them it says nothing.
+func TestRestartCounts(t *testing.T) {
+	path := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
+	rewritten := filepath.Join(t.TempDir(), "restarts.beton")
+	f, err := beton.OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := beton.NewFileDestination(rewritten)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rewrite.Rewrite(t.Context(), f, dst, rewrite.Options{Workers: 2}); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	for _, c := range []struct {
+		path     string
+		restarts bool
+	}{{path, false}, {rewritten, true}} {
+		var log bytes.Buffer
+		cache := openCache(t, c.path)
+		n := uint64(cache.File().NumSamples())
+		opts := Options{BatchSize: 16, Workers: 2, Op: decode.Op{Kind: decode.RandomResizedCrop, OutW: 32, OutH: 32},
+			Order: order.Options{Kind: order.Random, Seed: 1}, Logger: slog.New(slog.NewTextHandler(&log, nil))}
+		p, err := New(cache, opts, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sink := newCollectSink(p, 3)
+		for e := range 2 {
+			if _, err := p.RunEpoch(t.Context(), e, sink); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := uint64(0)
+		if c.restarts {
+			want = 2 * n
+		}
+		if p.JPEGs.Load() != 2*n || p.Restarts.Load() != want {
+			t.Errorf("%s: %d JPEGs, %d with restarts; want %d and %d", c.path, p.JPEGs.Load(), p.Restarts.Load(), 2*n, want)
+		}
+		warned := strings.Count(log.String(), "ffcvfs write --from-beton "+c.path)
+		if c.restarts && warned != 0 || !c.restarts && warned != 1 {
+			t.Errorf("%s: the advice logged %d times:\n%s", c.path, warned, log.String())
 		}
 	}
 }

@@ -71,6 +71,9 @@ func benchCommand() *cli.Command {
 			cpu := (profile.CPUTime() - cpu0).Seconds()
 			fmt.Printf("total: ffcvfeed bench: %d images in %.2f s: %.0f images/s (errors %d); CPU %.2f s, %.3f ms an image\n",
 				total, el, float64(total)/el, p.Errors.Load(), cpu, 1e3*cpu/float64(max(total, 1)))
+			if j := p.JPEGs.Load(); j > 0 {
+				fmt.Printf("restart markers: %d of %d JPEGs decoded had them\n", p.Restarts.Load(), j)
+			}
 			if sums != nil {
 				fmt.Printf("checksum: sha256 %s (%d batches)\n", sums.sum(), len(sums.sums))
 			}

@@ -13,6 +13,8 @@ func serveMetrics(addr string, fd *fed, s *feed.Stream) (*metrics.Server, error)
 	m := metrics.Func("ffcvfeed", func(e *metrics.Emitter) {
 		p := fd.p
 		e.Counter("images_total", "Images decoded, augmented and written into batches (rate(): images/s).", float64(p.Images.Load()))
+		e.Counter("jpeg_images_total", "JPEG images decoded.", float64(p.JPEGs.Load()))
+		e.Counter("jpeg_images_with_restarts_total", "JPEG images decoded that had restart markers a crop is decoded from (ffcvfs write --from-beton adds them to a beton that lacks them).", float64(p.Restarts.Load()))
 		e.Counter("decode_errors_total", "Samples that failed to read or decode (replaced by another of their batch, or failing it with --on-error fail).", float64(p.Errors.Load()))
 		st := s.Server().Stats()
 		e.Counter("batches_total", "Batches published to the ring.", float64(st.Published))
