@@ -25,7 +25,9 @@
 #                                 libjpeg-turbo's entropy decoder), alternating with
 #                                 decoding alone (libjpeg-turbo's, and with ffcvfeed's
 #                                 entropy decoder), vs FFCV's Loader
-#                                 (when it builds here) and vs torchvision
+#                                 (when it builds here: then also on a beton FFCV's
+#                                 own writer made, and that beton converted by
+#                                 ffcvfs write --from-beton) and vs torchvision
 #                                 ImageFolder + DataLoader (2 workers) doing the same;
 #                                 then ffcvfeed's peak RSS after epochs 1, 2 and 5
 #   scripts/bench.sh cifar [N]    FFCV's CIFAR-10 training pipeline on N raw 32x32
@@ -418,6 +420,7 @@ bench_feed() {
 		same=$(/usr/bin/python3 scripts/ffcv_same_pixels.py "$beton" "$rbeton" --ffcv "$ffcv") ||
 			die "FFCV decodes the --restart-interval beton to other pixels: $same"
 		echo "  FFCV 1.0 over the --restart-interval beton and the source one: $same"
+		bench_feed_ffcv_written "$dir" "$folder" "$ffcv" "$base"
 	fi
 	r=$(rate_of /usr/bin/python3 scripts/torch_loader_bench.py "$folder" --workers 2 --batch-size 256 --resolution 160)
 	printf '%-52s %10.0f %-9s %8.3f\n' "torchvision ImageFolder + DataLoader" "$r" "images/s" "$(echo "$r / $base" | bc -l)"
@@ -427,6 +430,43 @@ bench_feed() {
 	for e in 2 5; do
 		printf '%-52s %10.1f %-9s %8.3f\n' "ffcvfeed bench peak RSS after epoch $e" "${peaks[e - 1]}" "MiB" "$(echo "${peaks[e - 1]} / ${peaks[0]}" | bc -l)"
 	done
+}
+
+# bench_feed_ffcv_written DIR FOLDER FFCV BASE: the betons people have. FOLDER
+# written by FFCV's own DatasetWriter (jpg mode, quality 90: every image
+# encoded again by OpenCV, no restart markers), and that beton converted
+# by ffcvfs write --from-beton; alternating, RUNS times: FFCV's Loader on
+# the FFCV-written beton, ffcvfeed bench on it and on the converted one.
+# The ratio that counts: the converted one's images/s over FFCV's Loader on
+# the original, median of each run's. BASE: the decode baseline above.
+bench_feed_ffcv_written() {
+	local dir=$1 folder=$2 ffcv=$3 base=$4 i f p q
+	local fbeton=$dir/bench-ffcv.beton cbeton=$dir/bench-ffcv-converted.beton
+	local pipe=(--resolution 160 --crop random-resized --flip 0.5 --dtype uint8 --workers 2 --batch-size 256)
+	if [[ ! -f $fbeton || $fbeton -ot $dir/bench.beton ]]; then
+		rm -f "$fbeton.tmp"
+		/usr/bin/python3 scripts/ffcv_write_imagefolder.py --ffcv "$ffcv" --workers 2 "$folder" "$fbeton.tmp" >&2 &&
+			mv "$fbeton.tmp" "$fbeton" || die "FFCV's DatasetWriter failed"
+	fi
+	if [[ ! -f $cbeton || $cbeton -ot $fbeton ]]; then
+		bin/ffcvfs write --from-beton "$fbeton" "$cbeton" >&2 || die "ffcvfs write --from-beton failed"
+	fi
+	local -a fs ps qs rf rq
+	for ((i = 0; i < RUNS; i++)); do
+		f=$(steady_rate /usr/bin/python3 scripts/ffcv_loader_bench.py "$fbeton" --ffcv "$ffcv" --workers 2 --batch-size 256 --resolution 160 --epochs 3)
+		p=$(steady_rate bin/ffcvfeed bench --data "$fbeton" "${pipe[@]}" --epochs 3)
+		q=$(steady_rate bin/ffcvfeed bench --data "$cbeton" "${pipe[@]}" --epochs 3)
+		[[ -n $f && -n $p && -n $q ]] || die "no images/s figure from FFCV's Loader or ffcvfeed bench"
+		fs+=("$f") ps+=("$p") qs+=("$q") rf+=("$(echo "$p / $f" | bc -l)") rq+=("$(echo "$q / $f" | bc -l)")
+	done
+	echo "a beton FFCV's DatasetWriter wrote (jpg, quality 90), and it converted by ffcvfs write --from-beton;"
+	echo "ratio: to FFCV's Loader on the FFCV-written beton, median of each run's"
+	f=$(printf '%s\n' "${fs[@]}" | median)
+	printf '%-52s %10.0f %-9s %8s\n' "FFCV-written beton: FFCV 1.0 Loader (baseline)" "$f" "images/s" "1.00"
+	printf '%-52s %10.0f %-9s %8.3f\n' "FFCV-written beton: ffcvfeed bench" "$(printf '%s\n' "${ps[@]}" | median)" "images/s" "$(printf '%s\n' "${rf[@]}" | median)"
+	printf '%-52s %10.0f %-9s %8.3f\n' "FFCV-written beton, converted: ffcvfeed bench" "$(printf '%s\n' "${qs[@]}" | median)" "images/s" "$(printf '%s\n' "${rq[@]}" | median)"
+	echo "  per run, FFCV's Loader / ffcvfeed / ffcvfeed converted images/s: $(for ((i = 0; i < RUNS; i++)); do printf '%.0f/%.0f/%.0f ' "${fs[i]}" "${ps[i]}" "${qs[i]}"; done)"
+	echo "  the converted beton's ffcvfeed over the decode baseline above: $(echo "$(printf '%s\n' "${qs[@]}" | median) / $base" | bc -l | xargs printf '%.3f')"
 }
 
 # What bench_legacy started, for legacy_cleanup.
