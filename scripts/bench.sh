@@ -298,32 +298,6 @@ epoch_peaks_mib() {
 	done
 }
 
-# FFCV 1.0.x, the last release's code.
-FFCV_COMMIT=3a12966b3afe3a81733a732e633317d747bfaac7
-
-# ffcv_src: the folder of FFCV's source with its extension built in place,
-# from Debian's packages (Numba, OpenCV, libturbojpeg); prints nothing, and
-# says why on stderr, when it cannot be had.
-ffcv_src() {
-	local dir=${FFCV_SRC:-${FFCVFS_CACHE:-$HOME/.cache/ffcvfs}/ffcv-src}
-	[[ ${FFCV:-1} != 0 ]] || return 0
-	if [[ ! -f $dir/setup.py ]]; then
-		if ! git clone -q https://github.com/libffcv/ffcv "$dir" >&2 || ! git -C "$dir" checkout -q "$FFCV_COMMIT" >&2; then
-			rm -rf "$dir"
-			log "FFCV left out: cannot clone https://github.com/libffcv/ffcv (set FFCV_SRC to a checkout)"
-			return 0
-		fi
-	fi
-	ensure_apt python3-numba python3-opencv libopencv-dev libturbojpeg0-dev python3-tqdm python3-psutil python3-dev g++ pkg-config
-	if ! compgen -G "$dir/ffcv/_libffcv*.so" >/dev/null; then
-		if ! (cd "$dir" && /usr/bin/python3 setup.py build_ext --inplace) >&2; then
-			log "FFCV left out: its extension did not build in $dir"
-			return 0
-		fi
-	fi
-	echo "$dir"
-}
-
 # decode_rate BETON [FLAGS...]: the images/s of ffcvfeed decode-bench with
 # 2 workers.
 decode_rate() {

@@ -22,6 +22,14 @@
 #   ffcvfeed workers=N images/s=X beton=plain|restarts
 #       ffcvfeed bench (160 px random-resized crops, uint8) at 1, 2, 4, 8
 #       and 16 workers, as many as the machine has cores;
+#   decode workers=N images/s=X
+#       the baseline: ffcvfeed decode-bench, full libjpeg-turbo decodes of
+#       the plain beton's JPEGs, as many images, at the same counts;
+#   ffcvfeed workers=N images/s=X beton=ffcv-written|ffcv-converted
+#       where --prepare found FFCV's source (bench.sh feed fetches it): the
+#       fixture's photos written by FFCV's own DatasetWriter (jpg, quality
+#       90), and that beton converted by ffcvfs write --from-beton, at 1
+#       worker and at the most;
 #   mount readers=N files/s=X MB/s=Y
 #       the mount's raw reads of every file at 1 to 16 readers, where
 #       /dev/fuse exists (a line says so where not);
@@ -89,6 +97,20 @@ prepare() {
 		file -b "$p" | grep -q "statically linked" || die "$p is not statically linked: $(file -b "$p")"
 	done
 	pack "$bin"/ffcvfs "$bin"/ffcvfeed "$bin"/readall
+	# A beton FFCV's own writer made, where FFCV's source is here already
+	# (bench.sh feed fetches it; nothing is fetched for this).
+	local ffcv=
+	if [[ -f ${FFCV_SRC:-${FFCVFS_CACHE:-$HOME/.cache/ffcvfs}/ffcv-src}/setup.py ]]; then
+		ffcv=$(ffcv_src) || true
+	fi
+	if [[ -n $ffcv ]]; then
+		log "writing the fixture's photos with FFCV's DatasetWriter"
+		/usr/bin/python3 scripts/ffcv_write_imagefolder.py --ffcv "$ffcv" --workers 2 testdata/imagefolder-small "$bin/ffcv-photos.beton" >&2 ||
+			die "FFCV's DatasetWriter failed"
+		pack "$bin/ffcv-photos.beton"
+	else
+		log "no FFCV here: the run leaves out the FFCV-written beton"
+	fi
 	if ((!cpu_only)); then
 		log "building ffcvfeed -tags cuda and the cudafeed GPU tests (scripts/check-cuda-build.sh installs CUDA's headers)"
 		bash scripts/check-cuda-build.sh >&2
@@ -192,6 +214,35 @@ for w in "${counts[@]}"; do
 		echo "ffcvfeed workers=$w images/s=$rate beton=$b"
 	done
 done
+
+step "decoding alone: full libjpeg-turbo decodes of the plain beton's JPEGs"
+for w in "${counts[@]}"; do
+	in_time
+	out=$("$work/ffcvfeed" decode-bench --data "$work/plain.beton" --workers "$w" --passes "$epochs" 2>&1) ||
+		die "ffcvfeed decode-bench --workers $w failed: $out"
+	rate=$(sed -n 's/^decode-only: .* \([0-9.]*\) images\/s.*/\1/p' <<<"$out")
+	[[ -n $rate ]] || die "no figure in ffcvfeed decode-bench's output: $out"
+	echo "decode workers=$w images/s=$rate"
+done
+
+if [[ -f $dir/ffcv-photos.beton.xz ]]; then
+	step "a beton FFCV wrote, and it converted by ffcvfs write --from-beton"
+	unpack ffcv-photos.beton
+	"$work/ffcvfs" write --from-beton "$work/ffcv-photos.beton" "$work/ffcv-converted.beton" | sed -n 2p
+	fn=$("$work/ffcvfs" info "$work/ffcv-photos.beton" | awk '$1 == "samples" { print $2; exit }')
+	fepochs=$(((images + fn - 1) / fn))
+	for w in 1 "${counts[-1]}"; do
+		for b in ffcv-photos:ffcv-written ffcv-converted:ffcv-converted; do
+			in_time
+			out=$("$work/ffcvfeed" bench --data "$work/${b%%:*}.beton" --workers "$w" --epochs "$fepochs" --resolution 160 2>&1) ||
+				die "ffcvfeed bench --workers $w on ${b%%:*}.beton failed: $out"
+			rate=$(sed -n 's/^total: .* \([0-9.]*\) images\/s.*/\1/p' <<<"$out")
+			echo "ffcvfeed workers=$w images/s=$rate beton=${b#*:}"
+		done
+	done
+else
+	echo "ffcv-written: left out, no $dir/ffcv-photos.beton.xz (FFCV did not build where --prepare ran)"
+fi
 
 step "the mount's raw reads"
 if [[ ! -e /dev/fuse ]]; then

@@ -88,13 +88,18 @@ func decodeBenchCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "decode-bench",
 		Usage:     "decode every JPEG of a beton in full with libjpeg-turbo (the baseline of ffcvfeed bench)",
-		UsageText: "ffcvfeed decode-bench --data SRC [--workers N] [--entropy-decoder libjpeg|ffcvfeed]",
+		UsageText: "ffcvfeed decode-bench --data SRC [--workers N] [--passes N] [--entropy-decoder libjpeg|ffcvfeed]",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "data", Required: true, Usage: "the beton"},
 			&cli.IntFlag{Name: "workers", Value: runtime.NumCPU(), DefaultText: "the cores", Usage: "`N` decoding goroutines (GOMAXPROCS is at least N+1 unless set)"},
 			&cli.StringFlag{Name: "entropy-decoder", Value: "libjpeg", Usage: "`NAME` that entropy-decodes the JPEGs: libjpeg (libjpeg-turbo's own: the baseline) or ffcvfeed (the\n\tpipeline's)"},
+			&cli.IntFlag{Name: "passes", Value: 1, Usage: "decode every JPEG `N` times (1 to 1000), for a figure over more images than the beton holds"},
 		},
 		Action: func(c *cli.Context) error {
+			passes := c.Int("passes")
+			if passes < 1 || passes > 1000 {
+				return cli.Exit(fmt.Sprintf("--passes %d: want 1 to 1000", passes), 2)
+			}
 			f, err := beton.OpenFile(c.String("data"))
 			if err != nil {
 				return err
@@ -152,8 +157,10 @@ func decodeBenchCommand() *cli.Command {
 					done <- nil
 				}()
 			}
-			for _, b := range jpegs {
-				next <- b
+			for range passes {
+				for _, b := range jpegs {
+					next <- b
+				}
 			}
 			close(next)
 			for w := 0; w < workers; w++ {
@@ -162,7 +169,8 @@ func decodeBenchCommand() *cli.Command {
 				}
 			}
 			el := time.Since(start).Seconds()
-			fmt.Printf("decode-only: %d images in %.2f s: %.0f images/s\n", len(jpegs), el, float64(len(jpegs))/el)
+			n := len(jpegs) * passes
+			fmt.Printf("decode-only: %d images in %.2f s: %.0f images/s\n", n, el, float64(n)/el)
 			return nil
 		},
 	}

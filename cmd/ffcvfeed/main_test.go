@@ -140,6 +140,8 @@ func TestFlagsBounded(t *testing.T) {
 		{[]string{"bench", "--resolution", "60000", "--batch-size", "100000"}, "would take more than 68719476736 bytes"},
 		{[]string{"decode-bench", "--workers", "99999999"}, "--workers 99999999: want 1 to 1024"},
 		{[]string{"decode-bench", "--entropy-decoder", "x"}, `--entropy-decoder "x": want ffcvfeed or libjpeg`},
+		{[]string{"decode-bench", "--passes", "99999999999"}, "--passes 99999999999: want 1 to 1000"},
+		{[]string{"decode-bench", "--passes", "0"}, "--passes 0: want 1 to 1000"},
 	} {
 		out, code := runFfcvfeed(t, append(tc.args, "--data", beton)...)
 		if code != 2 || !strings.Contains(out, tc.want) {
@@ -441,5 +443,19 @@ func TestBenchChecksum(t *testing.T) {
 		if a != b || a == c {
 			t.Errorf("%v: seed 7 with 1 and 2 workers %.12s, %.12s; seed 8 %.12s", exact, a, b, c)
 		}
+	}
+}
+
+// TestDecodeBenchPasses: --passes decodes every JPEG that many times.
+func TestDecodeBenchPasses(t *testing.T) {
+	beton := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
+	one, code := runFfcvfeed(t, "decode-bench", "--data", beton, "--workers", "1")
+	three, code3 := runFfcvfeed(t, "decode-bench", "--data", beton, "--workers", "2", "--passes", "3")
+	var n1, n3 int
+	if _, err := fmt.Sscanf(one, "decode-only: %d images", &n1); err != nil || code != 0 {
+		t.Fatalf("decode-bench: exit %d: %s", code, one)
+	}
+	if _, err := fmt.Sscanf(three, "decode-only: %d images", &n3); err != nil || code3 != 0 || n3 != 3*n1 || n1 == 0 {
+		t.Fatalf("decode-bench --passes 3: %d images, once %d: exit %d: %s", n3, n1, code3, three)
 	}
 }
