@@ -13,8 +13,10 @@ import (
 // TestDeviceCheckCPUOnly: scripts/device-check.sh --prepare --cpu-only
 // builds its folder (static programs, xz-compressed, under 40 MiB), and
 // the run from it, with no Go on its PATH, prints ffcvfeed's images/s at
-// 1 and 2 workers for both betons and the mount's raw reads, as lines to
-// grep.
+// 1 and 2 workers for both betons, the decode baseline's, and the mount's
+// raw reads, as lines to grep; where FFCV's source was at hand to
+// --prepare, the folder holds a beton FFCV wrote too, and the run reports
+// it and its conversion.
 func TestDeviceCheckCPUOnly(t *testing.T) {
 	needFUSE(t)
 	dir := filepath.Join(t.TempDir(), "device-check")
@@ -26,13 +28,15 @@ func TestDeviceCheckCPUOnly(t *testing.T) {
 	}
 	var size int64
 	ents, _ := os.ReadDir(dir)
+	ffcv := false
 	for _, e := range ents {
 		if info, err := e.Info(); err == nil {
 			size += info.Size()
 		}
+		ffcv = ffcv || e.Name() == "ffcv-photos.beton.xz"
 	}
-	if len(ents) != 3 || size > 40<<20 {
-		t.Errorf("%s holds %d files, %d bytes; want ffcvfs, ffcvfeed and readall in 40 MiB", dir, len(ents), size)
+	if files := map[bool]int{false: 3, true: 4}[ffcv]; len(ents) != files || size > 40<<20 {
+		t.Errorf("%s holds %d files, %d bytes; want ffcvfs, ffcvfeed and readall (and an FFCV-written beton) in 40 MiB", dir, len(ents), size)
 	}
 	// The run needs no Go: a PATH without it.
 	run := exec.Command("bash", "scripts/device-check.sh", "--cpu-only")
@@ -44,7 +48,12 @@ func TestDeviceCheckCPUOnly(t *testing.T) {
 	}
 	text := string(out)
 	want := []string{"ffcvfeed workers=1 images/s=[0-9.]+ beton=plain", "ffcvfeed workers=1 images/s=[0-9.]+ beton=restarts",
-		"mount readers=1 files/s=[0-9.]+ MB/s=[0-9.]+"}
+		"decode workers=1 images/s=[0-9.]+$", "mount readers=1 files/s=[0-9.]+ MB/s=[0-9.]+"}
+	if ffcv {
+		want = append(want, "ffcvfeed workers=1 images/s=[0-9.]+ beton=ffcv-written", "ffcvfeed workers=1 images/s=[0-9.]+ beton=ffcv-converted")
+	} else {
+		want = append(want, "ffcv-written: left out")
+	}
 	if runtime.NumCPU() >= 2 {
 		want = append(want, "ffcvfeed workers=2 images/s=[0-9.]+ beton=restarts", "mount readers=2 files/s=")
 	}
