@@ -258,7 +258,7 @@ func (p *Pipeline) AdviseRestarts() {
 
 // RestartSpeedup is what restart markers gained random-resized crops in
 // ffcvfeed in the measurements (docs/measurements.md), for AdviseRestarts.
-const RestartSpeedup = "1.1-1.4×"
+const RestartSpeedup = "1.1-1.3×"
 
 // New returns a pipeline over the cache's beton. announce, if set, is told
 // each epoch's order before it is read (the cache is told in any case).
