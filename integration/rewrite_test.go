@@ -250,11 +250,23 @@ func TestWriteFromBetonErrors(t *testing.T) {
 		{[]string{"--from-beton", dir, out}, 1, dir},
 		{[]string{"--from-beton", empty, out}, 1, "empty.beton"},
 		{[]string{"--from-beton", cut, out}, 1, "cut.beton"},
+		{[]string{"--from-beton", src, "--read-deadline", "0s", out}, 2, "--read-deadline"},
+		{[]string{"--from-beton", src, "--read-deadline", "99999h", out}, 2, "--read-deadline"},
 	} {
 		_, stderr := run(t, c.code, ffcvfs, append([]string{"write"}, c.args...)...)
 		if !strings.Contains(stderr, c.want) || strings.Count(strings.TrimSpace(stderr), "\n") > 2 || strings.Contains(stderr, "panic") {
 			t.Errorf("%v: stderr lacks %q:\n%s", c.args, c.want, stderr)
 		}
+	}
+	// Storage that refuses every connection: the source and the cause
+	// named, within the deadline given.
+	cmd := exec.Command(ffcvfs, "write", "--from-beton", "s3://bucket/train.beton", "--s3-endpoint", "http://127.0.0.1:1",
+		"--attempt-timeout", "1s", "--read-deadline", "2s", out)
+	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test-secret", "AWS_REGION=us-east-1")
+	o, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 ||
+		!strings.Contains(string(o), "open s3://bucket/train.beton: storage unavailable") || !strings.Contains(string(o), "connection refused") {
+		t.Errorf("an unreachable S3 source: %v\n%s", err, o)
 	}
 	if ents, _ := os.ReadDir(filepath.Dir(out)); len(ents) != 0 {
 		t.Errorf("left behind: %v", ents)

@@ -34,7 +34,7 @@ var fields = []beton.Field{
 // image raw, and returns its path. Samples are written in the order
 // order gives (nil: id order), so that pages hold ids out of order as
 // FFCV's writer's do.
-func source(t *testing.T, n int, pageSize int64, order []int, damaged func(int) bool) string {
+func source(t testing.TB, n int, pageSize int64, order []int, damaged func(int) bool) string {
 	t.Helper()
 	photos := testenv.Photos(t, 0)
 	path := filepath.Join(t.TempDir(), "src.beton")
