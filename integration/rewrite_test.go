@@ -246,6 +246,7 @@ func TestWriteFromBetonErrors(t *testing.T) {
 		{[]string{"--from-beton", src, "--from-stream", "-", out}, 2, "give one source"},
 		{[]string{"--from-beton", src}, 2, "needs 1 argument"},
 		{[]string{"--from-beton", "", out}, 2, "give the source beton"},
+		{[]string{"--from-beton", "--workers", "2", src, out}, 2, "--from-beton --workers: the flag takes the source beton"},
 		{[]string{"--from-beton", filepath.Join(dir, "missing.beton"), out}, 1, "missing.beton"},
 		{[]string{"--from-beton", dir, out}, 1, dir},
 		{[]string{"--from-beton", empty, out}, 1, "empty.beton"},

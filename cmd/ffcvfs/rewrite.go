@@ -16,11 +16,15 @@ import (
 	"github.com/ffcvfs/ffcvfs/internal/cacheflags"
 	"github.com/ffcvfs/ffcvfs/internal/progress"
 	"github.com/ffcvfs/ffcvfs/pagecache"
+	"github.com/ffcvfs/ffcvfs/storage"
 )
 
 // runWriteBeton is write --from-beton: SRC written anew, its JPEGs given
 // restart markers.
 func runWriteBeton(c *cli.Context, pageSize int64) error {
+	if v := c.String("from-beton"); strings.HasPrefix(v, "-") && v != storage.StdinLocation {
+		return usageError("--from-beton %s: the flag takes the source beton, as in --from-beton SRC OUT.beton", v)
+	}
 	if err := needArgs(c, "OUT.beton"); err != nil {
 		return err
 	}
