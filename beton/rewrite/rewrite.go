@@ -115,7 +115,9 @@ type Result struct {
 	Pages           int
 	PageSize        int64
 	Bytes           int64 // the output's size
-	// MaxHeld is the most bytes held at once, as Options.MaxHeld counts.
+	// MaxHeld is the bound the rewrite held to, as Options.MaxHeld
+	// counts: the source pages it let be held at once, each at twice the
+	// largest page's extent.
 	MaxHeld int64
 	Elapsed time.Duration
 }
