@@ -13,6 +13,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ffcvfs/ffcvfs/internal/clihelp"
 	"github.com/ffcvfs/ffcvfs/internal/hangup"
 	"github.com/ffcvfs/ffcvfs/internal/version"
 )
@@ -49,12 +50,23 @@ Examples:
    ffcvfeed bench --data train.beton --resolution 160`,
 		Commands:        []*cli.Command{serveCommand(), benchCommand(), decodeBenchCommand(), versionCommand()},
 		HideHelpCommand: true,
+		// Every error, an exit code's too, is one line naming the program.
+		ExitErrHandler: func(c *cli.Context, err error) {
+			if err == nil {
+				return
+			}
+			code := 1
+			if ec, ok := err.(cli.ExitCoder); ok {
+				code = ec.ExitCode()
+			}
+			if msg := err.Error(); msg != "" {
+				fmt.Fprintln(os.Stderr, "ffcvfeed:", msg)
+			}
+			os.Exit(code)
+		},
 	}
+	clihelp.Apply(app)
 	if err := app.Run(os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, "ffcvfeed:", err)
-		if ec, ok := err.(cli.ExitCoder); ok {
-			os.Exit(ec.ExitCode())
-		}
-		os.Exit(1)
+		app.ExitErrHandler(nil, err)
 	}
 }

@@ -459,3 +459,28 @@ func TestDecodeBenchPasses(t *testing.T) {
 		t.Fatalf("decode-bench --passes 3: %d images, once %d: exit %d: %s", n3, n1, code3, three)
 	}
 }
+
+// TestMistakesOneLine: a mistake on the command line is one line, prefixed
+// with the program's name, naming the mistake and the nearest command or
+// flag, with exit status 2; an error of a run is one line prefixed too.
+// These printed the whole help, "Required flag "socket" not set" after it,
+// or an error without the program's name.
+func TestMistakesOneLine(t *testing.T) {
+	beton := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"serve", "--data", beton}, 2, "ffcvfeed: serve needs --socket (see ffcvfeed serve --help)"},
+		{[]string{"bench"}, 2, "ffcvfeed: bench needs --data (see ffcvfeed bench --help)"},
+		{[]string{"serv", "--data", beton}, 2, `ffcvfeed: no command "serv"; did you mean "serve"? (see ffcvfeed --help)`},
+		{[]string{"bench", "--data", beton, "--epoch", "2"}, 2, `ffcvfeed: bench has no flag "--epoch"; did you mean --epochs? (see ffcvfeed bench --help)`},
+		{[]string{"bench", "--data", filepath.Join(t.TempDir(), "nosuch.beton")}, 1, "ffcvfeed: "},
+	} {
+		out, code := runFfcvfeed(t, tc.args...)
+		if code != tc.code || !strings.HasPrefix(out, tc.want) || strings.Count(strings.TrimSpace(out), "\n") > 0 {
+			t.Errorf("ffcvfeed %v: exit %d:\n%s\nwant exit %d and one line starting %q", tc.args, code, out, tc.code, tc.want)
+		}
+	}
+}

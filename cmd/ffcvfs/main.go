@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ffcvfs/ffcvfs/internal/clihelp"
 	"github.com/ffcvfs/ffcvfs/internal/hangup"
 	"github.com/ffcvfs/ffcvfs/internal/version"
 	"github.com/ffcvfs/ffcvfs/jpeg"
@@ -65,6 +66,7 @@ Examples:
 			os.Exit(1)
 		},
 	}
+	clihelp.Apply(app)
 	if err := app.Run(os.Args); err != nil {
 		app.ExitErrHandler(nil, err)
 	}
