@@ -5,6 +5,7 @@ import (
 	"context"
 	bin "encoding/binary"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -372,5 +373,66 @@ func TestWriteUploadFlags(t *testing.T) {
 				t.Errorf("%s %s: exit %d, %s; want exit %d with %q", flag, c.value, code, b, c.code, c.want)
 			}
 		}
+	}
+}
+
+// TestDatasetWriterCtrlC: Ctrl-C (SIGINT to the terminal's process group)
+// during a DatasetWriter write ends it with one line of ffcvfs write's,
+// "interrupted; … was not written", and Python's own KeyboardInterrupt
+// from the call, nothing left. It printed a traceback from every worker
+// besides (and an "Exception ignored" from one being forked).
+func TestDatasetWriterCtrlC(t *testing.T) {
+	py := installedPython(t, "numpy")
+	dir := t.TempDir()
+	script := `
+import sys, time
+import numpy as np
+from ffcvfs.fields import IntField, RGBImageField
+from ffcvfs.writer import DatasetWriter
+
+class Slow:
+    def __len__(self):
+        return 100000
+    def __getitem__(self, i):
+        if i == 20:
+            print("at 20", flush=True)
+        time.sleep(0.01)
+        return np.full((64, 64, 3), i % 256, np.uint8), i
+
+DatasetWriter("slow.beton", {"image": RGBImageField(), "label": IntField()}, num_workers=4).from_indexed_dataset(Slow(), chunksize=10)
+`
+	cmd := exec.Command(py, "-c", script)
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // a process group, as a terminal's
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 6)
+	if _, err := io.ReadFull(stdout, buf); err != nil || string(buf) != "at 20\n" {
+		cmd.Process.Kill()
+		t.Fatalf("the writer did not reach sample 20: %q, %v", buf, err)
+	}
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	out := stderr.String()
+	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if !ws.Signaled() || ws.Signal() != syscall.SIGINT {
+		t.Errorf("the writing process ended with %v; want Python's end by SIGINT (KeyboardInterrupt)", err)
+	}
+	if strings.Count(out, "interrupted; slow.beton was not written") != 1 || strings.Count(out, "Traceback") != 1 ||
+		!strings.HasSuffix(strings.TrimSpace(out), "KeyboardInterrupt") || strings.Contains(out, "Process ") ||
+		strings.Contains(out, "Exception ignored") {
+		t.Errorf("stderr after Ctrl-C:\n%s\nwant ffcvfs write's line once and one KeyboardInterrupt", out)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("left behind: %v", ents)
 	}
 }

@@ -193,21 +193,33 @@ class DatasetWriter:
         state = ctx.Array("q", [-1, -1, _RUNNING] * nw, lock=False)
         workers = []
         try:
-            for k in range(nw):
-                p = ctx.Process(target=_worker, args=(k, pipes, header, fields, work, state), daemon=True)
-                p.start()
-                workers.append(p)
+            # Ctrl-C reaches every process of the terminal's group: the
+            # workers ignore it (this process and ffcvfs write, which
+            # aborts the write, act on it), and it is held while they are
+            # forked, until they have set that.
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                for k in range(nw):
+                    p = ctx.Process(target=_worker, args=(k, pipes, header, fields, work, state), daemon=True)
+                    p.start()
+                    workers.append(p)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
             for _, w in pipes:
                 os.close(w)
             pipes = []
             code = proc.wait()
-        except BaseException:
+        except BaseException as e:
             for _, w in pipes:
                 os.close(w)
             proc.send_signal(signal.SIGTERM)
             proc.wait()
             for p in workers:
                 p.kill()
+            if isinstance(e, KeyboardInterrupt):
+                # ffcvfs write has said what became of the beton; the
+                # interrupt goes on without the frames it came through.
+                raise KeyboardInterrupt from None
             raise
         finally:
             tail.join()
@@ -223,6 +235,10 @@ class DatasetWriter:
                 p.join()
             else:
                 ended[k] = p.exitcode
+        if code == _INTERRUPTED:
+            # ffcvfs write said so ("interrupted; … was not written") and
+            # left nothing: the interrupt goes on as Python's own.
+            raise KeyboardInterrupt from None
         if code != 0:
             deaths = [_death(k, nw, ended[k], state) for k in sorted(ended)
                       if ended[k] != 0 or state[3 * k + 2] == _RUNNING]
@@ -293,8 +309,14 @@ def _death(k, nw, code, state):
     return f"worker {k} of {nw} {how} {at}"
 
 
+# The exit status of ffcvfs write stopped by a signal.
+_INTERRUPTED = 130
+
+
 def _worker(k, pipes, header, fields, work, state):
     """A worker: sends the samples work(k) gives, then ends its stream."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     _die_with_parent()
     fd = pipes[k][1]
     for i, (r, w) in enumerate(pipes):
