@@ -436,3 +436,48 @@ DatasetWriter("slow.beton", {"image": RGBImageField(), "label": IntField()}, num
 		t.Errorf("left behind: %v", ents)
 	}
 }
+
+// TestDatasetWriterProgressBar: a DatasetWriter run on a terminal (a
+// pseudo-terminal, by script(1)) shows ffcvfs write's progress bar with
+// its rate; on a pipe it shows none. It never drew: ffcvfs write's
+// standard error is a pipe to the writing process.
+func TestDatasetWriterProgressBar(t *testing.T) {
+	py := installedPython(t, "numpy")
+	scriptTool := testenv.LookPath(t, "script")
+	dir := t.TempDir()
+	prog := filepath.Join(dir, "write.py")
+	if err := os.WriteFile(prog, []byte(`
+import numpy as np
+from ffcvfs.fields import IntField, RGBImageField
+from ffcvfs.writer import DatasetWriter
+
+class Small:
+    def __len__(self):
+        return 300
+    def __getitem__(self, i):
+        return np.full((32, 32, 3), i % 256, np.uint8), i
+
+DatasetWriter("small.beton", {"image": RGBImageField(), "label": IntField()}, num_workers=2).from_indexed_dataset(Small())
+print("written")
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// On a terminal.
+	cmd := exec.Command(scriptTool, "-qec", py+" "+prog, "/dev/null")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "written") {
+		t.Fatalf("under a terminal: %v\n%q", err, out)
+	}
+	if !strings.Contains(string(out), "write [") || !strings.Contains(string(out), "300/300 samples") || !strings.Contains(string(out), "samples/s") {
+		t.Errorf("no progress bar on a terminal:\n%q", out)
+	}
+	// On a pipe: none, whatever the environment held.
+	cmd = exec.Command(py, prog)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "FFCVFS_PROGRESS=1")
+	out, err = cmd.CombinedOutput()
+	if err != nil || strings.Contains(string(out), "write [") {
+		t.Errorf("on a pipe: %v\n%q", err, out)
+	}
+}

@@ -26,11 +26,17 @@ type Bar struct {
 	drawn time.Time
 }
 
+// ForceEnv, set to 1, draws bars on out whatever it is: for a parent
+// process that passes a child's standard error on to its terminal (the
+// Python DatasetWriter sets it for ffcvfs write when its own standard
+// error is one). Any other value is as if unset.
+const ForceEnv = "FFCVFS_PROGRESS"
+
 // New returns a bar for total units of work, drawn on out when out is a
-// terminal; otherwise the bar does nothing.
+// terminal (or ForceEnv says so); otherwise the bar does nothing.
 func New(out *os.File, label string, total int64, unit string) *Bar {
 	b := &Bar{label: label, unit: unit, total: total, start: time.Now()}
-	if out != nil && term.IsTerminal(int(out.Fd())) {
+	if out != nil && (term.IsTerminal(int(out.Fd())) || os.Getenv(ForceEnv) == "1") {
 		b.out = out
 	}
 	return b

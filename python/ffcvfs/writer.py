@@ -176,6 +176,14 @@ class DatasetWriter:
             args += ["--from-stream", f"fd:{r}"]
         args += ["--", self.fname]  # a name may start with "-"
         env = dict(os.environ, FFCVFS_EXIT_WITH_PARENT="1")
+        env.pop("FFCVFS_PROGRESS", None)
+        try:
+            if sys.stderr is not None and sys.stderr.isatty():
+                # ffcvfs write's stderr is a pipe to _Tail, which passes
+                # its progress bar on to this terminal.
+                env["FFCVFS_PROGRESS"] = "1"
+        except (AttributeError, ValueError, OSError):
+            pass
         try:
             proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
                                     pass_fds=[r for r, _ in pipes])
