@@ -165,9 +165,20 @@ func TestWheelInstall(t *testing.T) {
 	whl := wheels(t)["x86_64"]
 	py := debianPython(t, "torchvision", "venv", "pip")
 	venv := filepath.Join(t.TempDir(), "venv")
-	// System site packages for torchvision, the ImageFolder user's.
+	// As the README's Install says: system site packages for numpy (the
+	// package's one dependency, which pip then finds without an index)
+	// and torchvision, the ImageFolder user's.
+	var block string
+	for _, b := range readREADME(t).blocks {
+		if under(b.heads, "Install") && strings.Contains(b.text, "pip install ffcvfs-") {
+			block = b.text
+		}
+	}
+	if !strings.Contains(block, "python3 -m venv --system-site-packages") {
+		t.Errorf("README's Install does not make the venv with --system-site-packages:\n%s", block)
+	}
 	run(t, 0, py, "-m", "venv", "--system-site-packages", venv)
-	run(t, 0, filepath.Join(venv, "bin", "pip"), "install", "--quiet", "--no-index", "--no-deps", whl)
+	run(t, 0, filepath.Join(venv, "bin", "pip"), "install", "--quiet", "--no-index", whl)
 
 	onlyVenv := []string{"PATH=" + filepath.Join(venv, "bin"), "HOME=" + t.TempDir()}
 	for _, tool := range []string{"go", "gcc", "cc"} {
