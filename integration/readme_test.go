@@ -738,3 +738,76 @@ func markdownAnchors(t *testing.T, path string) map[string]bool {
 	}
 	return anchors
 }
+
+// TestReadmeDetection runs the README's detection example as written: its
+// writer block (marked to run) over annotations of the fixture's photos,
+// then its reader block, in a folder of their own. The writer named a
+// list it never defined, and the reader asked for a field the writer did
+// not write.
+func TestReadmeDetection(t *testing.T) {
+	py := installedPython(t, "numpy", "PIL")
+	var write, read string
+	for _, b := range readREADME(t).blocks {
+		if b.lang != "python" || !b.runMark {
+			continue
+		}
+		switch {
+		case strings.Contains(b.text, "DatasetWriter(\"det_train.beton\""):
+			write = b.text
+		case strings.Contains(b.text, "Loader(\"det_train.beton\""):
+			read = b.text
+		}
+	}
+	if write == "" || read == "" {
+		t.Fatalf("the README's detection blocks, marked to run, not found (writer %t, reader %t)", write != "", read != "")
+	}
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "images"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	type record struct {
+		File   string      `json:"file"`
+		Boxes  [][4]float64 `json:"boxes"`
+		Labels []int       `json:"labels"`
+	}
+	var records []record
+	for i, p := range testenv.Photos(t, 6) {
+		name := fmt.Sprintf("images/%04d.jpg", i)
+		if err := os.WriteFile(filepath.Join(dir, name), p.Data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r := record{File: name}
+		for k := 0; k < i%3+1; k++ {
+			r.Boxes = append(r.Boxes, [4]float64{float64(k), 1, float64(k + 10), 20})
+			r.Labels = append(r.Labels, k)
+		}
+		records = append(records, r)
+	}
+	b, _ := json.Marshal(records)
+	if err := os.WriteFile(filepath.Join(dir, "annotations.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, block := range []string{write, read} {
+		cmd := exec.Command(py, "-c", block)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("a README block failed: %v\n%s\n--- the block:\n%s", err, out, block)
+		}
+		if block == read {
+			// Three batches of 2, in the Loader's order: each sample's
+			// count of boxes is its file's (image i has i%3+1).
+			lines := regexp.MustCompile(`\(2, 160, 160, 3\) \[(\d), (\d)\] \(2, 32, 4\) images/000(\d)\.jpg`).FindAllStringSubmatch(string(out), -1)
+			seen := 0
+			for _, m := range lines {
+				if i := int(m[3][0] - '0'); int(m[1][0]-'0') != i%3+1 {
+					t.Errorf("image %d has count %s", i, m[1])
+				}
+				seen += int(m[1][0]-'0') + int(m[2][0]-'0')
+			}
+			if len(lines) != 3 || seen != 12 {
+				t.Errorf("the reader block printed:\n%s\nwant 3 batches of 2 whose counts sum to 12", out)
+			}
+		}
+	}
+}
