@@ -25,12 +25,42 @@ var (
 	buildErr  error
 )
 
+// TestMain runs the tests, then removes the folders they share (the
+// programs built once, the venv, the wheels), which outlive any one test.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	shared.Lock()
+	for _, dir := range shared.dirs {
+		os.RemoveAll(dir)
+	}
+	shared.Unlock()
+	os.Exit(code)
+}
+
+// shared are the folders made once for every test that needs them; TestMain
+// removes them.
+var shared struct {
+	sync.Mutex
+	dirs []string
+}
+
+// sharedTemp makes a folder for the whole run, removed when it ends.
+func sharedTemp(pattern string) (string, error) {
+	dir, err := os.MkdirTemp("", pattern)
+	if err == nil {
+		shared.Lock()
+		shared.dirs = append(shared.dirs, dir)
+		shared.Unlock()
+	}
+	return dir, err
+}
+
 // binary builds the named command of the repository once per test run and
 // returns its path.
 func binary(t *testing.T, name string) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "ffcvfs-bin-")
+		binDir, buildErr = sharedTemp("ffcvfs-bin-")
 		if buildErr != nil {
 			return
 		}

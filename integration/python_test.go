@@ -31,7 +31,7 @@ func installedPython(t *testing.T, modules ...string) string {
 	t.Helper()
 	debianPython(t, modules...)
 	pyEnv.once.Do(func() {
-		dir, err := os.MkdirTemp("", "ffcvfs-venv-")
+		dir, err := sharedTemp("ffcvfs-venv-")
 		if err != nil {
 			pyEnv.err = err.Error()
 			return

@@ -766,9 +766,9 @@ func TestReadmeDetection(t *testing.T) {
 		t.Fatal(err)
 	}
 	type record struct {
-		File   string      `json:"file"`
+		File   string       `json:"file"`
 		Boxes  [][4]float64 `json:"boxes"`
-		Labels []int       `json:"labels"`
+		Labels []int        `json:"labels"`
 	}
 	var records []record
 	for i, p := range testenv.Photos(t, 6) {

@@ -39,7 +39,7 @@ func wheels(t *testing.T) map[string]string {
 	dir := os.Getenv("FFCVFS_WHEELS")
 	if dir == "" {
 		wheelOnce.Do(func() {
-			wheelDir, wheelErr = os.MkdirTemp("", "ffcvfs-wheels-")
+			wheelDir, wheelErr = sharedTemp("ffcvfs-wheels-")
 			if wheelErr != nil {
 				return
 			}

@@ -236,6 +236,24 @@ ensure_staticcheck() {
 	printf '%s\n' "$gobin/staticcheck"
 }
 
+# gotestsum prints each test as it ends, so that a long package (the
+# integration tests, minutes) is not silent.
+FFCVFS_GOTESTSUM_MODULE=gotest.tools/gotestsum
+FFCVFS_GOTESTSUM_VERSION=v1.13.0
+
+# ensure_gotestsum: installs gotestsum at FFCVFS_GOTESTSUM_VERSION unless
+# there, and prints its path.
+ensure_gotestsum() {
+	local gobin
+	gobin=$(go_bin) || die "'go env GOPATH' failed"
+	if ! "$gobin/gotestsum" --version 2>/dev/null | grep -qF "$FFCVFS_GOTESTSUM_VERSION"; then
+		log "installing gotestsum $FFCVFS_GOTESTSUM_VERSION into $gobin"
+		(cd / && go install "$FFCVFS_GOTESTSUM_MODULE@$FFCVFS_GOTESTSUM_VERSION") >&2 ||
+			die "could not install gotestsum: go install $FFCVFS_GOTESTSUM_MODULE@$FFCVFS_GOTESTSUM_VERSION failed"
+	fi
+	printf '%s\n' "$gobin/gotestsum"
+}
+
 # ensure_deps: everything the tests need: the Debian packages in
 # FFCVFS_APT_PACKAGES, Go, the Go modules of go.mod, versitygw and toxiproxy.
 ensure_deps() {

@@ -101,6 +101,7 @@ cleanup() {
 	local pid
 	for pid in "${beside_pids[@]}"; do kill -- -"$pid" 2>/dev/null || true; done
 	if [[ -n $work ]]; then rm -rf "$work"; fi
+	if [[ -n ${tests_tmp:-} ]]; then rm -rf "$tests_tmp"; fi
 }
 trap cleanup EXIT
 
@@ -153,6 +154,9 @@ race_and_asan() {
 }
 
 start=$SECONDS
+# The tests' temporary files go to a folder of their own, which must be
+# empty when they end: a test that leaves something behind fails the run.
+tests_tmp=$(mktemp -d "${TMPDIR:-/tmp}/ffcvfs-tests-XXXXXX")
 skip=()
 if (($# == 0)); then
 	# Beside the first pass, whose integration tests leave a core idle
@@ -162,13 +166,16 @@ if (($# == 0)); then
 	# are reused), after integration's TestWheel* over the wheels; and the
 	# race and -asan passes. Their output follows the first pass's.
 	work=$(mktemp -d)
+	export TMPDIR=$tests_tmp
 	step "beside the tests: the wheels, the arm64 tests under qemu-aarch64-static (${ARM64_PACKAGES[*]}), the race and -asan passes"
 	beside "the wheels for linux/amd64 and linux/arm64, TestWheel*, the arm64 tests" "$work/arm64.log" wheel_and_arm64
 	beside "go test -race -short, go test -asan" "$work/race.log" race_and_asan
 	skip=(-skip '^TestWheel')
 fi
-step "go test (timeout $timeout)"
-go test ./... -count=1 -timeout "$timeout" "${skip[@]}" "$@"
+step "go test (timeout $timeout): each test as it ends, a package's failures in full"
+gotestsum=$(ensure_gotestsum)
+export TMPDIR=$tests_tmp
+"$gotestsum" --format testname --format-hide-empty-pkg -- ./... -count=1 -timeout "$timeout" "${skip[@]}" "$@"
 
 if (($# == 0)); then
 	step "the race and -asan passes (run beside)"
@@ -177,4 +184,8 @@ if (($# == 0)); then
 	finish "${beside_pids[0]}" "$work/arm64.log" "the wheels, their tests or the arm64 tests"
 	beside_pids=()
 fi
-echo "tests took $((SECONDS - start)) s"
+left=$(find "$tests_tmp" -mindepth 1 -maxdepth 1 -printf '%f\n' | head -20)
+if [[ -n $left ]]; then
+	die "the tests left these in the temporary folder $tests_tmp (now removed):"$'\n'"$left"
+fi
+echo "tests took $((SECONDS - start)) s; nothing left in the temporary folder"
