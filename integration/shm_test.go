@@ -61,7 +61,7 @@ func TestFeedSmallShm(t *testing.T) {
 	sc := bufio.NewScanner(stderr)
 	serving := false
 	for sc.Scan() {
-		if strings.Contains(sc.Text(), "INFO serving ") {
+		if strings.Contains(sc.Text(), "level=INFO msg=serving ") {
 			serving = true
 			break
 		}

@@ -351,8 +351,8 @@ for name in ["-h", "--help", "-train.beton"]:
 
 // TestWriteUploadFlags: --attempt-timeout and --upload-deadline refuse a
 // negative, zero or absurd duration with a sentence (exit 2), and one that
-// is no duration as urfave/cli refuses any flag's (exit 1), before
-// anything is read or written.
+// is no duration with urfave/cli's parse error in one line (exit 2),
+// before anything is read or written.
 func TestWriteUploadFlags(t *testing.T) {
 	ffcvfs := binary(t, "ffcvfs")
 	for _, flag := range []string{"--attempt-timeout", "--upload-deadline"} {
@@ -364,7 +364,7 @@ func TestWriteUploadFlags(t *testing.T) {
 			{"0s", flag + " 0s: want more than 0", 2},
 			{"10000h", flag + " 10000h0m0s: want more than 0 and at most 168h0m0s", 2},
 			{"2562047h", "at most 168h0m0s", 2},
-			{"soon", "invalid value \"soon\" for flag -" + flag[2:], 1}, // urfave/cli's parse error
+			{"soon", "write: invalid value \"soon\" for flag -" + flag[2:] + ": parse error (see ffcvfs write --help)", 2}, // urfave/cli's parse error
 		} {
 			cmd := exec.Command(ffcvfs, "write", flag, c.value, "--from-stream", "-", "s3://bucket/out.beton")
 			cmd.Stdin = strings.NewReader("")

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -383,18 +384,28 @@ torchvision.datasets.CIFAR10 = SmallCIFAR10
 		f.Close()
 	}
 
-	photos := testenv.Fixture(t, "imagefolder-small")
-	det := fmt.Sprintf(`
-import glob
-records = [{"file": p, "boxes": [[1, 2, 30, 40]] * (i %% 3), "labels": [i %% 7] * (i %% 3)}
-           for i, p in enumerate(sorted(glob.glob(%q + "/*/*.jpg"))[:30])]
-`, photos) + strings.Replace(readmeBlockWith(t, "class Detection"), `"s3://my-bucket/det/train.beton"`, `"det.beton"`, 1)
-	cmd = exec.Command(py, "-c", det)
+	// The detection block as written, over 30 of the fixture's photos
+	// (TestReadmeDetection reads its beton back).
+	photos, _ := filepath.Glob(filepath.Join(testenv.Fixture(t, "imagefolder-small"), "*", "*.jpg"))
+	sort.Strings(photos)
+	var records []map[string]any
+	for i, p := range photos[:30] {
+		boxes, labels := [][4]int{}, []int{}
+		for range i % 3 {
+			boxes, labels = append(boxes, [4]int{1, 2, 30, 40}), append(labels, i%7)
+		}
+		records = append(records, map[string]any{"file": p, "boxes": boxes, "labels": labels})
+	}
+	ann, _ := json.Marshal(records)
+	if err := os.WriteFile(filepath.Join(dir, "annotations.json"), ann, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd = exec.Command(py, "-c", readmeBlockWith(t, "class Detection"))
 	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("the detection block: %v\n%s", err, out)
 	}
-	f, err := beton.OpenFile(filepath.Join(dir, "det.beton"))
+	f, err := beton.OpenFile(filepath.Join(dir, "det_train.beton"))
 	if err != nil {
 		t.Fatal(err)
 	}

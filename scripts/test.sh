@@ -157,6 +157,9 @@ start=$SECONDS
 # The tests' temporary files go to a folder of their own, which must be
 # empty when they end: a test that leaves something behind fails the run.
 tests_tmp=$(mktemp -d "${TMPDIR:-/tmp}/ffcvfs-tests-XXXXXX")
+# Open to pass through, as /tmp is: tests run readers as another user
+# (nobody) in folders of their own under it.
+chmod 755 "$tests_tmp"
 skip=()
 if (($# == 0)); then
 	# Beside the first pass, whose integration tests leave a core idle

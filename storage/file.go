@@ -100,6 +100,10 @@ func OpenFile(path string, opts Options) (*FileSource, error) {
 		f.Close()
 		return nil, fmt.Errorf("opening the beton: %w", err)
 	}
+	if st.IsDir() {
+		f.Close()
+		return nil, fmt.Errorf("opening the beton %s: it is a folder; an ImageFolder tree becomes a beton with: ffcvfs write %s OUT.beton", path, path)
+	}
 	if !st.Mode().IsRegular() {
 		f.Close()
 		return nil, fmt.Errorf("opening the beton %s: not a regular file (%v)", path, st.Mode().Type())

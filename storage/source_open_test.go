@@ -93,7 +93,7 @@ func TestOpenSourceSchemes(t *testing.T) {
 		{"file://otherhost/x", "not host"},
 		{"", "empty"},
 		{filepath.Join(dir, "missing"), "no such file"},
-		{dir, "not a regular file"},
+		{dir, "it is a folder; an ImageFolder tree becomes a beton with: ffcvfs write"},
 		{"http://user:hunter2@[::1", "open http://…"},
 	} {
 		_, err := Open(ctx, tc.url, Options{Logger: discardLogger()})

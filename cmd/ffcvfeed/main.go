@@ -9,6 +9,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 
 	"github.com/urfave/cli/v2"
@@ -50,6 +51,11 @@ Examples:
    ffcvfeed bench --data train.beton --resolution 160`,
 		Commands:        []*cli.Command{serveCommand(), benchCommand(), decodeBenchCommand(), versionCommand()},
 		HideHelpCommand: true,
+		// The log in the mount's format: key=value text on standard error.
+		Before: func(*cli.Context) error {
+			slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+			return nil
+		},
 		// Every error, an exit code's too, is one line naming the program.
 		ExitErrHandler: func(c *cli.Context, err error) {
 			if err == nil {
