@@ -50,11 +50,11 @@ func TestReadmeDistributed(t *testing.T) {
 		t.Fatalf("the one-machine launch line is %q", launch)
 	}
 	mnt := mountBeton(t, testenv.Fixture(t, "beton", "imagefolder-jpg.beton"))
-	// The README's sizes are a GPU's; these keep two ranks on two busy
+	// The README's CPU sizes, smaller still, keep two ranks on two busy
 	// cores quick. Each must be in the README, or the test would run
 	// something else than it says.
-	for _, sub := range [][2]string{{`"/mnt/train"`, fmt.Sprintf("%q", mnt)}, {"resnet50()", "resnet18()"},
-		{"batch_size=256", "batch_size=8"}, {"resolution=176", "resolution=64"}, {"step % 100 == 0", "step % 2 == 0"}} {
+	for _, sub := range [][2]string{{`"/mnt/train"`, fmt.Sprintf("%q", mnt)}, {`("resnet18", 32)`, `("resnet18", 8)`},
+		{"resolution=176", "resolution=64"}, {"step % 100 == 0", "step % 2 == 0"}} {
 		if !strings.Contains(train, sub[0]) {
 			t.Fatalf("the README's train.py holds no %s to replace with %s", sub[0], sub[1])
 		}
