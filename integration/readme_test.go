@@ -839,7 +839,8 @@ func TestReadmeTrainCPU(t *testing.T) {
 	}
 	cmd := exec.Command(py, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--redirects", "2", "--tee", "2", "train.py")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "DATA="+mnt, "EPOCHS=1", "CUDA_VISIBLE_DEVICES=")
+	// TMPDIR: the launcher's folders (torchelastic_*) go where the test's do.
+	cmd.Env = append(os.Environ(), "DATA="+mnt, "EPOCHS=1", "CUDA_VISIBLE_DEVICES=", "TMPDIR="+t.TempDir())
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "epoch 0 step 0 loss") {
 		t.Fatalf("train.py on the CPU: %v\n%s", err, out)
