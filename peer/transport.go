@@ -1,0 +1,164 @@
+// What crosses the network between peers: signed requests, tagged values,
+// the fetch of an answer within its bounds.
+
+package peer
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// derive returns a key of the secret for one use.
+func derive(secret, label string) []byte {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte(label))
+	return m.Sum(nil)
+}
+
+// signRequest returns the authHeader value of a request for path at t.
+func signRequest(method, path string, t time.Time) string {
+	ts := strconv.FormatInt(t.Unix(), 10)
+	m := hmac.New(sha256.New, node.reqKey)
+	m.Write([]byte(method + "\n" + path + "\n" + ts))
+	return ts + "." + hex.EncodeToString(m.Sum(nil))
+}
+
+// fetch sends r, signed, and reads its answer whole within ctx: at most
+// the largest value of its key's object and the framing, its tag checked.
+// The response handed back holds the checked body.
+func fetch(ctx context.Context, tr http.RoundTripper, r *http.Request) (*http.Response, error) {
+	group, key, ok := strings.Cut(strings.TrimPrefix(r.URL.Path, basePath), "/")
+	s, _, _, _, err := parseKey(key)
+	if !ok || err != nil {
+		return nil, fmt.Errorf("peer tier: asking for %q: %v", r.URL.Path, err)
+	}
+	r = r.Clone(ctx)
+	r.Header.Set(authHeader, signRequest(r.Method, r.URL.Path, time.Now()))
+	resp, err := tr.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		// groupcache looks at the status only.
+		return &http.Response{StatusCode: resp.StatusCode, Status: resp.Status, Body: http.NoBody, Header: http.Header{}}, nil
+	}
+	limit := s.block + tagLen + 32 // the value, its tag, GetResponse's framing
+	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("peer tier: reading the answer for %s/%s: %w", group, key, err)
+	}
+	if int64(len(body)) > limit {
+		return nil, fmt.Errorf("peer tier: the answer for %s/%s is longer than a page and its framing (%d bytes)", group, key, limit)
+	}
+	value, err := responseValue(body)
+	if err != nil {
+		return nil, fmt.Errorf("peer tier: the answer for %s/%s: %w", group, key, err)
+	}
+	if _, ok := open(key, value); !ok {
+		s.corrupt.Add(1)
+		return nil, fmt.Errorf("peer tier: the value for %s/%s %w", group, key, errCorruptValue)
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	return resp, nil
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// responseValue returns the value of groupcache's GetResponse message:
+// field 1, bytes (field 2, a float64, and unknown fields are skipped).
+func responseValue(b []byte) ([]byte, error) {
+	var value []byte
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil, protowire.ParseError(n)
+		}
+		b = b[n:]
+		if num == 1 && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return nil, protowire.ParseError(n)
+			}
+			value, b = v, b[n:]
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return nil, protowire.ParseError(n)
+		}
+		b = b[n:]
+	}
+	return value, nil
+}
+
+// authorize refuses requests whose MAC is wrong or whose time is more than
+// maxSkew from the server's.
+func authorize(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ts, mac, _ := strings.Cut(r.Header.Get(authHeader), ".")
+		sec, err := strconv.ParseInt(ts, 10, 64)
+		if err != nil || time.Since(time.Unix(sec, 0)).Abs() > maxSkew {
+			http.Error(w, "not a peer", http.StatusUnauthorized)
+			return
+		}
+		got, err := hex.DecodeString(mac)
+		want := signRequest(r.Method, r.URL.Path, time.Unix(sec, 0))
+		wantMAC, _ := hex.DecodeString(want[strings.IndexByte(want, '.')+1:])
+		if err != nil || !hmac.Equal(got, wantMAC) {
+			http.Error(w, "not a peer", http.StatusUnauthorized)
+			return
+		}
+		// At once, before the value, which may come from storage: the
+		// asker waits longer for a node that works on its answer.
+		w.WriteHeader(http.StatusProcessing)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// sealed returns b, the value of key, with its tag appended.
+func sealed(key string, b []byte) []byte {
+	return append(b, tag(key, b)...)
+}
+
+// tag is a value's tag: HMAC-SHA256 over its key and its bytes, cut to
+// tagLen bytes.
+func tag(key string, b []byte) []byte {
+	m := hmac.New(sha256.New, node.valueKey)
+	m.Write([]byte(key))
+	m.Write([]byte{0})
+	m.Write(b)
+	return m.Sum(nil)[:tagLen]
+}
+
+// open checks the tag of v, the value of key, and returns its bytes.
+func open(key string, v []byte) ([]byte, bool) {
+	if len(v) < tagLen {
+		return nil, false
+	}
+	b := v[:len(v)-tagLen]
+	return b, hmac.Equal(v[len(v)-tagLen:], tag(key, b))
+}
+
+// strip returns the bytes of a value groupcache holds: one this node made,
+// or one whose tag was checked as it arrived (fetch).
+func strip(v []byte) ([]byte, bool) {
+	if len(v) < tagLen {
+		return nil, false
+	}
+	return v[:len(v)-tagLen], true
+}
