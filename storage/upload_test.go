@@ -285,6 +285,11 @@ func TestS3UploadStalled(t *testing.T) {
 // canceled"), and an abort made once it is back leaves nothing.
 func TestS3UploadRefused(t *testing.T) {
 	f, p := proxiedUpload(t)
+	// Attempts enough that the abort, which begins when the part fails,
+	// is still retrying when the endpoint is back: with 3, refused at
+	// once, it could spend them all (in 11 ms) before this test, on a
+	// busy machine, enabled the proxy again.
+	f.opts.MaxRetries = 40
 	u, err := CreateS3(context.Background(), testBucket, "refused", f.opts)
 	if err != nil {
 		t.Fatal(err)
