@@ -65,6 +65,20 @@ func rewrite(t *testing.T, f *beton.File, pageSize int64) string {
 	return out
 }
 
+// sameSamples fails t unless g holds f's samples, every value equal.
+func sameSamples(t *testing.T, f, g *beton.File) {
+	t.Helper()
+	for s := range f.NumSamples() {
+		a, b := values(t, f, s), values(t, g, s)
+		for i := range a {
+			if a[i].Int != b[i].Int || a[i].Float != b[i].Float || a[i].Mode != b[i].Mode ||
+				a[i].Width != b[i].Width || a[i].Height != b[i].Height || !bytes.Equal(a[i].Data, b[i].Data) {
+				t.Fatalf("sample %d field %d differs after rewrite", s, i)
+			}
+		}
+	}
+}
+
 // sequential reports whether the reference writer laid f out as one worker
 // does: samples in id order, packed page after page.
 func sequential(f *beton.File) bool {
@@ -113,15 +127,7 @@ func TestRewriteFixtures(t *testing.T) {
 			if h := g.Header(); h.Version != m.Header.Version || g.NumSamples() != m.NumSamples || g.RecordLayout().RecordSize != m.ItemSize {
 				t.Errorf("rewritten header %+v", h)
 			}
-			for s := 0; s < f.NumSamples(); s++ {
-				a, b := values(t, f, s), values(t, g, s)
-				for i := range a {
-					if a[i].Int != b[i].Int || a[i].Float != b[i].Float || a[i].Mode != b[i].Mode ||
-						a[i].Width != b[i].Width || a[i].Height != b[i].Height || !bytes.Equal(a[i].Data, b[i].Data) {
-						t.Fatalf("sample %d field %d differs after rewrite", s, i)
-					}
-				}
-			}
+			sameSamples(t, f, g)
 			if errs := beton.Verify(g, beton.VerifyOptions{All: true}); len(errs) > 0 {
 				t.Errorf("Verify: %v", errs)
 			}
@@ -465,15 +471,7 @@ func TestWriteSampleAtPageOrder(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer g.Close()
-			for s := range f.NumSamples() {
-				a, b := values(t, f, s), values(t, g, s)
-				for i := range a {
-					if a[i].Int != b[i].Int || a[i].Float != b[i].Float || a[i].Mode != b[i].Mode ||
-						a[i].Width != b[i].Width || a[i].Height != b[i].Height || !bytes.Equal(a[i].Data, b[i].Data) {
-						t.Fatalf("sample %d field %d differs", s, i)
-					}
-				}
-			}
+			sameSamples(t, f, g)
 			for dp := range f.NumPages() {
 				if a, b := f.PageSamples(f.FirstPage()+int64(dp)), g.PageSamples(g.FirstPage()+int64(dp)); !slices.Equal(a, b) {
 					t.Fatalf("page %d holds samples %v, the fixture's %v", dp, b, a)

@@ -2,20 +2,13 @@ package integration
 
 import (
 	"bytes"
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/internal/s3test"
@@ -156,16 +149,7 @@ func TestWriteFromBetonFFCV(t *testing.T) {
 	if o, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%v\n%s", err, o)
 	}
-	obj, err := srv.Client().GetObject(context.Background(), &s3.GetObjectInput{Bucket: aws.String("betons"), Key: aws.String("out.beton")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := sha256.New()
-	if _, err := io.Copy(h, obj.Body); err != nil {
-		t.Fatal(err)
-	}
-	obj.Body.Close()
-	if got := hex.EncodeToString(h.Sum(nil)); got != golden.BetonSHA256 {
+	if got := objectSHA256(t, srv, "betons", "out.beton"); got != golden.BetonSHA256 {
 		t.Errorf("the object's SHA-256 is %.12s, the local rewrite's %.12s", got, golden.BetonSHA256)
 	}
 }

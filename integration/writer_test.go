@@ -25,6 +25,21 @@ import (
 )
 
 // fileSHA256 returns the SHA-256 of a file, in hex.
+// objectSHA256 is the hex SHA-256 of an object of the test S3 server.
+func objectSHA256(t *testing.T, srv *s3test.Server, bucket, key string) string {
+	t.Helper()
+	obj, err := srv.Client().GetObject(context.Background(), &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obj.Body.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, obj.Body); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
 func fileSHA256(t *testing.T, path string) string {
 	t.Helper()
 	f, err := os.Open(path)
@@ -257,17 +272,8 @@ func TestDatasetWriterS3(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	obj, err := srv.Client().GetObject(context.Background(), &s3.GetObjectInput{Bucket: aws.String("betons"), Key: aws.String("every.beton")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := sha256.New()
-	if _, err := io.Copy(h, obj.Body); err != nil {
-		t.Fatal(err)
-	}
-	obj.Body.Close()
 	want := readLoaderManifest(t, "../pipeline/testdata/ffcvfs-every-field.ffcv-loader.json").BetonSHA256
-	if got := hex.EncodeToString(h.Sum(nil)); got != want {
+	if got := objectSHA256(t, srv, "betons", "every.beton"); got != want {
 		t.Errorf("the object's SHA-256 is %.12s, the local file's %.12s", got, want)
 	}
 

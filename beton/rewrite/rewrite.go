@@ -36,6 +36,7 @@
 package rewrite
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -425,15 +426,7 @@ func pageExtent(src *beton.File, p int64) (lo, hi int64) {
 	lo = src.PageOffset(p)
 	end := lo + src.PageSize()
 	allocs := src.Allocs()
-	i, _ := slices.BinarySearchFunc(allocs, uint64(lo), func(a beton.Alloc, t uint64) int {
-		switch {
-		case a.Ptr < t:
-			return -1
-		case a.Ptr > t:
-			return 1
-		}
-		return 0
-	})
+	i, _ := slices.BinarySearchFunc(allocs, uint64(lo), func(a beton.Alloc, t uint64) int { return cmp.Compare(a.Ptr, t) })
 	hi = lo
 	for ; i < len(allocs) && int64(allocs[i].Ptr) < end; i++ {
 		hi = max(hi, int64(allocs[i].Ptr+allocs[i].Size))
