@@ -481,3 +481,26 @@ print("written")
 		t.Errorf("on a pipe: %v\n%q", err, out)
 	}
 }
+
+// TestRGBImageFieldRestartInterval: RGBImageField's restart_interval is 4
+// unless given, 0 turns it off, and a value outside 0 to 65535 MCUs is a
+// ValueError naming it, before anything runs.
+func TestRGBImageFieldRestartInterval(t *testing.T) {
+	py := installedPython(t, "numpy")
+	out, err := exec.Command(py, "-c", `
+from ffcvfs.fields import RGBImageField
+for bad in (-1, 65536, 1 << 40):
+    try:
+        RGBImageField(write_mode="jpg", restart_interval=bad)
+    except ValueError as e:
+        assert "restart_interval" in str(e), e
+    else:
+        raise SystemExit(f"restart_interval={bad} accepted")
+assert RGBImageField().spec("image")["restart_interval"] == 4
+assert RGBImageField(restart_interval=0).spec("image")["restart_interval"] == 0
+print("ok")
+`).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		t.Errorf("%v\n%s", err, out)
+	}
+}

@@ -663,3 +663,18 @@ func decodeRGB(t *testing.T, b []byte) []byte {
 	}
 	return pix
 }
+
+// TestWriteRestartIntervalBounds: a header's restart_interval outside 0 to
+// 65535 MCUs is refused in the header, naming it, before any sample.
+func TestWriteRestartIntervalBounds(t *testing.T) {
+	for _, ri := range []int{-1, 1 << 16, 1 << 40} {
+		var e enc
+		e.header(Header{Format: Format, Version: Version, Samples: 1, PageSize: beton.MinPageSize, Fields: []Field{
+			{Name: "photo", Type: "rgb_image", WriteMode: "jpg", RestartInterval: &ri},
+		}})
+		_, _, err := writeStreams(t, [][]byte{e.Bytes()}, Options{Workers: 1})
+		if err == nil || !strings.Contains(err.Error(), "restart interval") {
+			t.Errorf("restart_interval %d: %v", ri, err)
+		}
+	}
+}
