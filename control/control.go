@@ -128,7 +128,15 @@ type Stats struct {
 	// Peers is what the cluster's peer tier did (--peer-listen), or nil.
 	// StorageBytes there is what this node read from storage for the
 	// tier; cache.bytes_read counts what the cache read through it.
-	Peers *peer.Stats `json:"peers,omitempty"`
+	Peers *PeerStats `json:"peers,omitempty"`
+}
+
+// PeerStats is stats.json's peers section: what the cache read through
+// the peer tier (its reads, its storage reads by reason) and what the
+// tier did (values peers served, requests, members, pages owned).
+type PeerStats struct {
+	pagecache.PeerStats
+	peer.Stats
 }
 
 // Announce announces an order to the ffcvfs mount at mountpoint through

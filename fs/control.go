@@ -171,10 +171,14 @@ func (n *snapshotNode) Read(ctx context.Context, f gofs.FileHandle, dest []byte,
 func (v *View) Stats() control.Stats {
 	s := v.viewStats()
 	s.Cache = v.cache.Stats()
+	if s.Peers != nil && s.Cache.Peers != nil {
+		s.Peers.PeerStats = *s.Cache.Peers
+	}
 	return s
 }
 
-// viewStats returns the view's own statistics: Stats without Cache.
+// viewStats returns the view's own statistics: Stats without Cache (and
+// without what the cache read through the peer tier).
 func (v *View) viewStats() control.Stats {
 	var s control.Stats
 	s.Reads.Images = v.reads.images.Load()
@@ -194,8 +198,7 @@ func (v *View) viewStats() control.Stats {
 	s.Announced = v.announcer.Announced()
 	s.PlanOwners = v.leases.Owners()
 	if v.opts.Peers != nil {
-		ps := v.opts.Peers()
-		s.Peers = &ps
+		s.Peers = &control.PeerStats{Stats: v.opts.Peers()}
 	}
 	return s
 }

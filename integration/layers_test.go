@@ -121,3 +121,56 @@ func TestLayers(t *testing.T) {
 		}
 	}
 }
+
+// TestPeerIsATier: the peer tier is one of the cache's tiers, and data
+// flows one way, down: package peer (transport, members, placement, a
+// client and a server) reaches neither the cache nor storage, and the
+// cache reaches the peer package only as a tier (pagecache.PeerTier, given
+// in Options.Peers), never by importing it; README's diagram draws no
+// arrow from peer into the cache.
+func TestPeerIsATier(t *testing.T) {
+	pkgs := modulePackages(t)
+	var reach func(p string, seen map[string]bool)
+	reach = func(p string, seen map[string]bool) {
+		for _, i := range pkgs[p] {
+			if !seen[i] {
+				seen[i] = true
+				reach(i, seen)
+			}
+		}
+	}
+	if _, ok := pkgs["peer"]; !ok {
+		t.Fatal("no package peer")
+	}
+	fromPeer := map[string]bool{}
+	reach("peer", fromPeer)
+	for p := range fromPeer {
+		if p == "pagecache" || strings.HasPrefix(p, "pagecache/") || p == "storage" {
+			t.Errorf("peer reaches %s: the peer tier is transport, members and placement; the cache reads storage and keeps pages", p)
+		}
+	}
+	for p := range pkgs {
+		if p != "pagecache" && !strings.HasPrefix(p, "pagecache/") {
+			continue
+		}
+		fromCache := map[string]bool{}
+		reach(p, fromCache)
+		if fromCache["peer"] {
+			t.Errorf("%s reaches package peer: the cache knows the peer tier only as pagecache.PeerTier", p)
+		}
+	}
+	var diagram strings.Builder
+	for _, b := range readREADME(t).blocks {
+		if under(b.heads, "Layout") {
+			diagram.WriteString(b.text + "\n")
+		}
+	}
+	if !strings.Contains(diagram.String(), "pagecache") {
+		t.Fatal("README's Layout has no diagram with pagecache")
+	}
+	for _, arrow := range []string{"peer ─►", "peer ─┐", "peer ─┘"} {
+		if strings.Contains(diagram.String(), arrow) {
+			t.Errorf("README's Layout draws %q: the peer tier is below the cache's tiers, not a source above the cache", arrow)
+		}
+	}
+}

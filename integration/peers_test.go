@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ffcvfs/ffcvfs/control"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 	"github.com/ffcvfs/ffcvfs/internal/toxitest"
 	"github.com/ffcvfs/ffcvfs/peer"
@@ -186,7 +188,7 @@ func readEpochsOnce(t *testing.T, r *storageRig, nodes []*mountProc, readers int
 // checkStorageReasons fails the test unless st's storage reasons name
 // every reason, sum to its storage reads, and count reads for no reason
 // but those allowed.
-func checkStorageReasons(t *testing.T, mnt string, st peer.Stats, allowed ...string) {
+func checkStorageReasons(t *testing.T, mnt string, st control.PeerStats, allowed ...string) {
 	t.Helper()
 	var sum uint64
 	for _, why := range []string{peer.ReasonOwned, peer.ReasonOwnerTimeout, peer.ReasonOwnerGone, peer.ReasonOwnerError, peer.ReasonCorrupt} {
@@ -208,9 +210,9 @@ func checkStorageReasons(t *testing.T, mnt string, st peer.Stats, allowed ...str
 func TestPeerTierCorruptPeer(t *testing.T) {
 	r := newStorageRig(t, testenv.Fixture(t, "imagefolder-small"), "peers-corrupt.beton", "2MiB")
 	secret := peerSecret(t)
-	// Node 5 is a fake peer that answers every request with garbage, in
+	// Node 7 is a fake peer that answers every request with garbage, in
 	// groupcache's protocol (a GetResponse whose value is field 1).
-	ln, err := net.Listen("tcp", peerAddr(5))
+	ln, err := net.Listen("tcp", peerAddr(7))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +232,7 @@ func TestPeerTierCorruptPeer(t *testing.T) {
 	go fake.Serve(ln)
 	t.Cleanup(func() { fake.Close() })
 
-	p := r.peerMount(t, 4, []string{peerURL(4), peerURL(5)}, secret)
+	p := r.peerMount(t, 4, []string{peerURL(4), peerURL(7)}, secret)
 	checkReadsAll(t, p.mnt, r.files, 2)
 	st := mustStorageStats(t, p.mnt).Peers
 	t.Logf("the fake peer was asked %d times: %+v", asked.Load(), st)
@@ -251,7 +253,7 @@ func TestPeerTierCorruptPeer(t *testing.T) {
 	hang.Store(true)
 	asked.Store(0)
 	p = r.mount(t, r.srv.Endpoint(), r.key, "--cache-size", "4MiB", "--peer-listen", peerAddr(4),
-		"--peers", peerURL(4)+","+peerURL(5), "--peer-secret-file", secret, "--peer-timeout", "300ms")
+		"--peers", peerURL(4)+","+peerURL(7), "--peer-secret-file", secret, "--peer-timeout", "300ms")
 	checkReadsAll(t, p.mnt, r.files, 2)
 	st = mustStorageStats(t, p.mnt).Peers
 	if asked.Load() == 0 || st.PeerErrors == 0 {
@@ -555,5 +557,87 @@ func TestPeerOwnerFillsSlowly(t *testing.T) {
 	}
 	for _, p := range nodes {
 		checkStorageReasons(t, p.mnt, *mustStorageStats(t, p.mnt).Peers, peer.ReasonOwned)
+	}
+}
+
+// TestPeerBudgetTooSmall: a node whose share of the pages is more than it
+// can keep says so in its log, at the start and again when the members
+// change, naming its share, the flag that sizes what keeps it
+// (--peer-cache-size, or --disk-cache-size when its disk tier keeps them)
+// and the size that would hold it; a node with room says nothing.
+func TestPeerBudgetTooSmall(t *testing.T) {
+	r := newStorageRig(t, testenv.Fixture(t, "imagefolder-small"), "peers-budget.beton", "2MiB")
+	secret := peerSecret(t)
+	file := filepath.Join(t.TempDir(), "peers.txt")
+	writePeers := func(ns ...int) {
+		var b strings.Builder
+		for _, n := range ns {
+			b.WriteString(peerURL(n) + "\n")
+		}
+		if err := os.WriteFile(file+".new", []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(file+".new", file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// want is the line a node owning its share now logs.
+	want := func(p *mountProc, flag string, keeps int) string {
+		owned := mustStorageStats(t, p.mnt).Peers.PagesOwned
+		if owned == 0 {
+			t.Fatalf("%s owns no page", p.mnt)
+		}
+		if owned < 2 {
+			t.Fatalf("%s owns %d page: the test needs a share of more than a page", p.mnt, owned)
+		}
+		return fmt.Sprintf("this node owns %d pages of s3://%s/%s (%d MiB) among", owned, storageBucket, r.key, owned*2) +
+			fmt.Sprintf("%s %d MiB keeps", flag, keeps) + fmt.Sprintf("%s %dMiB would hold them", flag, owned*2+4)
+	}
+	check := func(p *mountProc, line string, n int) {
+		t.Helper()
+		parts := strings.SplitAfter(line, " among")
+		rest := strings.SplitAfter(parts[1], " keeps")
+		waitLog(t, p, parts[0], n)
+		for _, s := range []string{rest[0], rest[1]} {
+			if !strings.Contains(p.stderr.String(), s) {
+				t.Errorf("%s: no %q in its log:\n%s", p.mnt, s, p.stderr)
+			}
+		}
+	}
+
+	// Two nodes, one of which never comes: this one's share, about 3 of
+	// the 6 pages, in a page's 2 MiB.
+	writePeers(1, 2)
+	p := r.mount(t, r.srv.Endpoint(), r.key, "--cache-size", "4MiB", "--peer-listen", peerAddr(1), "--peers", "@"+file,
+		"--peer-secret-file", secret, "--peer-cache-size", "2MiB")
+	check(p, want(p, "--peer-cache-size", 2), 1)
+	// The members change: its share grows, and it says so again.
+	writePeers(1)
+	waitLog(t, p, "peer tier: the members changed", 1)
+	check(p, want(p, "--peer-cache-size", 2), 1)
+	p.stop(t)
+
+	// Less than a page: a mistake in the flag.
+	cmd := exec.Command(binary(t, "ffcvfs"), "mount", "--classes", r.classes, "--s3-endpoint", r.srv.Endpoint(), "--s3-path-style",
+		"--peer-listen", peerAddr(1), "--peers", peerURL(1), "--peer-secret-file", secret, "--peer-cache-size", "1MiB",
+		"s3://"+storageBucket+"/"+r.key, t.TempDir())
+	cmd.Env = append(os.Environ(), r.srv.Env()...)
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--peer-cache-size 1 MiB holds no page") {
+		t.Errorf("--peer-cache-size under a page: %v\n%s\nwant exit status 2 and a sentence naming the flag", err, out)
+	}
+
+	// Its disk tier keeps them: the disk's flag.
+	p = r.mount(t, r.srv.Endpoint(), r.key, "--cache-size", "8MiB", "--disk-cache", t.TempDir(), "--disk-cache-size", "2MiB",
+		"--peer-listen", peerAddr(1), "--peers", "@"+file, "--peer-secret-file", secret)
+	check(p, want(p, "--disk-cache-size", 2), 1)
+	p.stop(t)
+
+	// Room for its share: nothing said.
+	p = r.mount(t, r.srv.Endpoint(), r.key, "--cache-size", "4MiB", "--peer-listen", peerAddr(1), "--peers", "@"+file,
+		"--peer-secret-file", secret, "--peer-cache-size", "64MiB")
+	checkReadsAll(t, p.mnt, r.files, 2)
+	if strings.Contains(p.stderr.String(), "would hold them") {
+		t.Errorf("a node with room for its share warns:\n%s", p.stderr)
 	}
 }

@@ -67,6 +67,13 @@ type Options struct {
 	// pages compressed, when they compress (raw pixels, arrays; not
 	// JPEG).
 	CompressRAM bool
+	// Peers is the cluster's tier, below the cache's tiers and above
+	// storage (peers.go): a read they miss asks the page's owner, and the
+	// pages this node owns are read from storage here and kept before any
+	// other. PeerBudget is RAM beyond Budget that keeps them (0: the disk
+	// or compressed RAM tier keeps them).
+	Peers      PeerTier
+	PeerBudget int64
 	// Debug checks the invariants of the cache and of its policy on every
 	// unlock, panicking on a violation. For tests.
 	Debug bool
@@ -97,6 +104,10 @@ func (o *Options) Validate(pageSize int64) error {
 		return fmt.Errorf("cache budget of %d bytes is less than one page (%d bytes)", o.Budget, pageSize)
 	case o.DiskDir != "" && o.DiskBudget < pageSize:
 		return fmt.Errorf("disk cache budget of %d bytes is less than one page (%d bytes)", o.DiskBudget, pageSize)
+	case o.PeerBudget < 0:
+		return fmt.Errorf("peer cache budget of %d bytes is negative", o.PeerBudget)
+	case o.Peers != nil && o.PeerBudget < pageSize && o.DiskDir == "" && !o.CompressRAM:
+		return fmt.Errorf("the peer tier keeps the pages this node owns in RAM (a budget of at least a page, %d bytes) or in a disk or compressed RAM tier; none was given", pageSize)
 	}
 	return nil
 }
@@ -215,7 +226,7 @@ func New(src storage.Source, f *beton.File, opts Options) (*Cache, error) {
 		return nil, fmt.Errorf("page cache for %s: %w", src.Name(), err)
 	}
 	var tiers *tiered
-	if nFills > 0 {
+	if nFills > 0 || opts.Peers != nil {
 		var fills [][]byte
 		for i := range nFills {
 			fills = append(fills, mem[int64(n+i)*ps:int64(n+i+1)*ps:int64(n+i+1)*ps])

@@ -77,6 +77,9 @@ type Stats struct {
 	// Tiers are the compressed RAM and disk tiers' counters; nil without
 	// tiers.
 	Tiers *TierStats `json:"tiers,omitempty"`
+	// Peers is what the cache read through the peer tier; nil without
+	// one (stats.json has it in its peers section, with the tier's own).
+	Peers *PeerStats `json:"-"`
 }
 
 // TierEpoch is what the tiers served in one epoch: loads and bytes, and
@@ -103,14 +106,15 @@ func (s Stats) Storage() (requests, bytes uint64) {
 // Stats returns a snapshot of the counters.
 func (c *Cache) Stats() Stats {
 	var ts *TierStats
+	var ps *PeerStats
 	if c.tiers != nil {
 		// Outside the cache's lock: a tier takes it to rank pages.
-		ts = c.tiers.stats()
+		ts, ps = c.tiers.stats(), c.tiers.peerStats()
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := c.stats
-	st.Tiers = ts
+	st.Tiers, st.Peers = ts, ps
 	for i := range c.slots {
 		s := &c.slots[i]
 		switch {

@@ -77,6 +77,19 @@ type tiered struct {
 	kept     atomic.Int32 // fill buffers not handed back
 
 	storedCh chan struct{} // closed when a tier is next done with a page offered; guarded by mu
+
+	// The peer tier (peers.go); nil without one. all is stores and
+	// peerStore, the RAM for the pages this node owns (nil without
+	// Options.PeerBudget), which takes pages only through keep.
+	peers     PeerTier
+	peerStore *tier.Store
+	all       []*tier.Store
+	owning    map[int32]*fill // pages being read for the cluster; guarded by mu
+	// Reads below the tiers and their bytes, those of storage, the
+	// values served to peers from the tiers and slots, and the storage
+	// reads by reason (PeerReasons).
+	peerReads, peerBytes, peerStorage, held atomic.Uint64
+	why                                     [5]atomic.Uint64
 }
 
 // fill is a page on its way from storage to the tiers.
@@ -162,13 +175,14 @@ func layouts(f *beton.File) func(dp int32) []tier.Chunk {
 	}
 }
 
-// newTiered opens the tiers the options ask for. Fill buffers come from
-// fills. start begins the backfill.
+// newTiered opens the tiers the options ask for, and the peer tier's.
+// Fill buffers come from fills. start begins the backfill.
 func newTiered(src storage.Source, f *beton.File, opts Options, memBudget int64, fills [][]byte) (*tiered, error) {
 	t := &tiered{
 		Source: src, pageSize: f.PageSize(), firstPage: f.FirstPage(), numPages: int64(f.NumPages()),
 		free: make(chan []byte, len(fills)), fills: map[int32]*fill{},
 		owed: make([]bool, f.NumPages()), kick: make(chan struct{}, 1), done: make(chan struct{}),
+		peers: opts.Peers, owning: map[int32]*fill{},
 	}
 	for _, b := range fills {
 		t.free <- b
@@ -189,6 +203,19 @@ func newTiered(src storage.Source, f *beton.File, opts Options, memBudget int64,
 			return nil, err
 		}
 		t.stores = append(t.stores, d)
+	}
+	t.all = t.stores
+	if t.peers != nil {
+		if len(PeerReasons) != len(t.why) {
+			panic("pagecache: a counter per peer reason")
+		}
+		if t.peerStore = newPeerStore(geom, opts.PeerBudget, opts); t.peerStore != nil {
+			t.all = append(slices.Clip(t.stores), t.peerStore)
+		}
+		// The pages this node owns displace any other in every tier.
+		for _, s := range t.all {
+			s.SetKeep(func(dp int32) bool { return t.owns(dp) })
+		}
 	}
 	return t, nil
 }
@@ -260,7 +287,7 @@ func (t *tiered) backfill(ctx context.Context) {
 				t.release()
 				break // nothing owed, or no buffer free: wait for a kick
 			}
-			_, err := t.fromStorage(ctx, buf, (int64(dp)+t.firstPage)*t.pageSize)
+			_, err := t.below(ctx, buf, (int64(dp)+t.firstPage)*t.pageSize)
 			f := &fill{done: make(chan struct{}), buf: buf, refs: 1}
 			close(f.done)
 			t.mu.Lock()
@@ -356,7 +383,7 @@ func (t *tiered) read(ctx context.Context, p []byte, off int64) (n int, fromTier
 		n, err = t.fromStorage(ctx, p, off)
 		return n, false, err
 	}
-	for _, s := range t.stores {
+	for _, s := range t.all {
 		if s.Read(dp, lo, p) {
 			return len(p), true, nil
 		}
@@ -365,10 +392,19 @@ func (t *tiered) read(ctx context.Context, p []byte, off int64) (n int, fromTier
 	return n, false, err
 }
 
-// fromBelow reads what the tiers did not hold from storage, for them too.
+// fromBelow reads what the tiers did not hold from the peer tier or
+// storage, for them too. A page this node owns is read whole and kept.
 func (t *tiered) fromBelow(ctx context.Context, dp int32, lo int64, p []byte, off int64) (int, error) {
+	if t.owns(dp) {
+		t.peerReads.Add(1)
+		if err := t.ownedRead(ctx, dp, lo, p, reasonIndex(ReasonOwned)); err != nil {
+			return 0, err
+		}
+		t.peerBytes.Add(uint64(len(p)))
+		return len(p), nil
+	}
 	if int64(len(p)) == t.pageSize {
-		n, err := t.fromStorage(ctx, p, off)
+		n, err := t.below(ctx, p, off)
 		if err == nil {
 			t.offerCopy(dp, p)
 		}
@@ -377,7 +413,7 @@ func (t *tiered) fromBelow(ctx context.Context, dp int32, lo int64, p []byte, of
 	if t.fillRead(ctx, dp, lo, p) {
 		return len(p), nil
 	}
-	return t.fromStorage(ctx, p, off)
+	return t.below(ctx, p, off)
 }
 
 func (t *tiered) fromStorage(ctx context.Context, p []byte, off int64) (int, error) {
@@ -421,7 +457,7 @@ func (t *tiered) fillRead(ctx context.Context, dp int32, lo int64, p []byte) boo
 			return false
 		}
 		t.mu.Unlock()
-		_, f.err = t.fromStorage(ctx, f.buf, (int64(dp)+t.firstPage)*t.pageSize)
+		_, f.err = t.below(ctx, f.buf, (int64(dp)+t.firstPage)*t.pageSize)
 		if f.err == nil {
 			t.filled.Add(1)
 			copy(p, f.buf[lo:])
@@ -508,7 +544,7 @@ func (t *tiered) offerCopy(dp int32, page []byte) {
 
 // setRank lets the tiers evict by the cache's announced orders.
 func (t *tiered) setRank(rank func(dp int32) int) {
-	for _, s := range t.stores {
+	for _, s := range t.all {
 		s.SetRank(rank)
 	}
 }
@@ -533,7 +569,7 @@ func (t *tiered) close() error {
 		<-t.done
 	}
 	var errs []error
-	for _, s := range t.stores {
+	for _, s := range t.all {
 		errs = append(errs, s.Close())
 	}
 	return errors.Join(errs...)
@@ -542,6 +578,10 @@ func (t *tiered) close() error {
 // tierBudget splits n slots between pages, fill buffers and a compressed
 // RAM tier: with CompressRAM, a sixteenth of the slots (at least 2) stay
 // slots and the rest hold compressed pages.
+//
+// The peer tier's RAM (Options.PeerBudget) is beyond the budget, and
+// needs no fill buffer: it takes the pages this node reads whole for its
+// cluster.
 func tierBudget(n int, opts Options) (slots, fills, memSlots int, err error) {
 	if opts.DiskDir == "" && !opts.CompressRAM {
 		return n, 0, 0, nil

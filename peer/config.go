@@ -36,12 +36,6 @@ type Options struct {
 	PeersDNS string
 	// Secret is the shared secret every node sends and checks.
 	Secret string
-	// CacheBytes is the memory this node keeps the pages it owns in, for
-	// the cluster (and, while a node is down, the pages it fills for it);
-	// values of other nodes are not kept. It may be 0 when the pages are
-	// kept by the node's cache instead (Source.HoldIn, with a disk or
-	// compressed RAM tier).
-	CacheBytes int64
 	// Timeout bounds a request to a peer until the peer says it works
 	// on the answer (102 Processing), and then fillWait times as long
 	// for the answer, which the peer may read from storage (default
@@ -115,8 +109,6 @@ func (o *Options) Validate() error {
 		return errors.New("the peer secret is shorter than 16 bytes")
 	case len(o.Peers) == 0 && o.PeersDNS == "":
 		return errors.New("the peer tier needs the list of peers")
-	case o.CacheBytes < 0:
-		return fmt.Errorf("peer cache size %d: must not be negative", o.CacheBytes)
 	case o.Timeout < 0 || o.Timeout > MaxTimeout:
 		return fmt.Errorf("peer timeout %v: want more than 0 and at most %v", o.Timeout, MaxTimeout)
 	}

@@ -17,13 +17,13 @@ func rangeKey(prefix string, p, off, n int64) string {
 }
 
 // parseKey returns a key's source, page and range (n = 0: the page).
-func parseKey(key string) (s *Source, p, off, n int64, err error) {
+func parseKey(key string) (s *Object, p, off, n int64, err error) {
 	prefix, rest, ok := strings.Cut(key, "/")
 	if !ok {
 		return nil, 0, 0, 0, fmt.Errorf("bad key %q", key)
 	}
 	node.mu.Lock()
-	s = node.sources[prefix]
+	s = node.objects[prefix]
 	node.mu.Unlock()
 	if s == nil {
 		return nil, 0, 0, 0, fmt.Errorf("key %q: no such object here", key)
@@ -32,7 +32,7 @@ func parseKey(key string) (s *Source, p, off, n int64, err error) {
 	// leading zeros), and no range that is the whole page, so that no
 	// page can be filled from storage under several keys.
 	page, rng, hasRange := strings.Cut(rest, "@")
-	if p, err = strconv.ParseInt(page, 10, 64); err != nil || p < 0 || p >= (s.Size()+s.block-1)/s.block || strconv.FormatInt(p, 10) != page {
+	if p, err = strconv.ParseInt(page, 10, 64); err != nil || p < 0 || p >= s.pages || strconv.FormatInt(p, 10) != page {
 		return nil, 0, 0, 0, fmt.Errorf("key %q: no such page", key)
 	}
 	if hasRange {

@@ -18,15 +18,15 @@ import (
 	"github.com/ffcvfs/ffcvfs/internal/readfile"
 )
 
-// Membership: the nodes the pages are sharded over. groupcache's pool
-// holds the ring that routes requests; members keeps the same ring (the
-// same nodes, replicas and hash) to answer what the pool does not: who
-// owns a page when its owner is down (the next node on the ring, the same
-// for every node, so that the cluster reads such a page from storage once),
-// and how many pages changed owner when the members change. The members
-// come from Options.Peers and, when given, follow Options.PeersFile (re-read
-// every pollEvery and on Reload) or Options.PeersDNS (resolved every
-// pollEvery); groupcache's Set takes each new list.
+// Membership: the nodes the pages are sharded over. Each object's pages
+// are placed on them with bounded loads (placement.go); members keeps a
+// hash ring of them (ring.go, groupcache's) to say who fills a page when
+// its owner is down: the next node on the page's ring path that is not,
+// the same for every node, so that the cluster reads such a page from
+// storage once. The members come from Options.Peers and, when given,
+// follow Options.PeersFile (re-read every pollEvery and on Reload) or
+// Options.PeersDNS (resolved every pollEvery); each new list places the
+// pages anew, moving only those whose owner changed.
 
 // replicas is the number of points per node on the hash ring: with
 // groupcache's default of 50 the nodes' shares of the pages differ by a
@@ -43,8 +43,10 @@ type members struct {
 	self, scheme string
 	file, dns    string
 	logger       *slog.Logger
-	set          func(nodes []string) // groupcache's Set
-	reload       chan struct{}
+	// set places the objects' pages on the ring of the new members
+	// (called with mu held), and returns how many changed owner.
+	set    func(r *ring) (moved int64)
+	reload chan struct{}
 
 	mu    sync.Mutex
 	nodes []string // sorted
@@ -52,10 +54,7 @@ type members struct {
 	// rings keeps the rings of the last member sets, by their nodes, so
 	// that a list flipping between sets builds each once.
 	rings []*ring
-	// ownedOf caches owned's counts for the ring.
-	ownedOf map[*Source]int64
-	moved   func(old, new *ring) int64 // pages whose owner changed
-	built   atomic.Int64               // rings built
+	built atomic.Int64 // rings built
 
 	changes    atomic.Uint64
 	lastMoved  atomic.Int64
@@ -134,16 +133,12 @@ func (m *members) apply(nodes []string) bool {
 	}
 	old, ring := m.ring, m.ringOf(nodes)
 	added, removed := diff(m.nodes, nodes)
-	m.nodes, m.ring, m.ownedOf = nodes, ring, nil
-	m.set(nodes)
+	m.nodes, m.ring = nodes, ring
+	moved := m.set(ring)
 	m.mu.Unlock()
 	if old != nil {
 		m.lastChange.Store(m.clock().UnixNano())
 		m.changes.Add(1)
-		moved := int64(0)
-		if m.moved != nil {
-			moved = m.moved(old, ring)
-		}
 		m.lastMoved.Store(moved)
 		m.logger.Info("peer tier: the members changed", "nodes", len(nodes), "joined", len(added), "left", len(removed),
 			"joined_first", firstOf(added), "left_first", firstOf(removed), "pages_moved", moved)
@@ -202,28 +197,6 @@ func (m *members) count() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.nodes)
-}
-
-// owned returns how many pages of s this node owns, counted once per
-// ring (stats.json is read and metrics scraped often; ImageNet has some
-// 17,000 pages).
-func (m *members) owned(s *Source) int64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if n, ok := m.ownedOf[s]; ok {
-		return n
-	}
-	var n int64
-	for p := range (s.Size() + s.block - 1) / s.block {
-		if m.ring.owner(pageKey(s.prefix, p)) == m.self {
-			n++
-		}
-	}
-	if m.ownedOf == nil {
-		m.ownedOf = map[*Source]int64{}
-	}
-	m.ownedOf[s] = n
-	return n
 }
 
 // owner returns the node that owns key.

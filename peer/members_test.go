@@ -20,7 +20,7 @@ import (
 func testMembers(self, file string, sets *[][]string) *members {
 	t := time.Unix(1e9, 0)
 	return &members{self: self, scheme: "http", file: file, logger: slog.New(slog.DiscardHandler),
-		set: func(n []string) { *sets = append(*sets, n) }, reload: make(chan struct{}, 1),
+		set: func(r *ring) int64 { *sets = append(*sets, r.nodes); return 0 }, reload: make(chan struct{}, 1),
 		// A minute passes at every look at the clock: no change is held.
 		now: func() time.Time { t = t.Add(time.Minute); return t }}
 }

@@ -1,24 +1,24 @@
 package peer
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/ffcvfs/ffcvfs/storage/storagetest"
 )
 
-// testSource registers a source of size bytes in pages of block bytes
-// under prefix "t", as Wrap does, without joining a tier.
-func testSource(t testing.TB, size, block int64) *Source {
-	s := &Source{Source: storagetest.New("mem://t", make([]byte, size)), prefix: "t", block: block}
+// testSource registers an object of size bytes in pages of block bytes
+// under prefix "t", as Open does, without joining a tier.
+func testSource(t testing.TB, size, block int64) *Object {
+	s := &Object{info: Info{Name: "mem://t", Size: size, PageSize: block}, prefix: "t", pages: (size + block - 1) / block}
 	node.mu.Lock()
-	if node.sources == nil {
-		node.sources = map[string]*Source{}
+	if node.objects == nil {
+		node.objects = map[string]*Object{}
 	}
-	node.sources["t"] = s
+	node.objects["t"] = s
 	node.mu.Unlock()
 	return s
 }
@@ -68,7 +68,7 @@ func FuzzParseKey(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if p < 0 || p >= (s.Size()+s.block-1)/s.block || off < 0 || n < 0 || off > s.pageLen(p) || n > s.pageLen(p)-off {
+		if p < 0 || p >= s.pages || off < 0 || n < 0 || off > s.pageLen(p) || n > s.pageLen(p)-off {
 			t.Fatalf("%q: page %d, range %d+%d, outside the object", key, p, off, n)
 		}
 	})
@@ -131,23 +131,25 @@ func FuzzResponseValue(f *testing.F) {
 	})
 }
 
-// identified is a source with an identity, as the tier needs.
-type identified struct{ *storagetest.Source }
-
-func (identified) Identity() string { return "mem://groups v1" }
-
 // TestGroupsRefuseOtherKeys: a member holding the secret that asks
 // ranges in the pages group (or a page in the ranges group) is refused,
-// and nothing is read from storage: each of 300 one-byte ranges was filled
+// and nothing is asked of the cache: each of 300 one-byte ranges was filled
 // as a whole page under a key of its own (300 storage reads, 600 MiB kept).
+// (That the cache reads a page and a range of it from storage once is
+// pagecache's TestServePeer.)
 func TestGroupsRefuseOtherKeys(t *testing.T) {
 	const block = 1 << 20
-	src := identified{storagetest.New("mem://groups", make([]byte, 3*block))}
-	s, err := Wrap(src, block, Options{Listen: "127.0.0.1:0", Peers: []string{"http://127.0.0.1:0"},
-		Secret: "0123456789abcdef0123", CacheBytes: 64 << 20})
+	s, err := Open(Info{Name: "mem://groups", Identity: "mem://groups v1", Size: 3 * block, PageSize: block},
+		Options{Listen: "127.0.0.1:0", Peers: []string{"http://127.0.0.1:0"}, Secret: "0123456789abcdef0123"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	// What the node's cache is asked.
+	var asked atomic.Int64
+	s.Serve(func(ctx context.Context, p, off int64, b []byte) error {
+		asked.Add(1)
+		return nil
+	})
 	ask := func(group, key string) int {
 		path := basePath + group + "/" + key
 		req, err := http.NewRequest(http.MethodGet, "http://"+Addr()+path, nil)
@@ -171,14 +173,14 @@ func TestGroupsRefuseOtherKeys(t *testing.T) {
 	if code := ask("ranges", pageKey(s.prefix, 2)); code == http.StatusOK {
 		t.Errorf("a page in the ranges group: %d", code)
 	}
-	if n := s.storageReads.Load(); n != 0 {
-		t.Errorf("%d storage reads for keys of the other group", n)
+	if n := asked.Load(); n != 0 {
+		t.Errorf("the cache was asked %d times for keys of the other group", n)
 	}
 	// The keys of each group are served.
 	if ask("pages", pageKey(s.prefix, 1)) != http.StatusOK || ask("ranges", rangeKey(s.prefix, 1, 5, 10)) != http.StatusOK {
 		t.Error("a page or a range in its own group was refused")
 	}
-	if n := s.storageReads.Load(); n != 1 {
-		t.Errorf("%d storage reads for a page and a range of it, want 1", n)
+	if n := asked.Load(); n != 2 {
+		t.Errorf("the cache was asked %d times for a page and a range of it, want 2", n)
 	}
 }

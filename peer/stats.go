@@ -1,4 +1,4 @@
-// What a node's tier did, and why it read from storage.
+// What a node's tier did, and why a read went to storage.
 
 package peer
 
@@ -9,34 +9,25 @@ import (
 
 // Stats are what a node's tier did.
 type Stats struct {
-	Reads          uint64 `json:"reads"`           // ReadAt calls
-	BytesRead      uint64 `json:"bytes_read"`      // bytes they returned
-	StorageReads   uint64 `json:"storage_reads"`   // requests this node sent to storage
-	StorageBytes   uint64 `json:"storage_bytes"`   // bytes they read
-	Corrupt        uint64 `json:"corrupt"`         // values that failed their CRC
-	PeerLoads      int64  `json:"peer_loads"`      // values a peer served
+	Corrupt        uint64 `json:"corrupt"`         // values from peers that failed their check
+	PeerLoads      int64  `json:"peer_loads"`      // values peers served
 	PeerErrors     int64  `json:"peer_errors"`     // requests to peers that failed
 	ServerRequests int64  `json:"server_requests"` // requests peers sent this node
-	CacheBytes     int64  `json:"cache_bytes"`     // bytes kept for the cluster in the tier's memory
-	// HeldReads counts the values this node served, to peers or itself,
-	// from the pages its cache holds (slots and tiers: Source.HoldIn),
-	// without reading storage.
-	HeldReads uint64 `json:"held_reads"`
-	// StorageReasons counts the storage reads by why they went to
-	// storage (the Reason* names, each present); they sum to StorageReads.
-	StorageReasons map[string]uint64 `json:"storage_reasons"`
-	// Members is how many nodes the pages are sharded over now;
+	// Members is how many nodes the pages are placed on now;
 	// MemberChanges how often that set changed (peers file, DNS);
 	// PagesMoved how many of the beton's pages changed owner at the last
 	// change.
 	Members       int    `json:"members"`
 	MemberChanges uint64 `json:"member_changes"`
 	PagesMoved    int64  `json:"pages_moved"`
-	// PagesOwned is how many of the beton's pages this node owns now.
+	// PagesOwned is how many of the beton's pages this node owns now, and
+	// PagesLimit the most any node may own (bounded loads).
 	PagesOwned int64 `json:"pages_owned"`
+	PagesLimit int64 `json:"pages_limit"`
 }
 
-// Why a read went to storage (Stats.StorageReasons).
+// Why a read went to storage (Error.Reason; the page cache counts its
+// storage reads by them).
 const (
 	// ReasonOwned: this node owns the page; the cluster's one read of it.
 	ReasonOwned = "owned"
@@ -52,7 +43,7 @@ const (
 	ReasonCorrupt = "corrupt_value"
 )
 
-// reasons are the Reason* names, in the order of Source.why.
+// reasons are the Reason* names, indexed by reason.
 var reasons = [...]string{ReasonOwned, ReasonOwnerTimeout, ReasonOwnerGone, ReasonOwnerError, ReasonCorrupt}
 
 // reason indexes reasons.

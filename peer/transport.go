@@ -54,7 +54,7 @@ func fetch(ctx context.Context, tr http.RoundTripper, r *http.Request) (*http.Re
 		// groupcache looks at the status only.
 		return &http.Response{StatusCode: resp.StatusCode, Status: resp.Status, Body: http.NoBody, Header: http.Header{}}, nil
 	}
-	limit := s.block + tagLen + 32 // the value, its tag, GetResponse's framing
+	limit := s.info.PageSize + tagLen + 32 // the value, its tag, GetResponse's framing
 	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		return nil, fmt.Errorf("peer tier: reading the answer for %s/%s: %w", group, key, err)
@@ -74,10 +74,6 @@ func fetch(ctx context.Context, tr http.RoundTripper, r *http.Request) (*http.Re
 	resp.ContentLength = int64(len(body))
 	return resp, nil
 }
-
-type roundTripper func(*http.Request) (*http.Response, error)
-
-func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // responseValue returns the value of groupcache's GetResponse message:
 // field 1, bytes (field 2, a float64, and unknown fields are skipped).

@@ -29,7 +29,7 @@ func serveMetrics(addr string, fd *fed, s *feed.Stream) (*metrics.Server, error)
 		e.Counter("client_connections_total", "Clients served since the start.", float64(st.Connections))
 		e.Counter("client_refused_total", "Clients turned away because another was connected.", float64(st.Refused))
 	})
-	reg, err := metrics.NewRegistry(m, metrics.Cache("ffcvfeed", fd.Cache, fd.Source))
+	reg, err := metrics.NewRegistry(m, metrics.Cache("ffcvfeed", fd.Cache, fd.Source, fd.Peers))
 	if err != nil {
 		return nil, err
 	}

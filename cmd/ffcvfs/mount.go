@@ -206,7 +206,7 @@ func runMount(c *cli.Context) error {
 	defer view.Close()
 	// Metrics first: once the mount is visible, it can be scraped.
 	if metricsAddr != "" {
-		reg, err := metrics.NewRegistry(append(view.Collectors(), metrics.Cache("ffcvfs", cache, source))...)
+		reg, err := metrics.NewRegistry(append(view.Collectors(), metrics.Cache("ffcvfs", cache, source, data.Peers))...)
 		if err != nil {
 			return cli.Exit(err.Error(), 1)
 		}

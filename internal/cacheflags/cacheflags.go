@@ -146,17 +146,18 @@ func PeerFlags(category string) []cli.Flag {
 	}
 }
 
-// PeerOptions turns the flags of PeerFlags into peer.Options; ok is false
-// without --peer-listen.
-func PeerOptions(c *cli.Context) (o peer.Options, ok bool, err error) {
+// PeerOptions turns the flags of PeerFlags into peer.Options and the RAM
+// the cache keeps the pages this node owns in (--peer-cache-size); ok is
+// false without --peer-listen.
+func PeerOptions(c *cli.Context) (o peer.Options, keep int64, ok bool, err error) {
 	o.Listen = c.String("peer-listen")
 	if o.Listen == "" {
 		for _, f := range []string{"peers", "peer-self", "peer-secret-file", "peer-tls-cert", "peer-tls-key", "peer-tls-ca"} {
 			if c.IsSet(f) {
-				return o, false, fmt.Errorf("--%s needs --peer-listen", f)
+				return o, 0, false, fmt.Errorf("--%s needs --peer-listen", f)
 			}
 		}
-		return o, false, nil
+		return o, 0, false, nil
 	}
 	list := c.String("peers")
 	if list == "" {
@@ -168,7 +169,7 @@ func PeerOptions(c *cli.Context) (o peer.Options, ok bool, err error) {
 		// A file lists URLs; dns: is for the flag alone.
 		b, err := readfile.Bounded(rest, 1<<20)
 		if err != nil {
-			return o, false, fmt.Errorf("--peers: %w", err)
+			return o, 0, false, fmt.Errorf("--peers: %w", err)
 		}
 		list, o.PeersFile = string(b), rest
 	}
@@ -178,10 +179,10 @@ func PeerOptions(c *cli.Context) (o peer.Options, ok bool, err error) {
 	if p := c.String("peer-secret-file"); p != "" {
 		b, err := readfile.Bounded(p, 4096)
 		if err != nil {
-			return o, false, fmt.Errorf("--peer-secret-file: %w", err)
+			return o, 0, false, fmt.Errorf("--peer-secret-file: %w", err)
 		}
 		if st, err := os.Stat(p); err == nil && st.Mode().Perm()&0o077 != 0 {
-			return o, false, fmt.Errorf("--peer-secret-file %s: readable by others (mode %v); chmod 600 it", p, st.Mode().Perm())
+			return o, 0, false, fmt.Errorf("--peer-secret-file %s: readable by others (mode %v); chmod 600 it", p, st.Mode().Perm())
 		}
 		o.Secret = strings.TrimSpace(string(b))
 	}
@@ -192,20 +193,20 @@ func PeerOptions(c *cli.Context) (o peer.Options, ok bool, err error) {
 			size = "0" // the disk tier keeps them
 		}
 	}
-	o.CacheBytes, err = bytesize.Parse(size)
+	keep, err = bytesize.Parse(size)
 	switch {
-	case err != nil || o.CacheBytes < 0:
-		return o, false, fmt.Errorf("--peer-cache-size: want a size such as 4GiB, got %q", size)
-	case o.CacheBytes == 0 && !tiers:
-		return o, false, errors.New("--peer-cache-size 0 keeps the pages this node owns in the cache's tiers alone, and there are none: give --disk-cache DIR (or --compress-ram), or a size")
+	case err != nil || keep < 0:
+		return o, 0, false, fmt.Errorf("--peer-cache-size: want a size such as 4GiB, got %q", size)
+	case keep == 0 && !tiers:
+		return o, 0, false, errors.New("--peer-cache-size 0 keeps the pages this node owns in the cache's tiers alone, and there are none: give --disk-cache DIR (or --compress-ram), or a size")
 	}
 	if o.Timeout = c.Duration("peer-timeout"); o.Timeout <= 0 || o.Timeout > peer.MaxTimeout {
-		return o, false, fmt.Errorf("--peer-timeout %v: want more than 0 and at most %v", o.Timeout, peer.MaxTimeout)
+		return o, 0, false, fmt.Errorf("--peer-timeout %v: want more than 0 and at most %v", o.Timeout, peer.MaxTimeout)
 	}
 	o.TLSCert, o.TLSKey, o.TLSCA = c.String("peer-tls-cert"), c.String("peer-tls-key"), c.String("peer-tls-ca")
 	o.Logger = slog.Default()
 	if err := o.Validate(); err != nil {
-		return o, false, err
+		return o, 0, false, err
 	}
-	return o, true, nil
+	return o, keep, true, nil
 }

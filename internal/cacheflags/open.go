@@ -23,8 +23,7 @@ const OpenTimeout = 2 * time.Minute
 
 // Opened is a beton read through the page cache the flags describe.
 type Opened struct {
-	// Source is what the cache reads: the storage, or the peer tier in
-	// front of it (--peer-listen).
+	// Source is the storage the cache reads.
 	Source storage.Source
 	File   *beton.File
 	Cache  *pagecache.Cache
@@ -48,7 +47,7 @@ func Open(c *cli.Context, location string, base pagecache.Options) (*Opened, err
 	if err != nil {
 		return nil, usage("--cache-size: %v", err)
 	}
-	popts, peers, err := PeerOptions(c)
+	popts, peerBudget, peers, err := PeerOptions(c)
 	if err != nil {
 		return nil, usage("%v", err)
 	}
@@ -65,13 +64,26 @@ func Open(c *cli.Context, location string, base pagecache.Options) (*Opened, err
 		src.Close()
 		return nil, usage("%v", err)
 	}
+	var obj *peer.Object
+	if peers && peerBudget > 0 && peerBudget < f.PageSize() {
+		src.Close()
+		return nil, usage("--peer-cache-size %s holds no page of %s (pages of %s): give at least %s, or 0 with --disk-cache", bytesize.Format(peerBudget), location, bytesize.Format(f.PageSize()), bytesize.Format(f.PageSize()))
+	}
 	if peers {
-		ps, err := peer.Wrap(src, f.PageSize(), popts)
-		if err != nil {
+		// The peer tier is the cache's, below its tiers: the cache asks
+		// owners, reads and keeps the pages this node owns, and serves
+		// peers (ServePeer, below).
+		info := peer.Info{Name: src.Name(), Size: f.Size(), PageSize: f.PageSize()}
+		if i, ok := src.(storage.Identifier); ok {
+			info.Identity = i.Identity()
+		}
+		info.KeepBytes, info.KeepFlag = keeps(copts, peerBudget)
+		if obj, err = peer.Open(info, popts); err != nil {
 			src.Close()
 			return nil, cli.Exit(err.Error(), 1)
 		}
-		o.Source, o.Peers = ps, ps.Stats
+		copts.Peers, copts.PeerBudget = obj, peerBudget
+		o.Peers = obj.Stats
 	}
 	switch {
 	case popts.PeersFile != "" || popts.PeersDNS != "":
@@ -85,12 +97,25 @@ func Open(c *cli.Context, location string, base pagecache.Options) (*Opened, err
 		o.Source.Close()
 		return nil, cli.Exit(fmt.Sprintf("%s: %v", o.Source.Name(), err), 1)
 	}
-	if ps, ok := o.Source.(*peer.Source); ok {
-		// The node serves peers from the cache's slots and tiers, and
-		// keeps the pages it owns there first.
-		ps.HoldIn(o.Cache)
+	if obj != nil {
+		obj.Serve(o.Cache.ServePeer)
 	}
 	return o, nil
+}
+
+// keeps returns what the cache can keep of the pages this node owns for
+// its cluster, and the flag that sizes it: --peer-cache-size's RAM, else
+// the disk tier, else the compressed RAM tier (counted raw).
+func keeps(copts pagecache.Options, peerBudget int64) (int64, string) {
+	switch {
+	case peerBudget > 0:
+		return peerBudget, "--peer-cache-size"
+	case copts.DiskDir != "":
+		return copts.DiskBudget, "--disk-cache-size"
+	case copts.CompressRAM:
+		return copts.Budget, "--cache-size"
+	}
+	return 0, ""
 }
 
 // usage is a mistake in how the command was called: exit status 2.

@@ -12,9 +12,10 @@ import (
 )
 
 // Cache returns a collector of c's metrics and of its storage's, named
-// NS_cache_* and NS_storage_*. src is the storage c reads from (its failed
+// NS_cache_* and NS_storage_*, and with peers (the peer tier's figures;
+// nil without one), NS_peer_*. src is the storage c reads from (its failed
 // attempts are counted when it is a storage.RequestCounter).
-func Cache(ns string, c *pagecache.Cache, src storage.Source) prometheus.Collector {
+func Cache(ns string, c *pagecache.Cache, src storage.Source, peers func() peer.Stats) prometheus.Collector {
 	pageSize := float64(c.File().PageSize())
 	return Func(ns, func(e *Emitter) {
 		st := c.Stats()
@@ -24,25 +25,26 @@ func Cache(ns string, c *pagecache.Cache, src storage.Source) prometheus.Collect
 			rs = rc.RequestStats()
 		}
 		EmitStorage(e, st, rs)
-		if ps, ok := src.(interface{ Stats() peer.Stats }); ok {
-			EmitPeers(e, ps.Stats())
+		if peers != nil && st.Peers != nil {
+			EmitPeers(e, *st.Peers, peers())
 		}
 	})
 }
 
-// EmitPeers sends the peer tier's metrics.
-func EmitPeers(e *Emitter, st peer.Stats) {
-	e.Counter("peer_read_bytes_total", "Bytes the cache read through the peer tier (from peers, this node's share of the cluster's pages, or storage).", float64(st.BytesRead))
-	e.Counter("peer_storage_read_bytes_total", "Bytes this node read from storage for the peer tier: the pages it owns, and what peers could not serve.", float64(st.StorageBytes))
-	for _, why := range slices.Sorted(maps.Keys(st.StorageReasons)) {
-		e.Counter("peer_storage_reads_total", "Reads this node sent to storage for the peer tier, by reason: owned (its share of the cluster's pages), owner_timeout, owner_gone, owner_error, corrupt_value (what its owner could not serve).", float64(st.StorageReasons[why]), "reason", why)
+// EmitPeers sends the peer tier's metrics: what the cache read through it
+// (cs) and what the tier did (st).
+func EmitPeers(e *Emitter, cs pagecache.PeerStats, st peer.Stats) {
+	e.Counter("peer_read_bytes_total", "Bytes the cache read through the peer tier (from peers, this node's share of the cluster's pages, or storage).", float64(cs.BytesRead))
+	e.Counter("peer_storage_read_bytes_total", "Bytes this node read from storage for the peer tier: the pages it owns, and what peers could not serve.", float64(cs.StorageBytes))
+	for _, why := range slices.Sorted(maps.Keys(cs.StorageReasons)) {
+		e.Counter("peer_storage_reads_total", "Reads this node sent to storage for the peer tier, by reason: owned (its share of the cluster's pages), owner_timeout, owner_gone, owner_error, corrupt_value (what its owner could not serve).", float64(cs.StorageReasons[why]), "reason", why)
 	}
-	e.Counter("peer_held_reads_total", "Values (pages and ranges) this node served, to peers or itself, from the pages its cache holds (slots, compressed RAM, disk) without reading storage.", float64(st.HeldReads))
+	e.Counter("peer_held_reads_total", "Values (pages and ranges) this node served to peers from the pages its cache holds (slots, compressed RAM, disk, --peer-cache-size) without reading storage.", float64(cs.HeldReads))
 	e.Counter("peer_loads_total", "Values (pages and ranges) peers served to this node.", float64(st.PeerLoads))
 	e.Counter("peer_errors_total", "Requests to peers that failed (down, slow, refused); read from storage instead.", float64(st.PeerErrors))
-	e.Counter("peer_corrupt_total", "Values from peers or this node's tier memory that failed their CRC; read from storage instead.", float64(st.Corrupt))
+	e.Counter("peer_corrupt_total", "Values from peers that failed their check (tag, length); read from storage instead.", float64(st.Corrupt))
 	e.Counter("peer_served_requests_total", "Requests other nodes sent this node.", float64(st.ServerRequests))
-	e.Gauge("peer_cache_bytes", "Bytes this node keeps for the cluster in the peer tier's memory (--peer-cache-size), beside what its cache's tiers keep.", float64(st.CacheBytes))
+	e.Gauge("peer_cache_bytes", "Bytes of pages this node keeps for the cluster in the peer tier's memory (--peer-cache-size), beside what its cache's tiers keep.", float64(cs.CacheBytes))
 }
 
 // EmitCache sends the cache's metrics of st.

@@ -1,0 +1,283 @@
+package pagecache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/ffcvfs/ffcvfs/pagecache/tier"
+)
+
+// The peer tier: the cluster's nodes, below the cache's own tiers and above
+// storage (Options.Peers). A read the slots and the tiers miss asks the
+// page's owner; a page this node owns is read from storage here, once for
+// the node and its peers (concurrent reads of it share one read), and kept
+// in the tiers before any other page: in Options.PeerBudget of RAM, and in
+// the disk and compressed RAM tiers, where it displaces the pages the
+// node does not own. Peers that ask for a page are answered by ServePeer,
+// from the slots and tiers or from storage in the same way. The peer
+// tier's package (peer) is transport, members and placement: it never
+// reads storage and never calls into the cache but through ServePeer.
+
+// PeerTier is a cluster's tier, as the cache reads through it (package
+// peer's Object).
+type PeerTier interface {
+	// Owns reports whether this node owns absolute page p now.
+	Owns(p int64) bool
+	// Read copies bytes [off, off+len(b)) of absolute page p from the
+	// node that owns it. When it cannot, its error says why the cache
+	// must read storage (a StorageReason method returning one of
+	// PeerReasons; "owner_error" without one), and whether this node
+	// fills the page for the cluster meanwhile (a FillsForCluster method
+	// returning true: it reads the whole page once and keeps it), or is
+	// ctx's.
+	Read(ctx context.Context, p, off int64, b []byte) error
+}
+
+// Why a read below the tiers went to storage (PeerStats.StorageReasons),
+// as the peer tier's errors name them.
+const (
+	// ReasonOwned: this node owns the page: the cluster's one read of it.
+	ReasonOwned = "owned"
+	// ReasonOwnerGone: the owner could not be reached, or failed lately;
+	// also a page this node fills for a peer without owning it (its owner
+	// is down for that peer).
+	ReasonOwnerGone = "owner_gone"
+	// ReasonOwnerError: the owner answered an error.
+	ReasonOwnerError = "owner_error"
+)
+
+// PeerReasons are the reasons a storage read is counted by.
+var PeerReasons = []string{ReasonOwned, "owner_timeout", ReasonOwnerGone, ReasonOwnerError, "corrupt_value"}
+
+// PeerStats are what the cache read through the peer tier.
+type PeerStats struct {
+	Reads     uint64 `json:"reads"`      // reads below the tiers
+	BytesRead uint64 `json:"bytes_read"` // their bytes: from peers or storage
+	// StorageReads and StorageBytes are the reads below the tiers that
+	// went to storage; StorageReasons counts them by why (every name of
+	// PeerReasons present), and they sum to StorageReads.
+	StorageReads   uint64            `json:"storage_reads"`
+	StorageBytes   uint64            `json:"storage_bytes"`
+	StorageReasons map[string]uint64 `json:"storage_reasons"`
+	// HeldReads counts the values served to peers from the slots and
+	// tiers, without reading storage.
+	HeldReads uint64 `json:"held_reads"`
+	// CacheBytes is the pages Options.PeerBudget holds.
+	CacheBytes int64 `json:"cache_bytes"`
+}
+
+// peerEntryOverhead is the room an entry's header and index take beside
+// its page in the peer tier's RAM: PeerBudget counts pages.
+const peerEntryOverhead = 8 << 10
+
+// fillsForCluster reports whether err says that this node fills the page
+// for the cluster.
+func fillsForCluster(err error) bool {
+	var f interface{ FillsForCluster() bool }
+	return errors.As(err, &f) && f.FillsForCluster()
+}
+
+// reasonOf returns the index in PeerReasons of why err sent a read to
+// storage.
+func reasonOf(err error) int {
+	var r interface{ StorageReason() string }
+	why := ReasonOwnerError
+	if errors.As(err, &r) {
+		why = r.StorageReason()
+	}
+	for i, name := range PeerReasons {
+		if name == why {
+			return i
+		}
+	}
+	return reasonIndex(ReasonOwnerError)
+}
+
+func reasonIndex(name string) int {
+	for i, n := range PeerReasons {
+		if n == name {
+			return i
+		}
+	}
+	panic("pagecache: no peer reason " + name)
+}
+
+// owns reports whether this node owns data page dp.
+func (t *tiered) owns(dp int32) bool {
+	return t.peers != nil && t.peers.Owns(int64(dp)+t.firstPage)
+}
+
+// below reads [off, off+len(p)), which lies in one data page this node
+// does not own, from the page's owner, or from storage when the owner
+// cannot serve it.
+func (t *tiered) below(ctx context.Context, p []byte, off int64) (int, error) {
+	if t.peers == nil {
+		return t.fromStorage(ctx, p, off)
+	}
+	t.peerReads.Add(1)
+	page := off / t.pageSize
+	err := t.peers.Read(ctx, page, off-page*t.pageSize, p)
+	if err == nil {
+		t.peerBytes.Add(uint64(len(p)))
+		return len(p), nil
+	}
+	if ctx.Err() != nil {
+		return 0, ctx.Err()
+	}
+	if fillsForCluster(err) {
+		// Its owner is down, and this node fills it for the others,
+		// who ask it: read once, kept.
+		if dp, lo, ok := t.locate(off, len(p)); ok {
+			if err := t.ownedRead(ctx, dp, lo, p, reasonOf(err)); err != nil {
+				return 0, err
+			}
+			t.peerBytes.Add(uint64(len(p)))
+			return len(p), nil
+		}
+	}
+	n, err := t.storageFor(ctx, p, off, reasonOf(err))
+	t.peerBytes.Add(uint64(n))
+	return n, err
+}
+
+// storageFor reads from storage for the peer tier, counted by reason.
+// (Reads and BytesRead count the cache's own reads below the tiers: their
+// callers count them.)
+func (t *tiered) storageFor(ctx context.Context, p []byte, off int64, why int) (int, error) {
+	n, err := t.fromStorage(ctx, p, off)
+	t.why[why].Add(1)
+	t.peerStorage.Add(uint64(n))
+	return n, err
+}
+
+// ownedRead reads bytes [lo, lo+len(p)) of data page dp for this node or
+// a peer: the whole page from storage, once for every reader of it
+// meanwhile, kept in the tiers (the pages this node owns before any
+// other). why is the reason counted.
+func (t *tiered) ownedRead(ctx context.Context, dp int32, lo int64, p []byte, why int) error {
+	for {
+		t.mu.Lock()
+		f := t.owning[dp]
+		if f == nil {
+			f = &fill{done: make(chan struct{}), buf: make([]byte, t.pageSize)}
+			t.owning[dp] = f
+			t.mu.Unlock()
+			var n int
+			n, f.err = t.storageFor(ctx, f.buf, (int64(dp)+t.firstPage)*t.pageSize, why)
+			if f.err == nil && n != len(f.buf) {
+				f.err = fmt.Errorf("short read of %d bytes", n)
+			}
+			t.mu.Lock()
+			delete(t.owning, dp)
+			close(f.done)
+			t.mu.Unlock()
+			if f.err != nil {
+				return f.err
+			}
+			copy(p, f.buf[lo:])
+			t.keep(ctx, dp, f.buf)
+			return nil
+		}
+		t.mu.Unlock()
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if f.err == nil {
+			copy(p, f.buf[lo:])
+			return nil
+		}
+		if !errors.Is(f.err, context.Canceled) && !errors.Is(f.err, context.DeadlineExceeded) {
+			return f.err
+		}
+		// The reader that read it went away: read it again.
+	}
+}
+
+// keep offers page dp, read whole from storage for the cluster, to every
+// tier that takes it, waiting while their queues are full (until ctx
+// ends): a page the node keeps for its cluster is not read from storage
+// again for want of a place in a queue. buf is the tiers' until stored.
+func (t *tiered) keep(ctx context.Context, dp int32, buf []byte) {
+	for _, s := range t.all {
+		s.PutWait(ctx, dp, buf, func() {})
+	}
+}
+
+// serve reads bytes [lo, lo+len(p)) of data page dp for a peer: from a
+// tier, or from storage for the cluster.
+func (t *tiered) serve(ctx context.Context, dp int32, lo int64, p []byte) error {
+	for _, s := range t.all {
+		if s.Read(dp, lo, p) {
+			t.held.Add(1)
+			return nil
+		}
+	}
+	why := reasonIndex(ReasonOwned)
+	if !t.owns(dp) {
+		why = reasonIndex(ReasonOwnerGone)
+	}
+	return t.ownedRead(ctx, dp, lo, p, why)
+}
+
+// peerStats returns the peer tier's counters; nil without one.
+func (t *tiered) peerStats() *PeerStats {
+	if t.peers == nil {
+		return nil
+	}
+	st := &PeerStats{
+		Reads: t.peerReads.Load(), BytesRead: t.peerBytes.Load(), StorageBytes: t.peerStorage.Load(),
+		HeldReads: t.held.Load(), StorageReasons: make(map[string]uint64, len(PeerReasons)),
+	}
+	for i, name := range PeerReasons {
+		n := t.why[i].Load()
+		st.StorageReasons[name] = n
+		st.StorageReads += n
+	}
+	if t.peerStore != nil {
+		st.CacheBytes = t.peerStore.Stats().RawBytes
+	}
+	return st
+}
+
+// newPeerStore returns the RAM the pages this node owns are kept in, of
+// budget bytes of pages; nil for 0.
+func newPeerStore(geom tier.Geometry, budget int64, opts Options) *tier.Store {
+	if budget <= 0 {
+		return nil
+	}
+	return tier.NewMem(geom, tier.Options{Budget: budget + (budget/geom.PageSize+1)*peerEntryOverhead, Logger: opts.Logger})
+}
+
+// ServePeer reads bytes [off, off+len(b)) of absolute page p for a peer
+// that asked (package peer's ServeFunc): from a slot, a tier, or storage,
+// read once for the cluster and kept (the pages this node owns before any
+// other). It counts no read of the cache's consumers.
+func (c *Cache) ServePeer(ctx context.Context, p, off int64, b []byte) error {
+	dp := p - c.firstPage
+	if dp < 0 || dp >= int64(len(c.pageSlot)) || off < 0 || off+int64(len(b)) > c.pageSize {
+		return fmt.Errorf("%s: bytes %d to %d of page %d are not in a data page", c.src.Name(), off, off+int64(len(b)), p)
+	}
+	if c.tiers == nil || c.tiers.peers == nil {
+		return fmt.Errorf("%s: the cache has no peer tier", c.src.Name())
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	if si := c.pageSlot[dp]; si >= 0 && c.slots[si].ready {
+		pg := c.pin(si, -1)
+		copy(b, pg.Data[off:])
+		pg.Release()
+		c.tiers.held.Add(1)
+		return nil
+	}
+	c.mu.Unlock()
+	if err := c.tiers.serve(ctx, int32(dp), off, b); err != nil {
+		return fmt.Errorf("%s: reading page %d for a peer: %w", c.src.Name(), p, err)
+	}
+	return nil
+}

@@ -1,0 +1,183 @@
+// The node's side as a client: asking a page's owner, and the node next
+// on the ring when the owner fails.
+
+package peer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
+	"net/url"
+	"time"
+)
+
+// Error is why Read did not return the bytes asked for; the cache reads
+// them from storage then, and counts the read by Reason.
+type Error struct {
+	// Reason is one of the Reason* names.
+	Reason string
+	Err    error
+	// Fill says that this node fills the page for the cluster while its
+	// owner is down (it is next on the ring without it): it should read
+	// the whole page, once, and keep it, as the pages it owns.
+	Fill bool
+}
+
+func (e *Error) Error() string { return "peer tier: " + e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// StorageReason returns Reason: why the bytes must come from storage.
+func (e *Error) StorageReason() string { return e.Reason }
+
+// FillsForCluster returns Fill.
+func (e *Error) FillsForCluster() bool { return e.Fill }
+
+// errFill marks a failure after which this node fills the page itself.
+var errFill = errors.New("this node is next on the ring")
+
+// Read copies bytes [off, off+len(b)) of page p (absolute) from the node
+// that owns it, or, when that node fails, from the node next on the ring
+// without it (the same for every node, which reads the page from storage
+// once for the cluster). A value is checked (its tag, its length) before a
+// byte of it reaches b. It returns an *Error when neither could serve the
+// bytes, or when this node owns the page (Reason ReasonOwned): the caller
+// reads storage. It returns ctx's error when ctx ends.
+func (o *Object) Read(ctx context.Context, p, off int64, b []byte) error {
+	n := int64(len(b))
+	if p < 0 || p >= o.pages || off < 0 || n <= 0 || n > o.pageLen(p)-off {
+		return &Error{Reason: ReasonOwnerError, Err: fmt.Errorf("%s: bytes %d to %d of page %d are not in the object", o.info.Name, off, off+n, p)}
+	}
+	owner, ok := o.owner(p)
+	if !ok {
+		return &Error{Reason: ReasonOwnerError, Err: fmt.Errorf("%s: no page %d", o.info.Name, p)}
+	}
+	if owner == node.opts.Self {
+		return &Error{Reason: ReasonOwned, Err: fmt.Errorf("%s: page %d is this node's", o.info.Name, p)}
+	}
+	key, group := pageKey(o.prefix, p), node.pages.Name()
+	if off != 0 || n != o.pageLen(p) {
+		key, group = rangeKey(o.prefix, p, off, n), node.ranges.Name()
+	}
+	tctx, tr := withTrail(ctx)
+	v, err := get(tctx, owner, group, key)
+	if err == nil {
+		if got, ok := strip(v); ok && len(got) == len(b) {
+			copy(b, got)
+			o.peerLoads.Add(1)
+			return nil
+		}
+		o.corrupt.Add(1)
+		return &Error{Reason: ReasonCorrupt, Err: fmt.Errorf("the value of %s/%s from %s is %d bytes, want %d", group, key, owner, len(v), n+tagLen)}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	o.peerErrors.Add(1)
+	why, failed := tr.failure()
+	if !failed {
+		why = ownerError
+	}
+	return &Error{Reason: reasons[why], Err: err, Fill: errors.Is(err, errFill)}
+}
+
+// get returns the value of key in group from owner, or, when owner fails,
+// from the node that owns key among the nodes that have not failed lately,
+// unless that is this node (which then reads storage).
+func get(ctx context.Context, owner, group, key string) ([]byte, error) {
+	v, err := askNode(ctx, owner, group, key)
+	if err == nil || ctx.Err() != nil {
+		return v, err
+	}
+	alt := node.members.successor(key, isDown)
+	switch alt {
+	case node.opts.Self:
+		return nil, fmt.Errorf("%w: %w", errFill, err)
+	case owner:
+		return nil, err
+	}
+	return askNode(ctx, alt, group, key)
+}
+
+// askNode asks the node at base (SCHEME://HOST:PORT) for the value of key
+// in group; the answer's tag is checked as it arrives (fetch).
+func askNode(ctx context.Context, base, group, key string) ([]byte, error) {
+	r, err := http.NewRequestWithContext(ctx, http.MethodGet, base+basePath+url.QueryEscape(group)+"/"+url.QueryEscape(key), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := ask(r)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("peer %s answered %s", r.URL.Host, resp.Status)
+	}
+	body, err := io.ReadAll(resp.Body) // checked and bounded by fetch
+	if err != nil {
+		return nil, err
+	}
+	return responseValue(body)
+}
+
+// isDown reports whether a node (its base URL) failed lately.
+func isDown(base string) bool {
+	until, ok := node.down.Load(base)
+	return ok && time.Now().Before(until.(time.Time))
+}
+
+// ask sends r to its node, unless that node failed lately, and notes why
+// it failed in r's trail; a node that fails is not asked for downHold.
+func ask(r *http.Request) (*http.Response, error) {
+	base := r.URL.Scheme + "://" + r.URL.Host
+	if until, ok := node.down.Load(base); ok && time.Now().Before(until.(time.Time)) {
+		noteFailure(r.Context(), ownerGone)
+		return nil, fmt.Errorf("peer %s failed lately; not asked until %s", r.URL.Host, until.(time.Time).Format(time.TimeOnly))
+	}
+	// The owner says at once that it works on the answer (102
+	// Processing, written by authorize); from then on it may be reading
+	// the page from storage, and is given fillWait times as long: an
+	// asker that gave up sooner would read the page from storage too.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	timer := time.AfterFunc(node.opts.Timeout, cancel)
+	defer timer.Stop()
+	var working bool // the first 102 sets the deadline; others do not move it
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		Got1xxResponse: func(code int, _ textproto.MIMEHeader) error {
+			if code == http.StatusProcessing && !working {
+				working = true
+				timer.Reset(fillWait * node.opts.Timeout)
+			}
+			return nil
+		},
+	})
+	resp, err := fetch(ctx, node.tr, r)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		noteFailure(r.Context(), ownerError)
+	}
+	if err != nil {
+		switch {
+		case errors.Is(err, errCorruptValue):
+			noteFailure(r.Context(), corruptValue)
+		case ctx.Err() != nil && r.Context().Err() == nil:
+			noteFailure(r.Context(), ownerTimeout)
+		default:
+			noteFailure(r.Context(), ownerGone)
+		}
+		if r.Context().Err() == nil {
+			// Down, silent, slow, or sending what fails its check:
+			// its pages go elsewhere for a while, without a wait per
+			// read.
+			node.down.Store(base, time.Now().Add(downHold))
+			node.opts.Logger.Warn("peer tier: a peer failed; its pages are asked of the next node, or read from storage, for a while", "peer", r.URL.Host, "for", downHold, "err", err)
+		}
+		return nil, err
+	}
+	node.down.Delete(base)
+	return resp, nil
+}

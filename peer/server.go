@@ -1,0 +1,126 @@
+// The node's side as a server: the listener, and groupcache's groups,
+// whose getters answer through the cache's ServeFunc.
+
+package peer
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/golang/groupcache"
+	"golang.org/x/net/netutil"
+)
+
+// start joins the tier: the members, the groups and the listener.
+func start(opts Options) error {
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", opts.Listen)
+	if err != nil {
+		return fmt.Errorf("peer tier: %w", err)
+	}
+	node.opts = opts
+	node.objects = map[string]*Object{}
+	node.reqKey = derive(opts.Secret, "ffcvfs peer request")
+	node.valueKey = derive(opts.Secret, "ffcvfs peer value")
+	// The pool serves groupcache's protocol and is never given the
+	// members: it routes nothing (a node asks owners itself, client.go),
+	// so that a peer's request is always filled here.
+	node.pool = groupcache.NewHTTPPoolOpts(opts.Self, &groupcache.HTTPPoolOptions{BasePath: basePath})
+	node.tr = &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: opts.Timeout}).DialContext,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     90 * time.Second,
+		TLSClientConfig:     opts.tls,
+		TLSHandshakeTimeout: opts.Timeout,
+	}
+	node.members = &members{
+		self: opts.Self, scheme: strings.SplitN(opts.Self, "://", 2)[0], file: opts.PeersFile, dns: opts.PeersDNS,
+		logger: opts.Logger, reload: make(chan struct{}, 1), set: placeAll,
+	}
+	if opts.PeersDNS != "" {
+		node.members.refresh(context.Background())
+	}
+	if node.members.count() == 0 {
+		node.members.apply(opts.Peers)
+	}
+	go node.members.watch(context.Background())
+	// No memory of groupcache's: the cache's tiers keep the pages.
+	node.pages = groupcache.NewGroup("pages", 0, groupcache.GetterFunc(getPage))
+	node.ranges = groupcache.NewGroup("ranges", 0, groupcache.GetterFunc(getRange))
+	mux := http.NewServeMux()
+	mux.Handle(basePath, authorize(node.pool))
+	node.ln = ln
+	node.srv = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readHeaderTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
+	}
+	served := netutil.LimitListener(ln, maxConns)
+	if opts.tls != nil {
+		// The handshake runs within the server's read timeouts.
+		served = tls.NewListener(served, opts.tls)
+	}
+	go node.srv.Serve(served)
+	opts.Logger.Info("peer tier: serving", "listen", ln.Addr().String(), "self", opts.Self, "peers", node.members.count(), "tls", opts.tls != nil)
+	return nil
+}
+
+// errNotServing answers a request for an object whose cache does not
+// serve yet.
+var errNotServing = errors.New("not serving this object yet")
+
+// getPage fills a page's value for a peer, through the object's
+// ServeFunc.
+func getPage(ctx context.Context, key string, dest groupcache.Sink) error {
+	o, p, _, n, err := parseKey(key)
+	if err != nil {
+		return err
+	}
+	if n != 0 {
+		// Each range would be filled as a whole page under a key of
+		// its own: a page read and kept per range asked.
+		return fmt.Errorf("key %q: a range, asked in the pages group", key)
+	}
+	return o.fill(ctx, key, p, 0, o.pageLen(p), dest)
+}
+
+// getRange fills a range's value for a peer, through the object's
+// ServeFunc, which reads the whole page once for the cluster when it must
+// go to storage.
+func getRange(ctx context.Context, key string, dest groupcache.Sink) error {
+	o, p, off, n, err := parseKey(key)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("key %q: a page, asked in the ranges group", key)
+	}
+	return o.fill(ctx, key, p, off, n, dest)
+}
+
+// fill reads [off, off+n) of page p through the ServeFunc into dest,
+// tagged.
+func (o *Object) fill(ctx context.Context, key string, p, off, n int64, dest groupcache.Sink) error {
+	fn := o.serve.Load()
+	if fn == nil {
+		return errNotServing
+	}
+	buf := make([]byte, n, n+tagLen)
+	if err := (*fn)(ctx, p, off, buf); err != nil {
+		return err
+	}
+	return dest.SetBytes(sealed(key, buf))
+}
