@@ -159,8 +159,7 @@ func Open(info Info, opts Options) (*Object, error) {
 	if node.err != nil {
 		return nil, node.err
 	}
-	sum := sha256.Sum256([]byte(info.Identity))
-	o := &Object{info: info, prefix: hex.EncodeToString(sum[:12]), pages: (info.Size + info.PageSize - 1) / info.PageSize}
+	o := &Object{info: info, prefix: prefixOf(info.Identity), pages: (info.Size + info.PageSize - 1) / info.PageSize}
 	node.members.mu.Lock()
 	o.replace(node.members.ring)
 	node.mu.Lock()
@@ -168,6 +167,12 @@ func Open(info Info, opts Options) (*Object, error) {
 	node.mu.Unlock()
 	node.members.mu.Unlock()
 	return o, nil
+}
+
+// prefixOf returns the key prefix of an object's identity: a hash of it.
+func prefixOf(identity string) string {
+	sum := sha256.Sum256([]byte(identity))
+	return hex.EncodeToString(sum[:12])
 }
 
 // replace places the object's pages on r, and logs once when this node's

@@ -4,6 +4,7 @@ package peer
 
 import (
 	"math"
+	"slices"
 )
 
 // loadFactor bounds a node's share: no node owns more than
@@ -85,4 +86,30 @@ func movedPages(a, b *placement) int64 {
 		}
 	}
 	return n
+}
+
+// Shares places the pages of an object (by its identity, as Open does) on
+// nodes as every node of the tier does, and returns how many pages each
+// node owns, in the order of nodes sorted, and the most a node may own;
+// with bounded false, as a plain hash ring would (the limit is then the
+// pages). For tools that size clusters (tools/clustersim -shares).
+func Shares(nodes []string, identity string, pages int64, bounded bool) (counts []int64, limit int64) {
+	nodes = slices.Sorted(slices.Values(nodes))
+	r := newRing(nodes)
+	counts = make([]int64, len(nodes))
+	if !bounded {
+		index := make(map[string]int, len(nodes))
+		for i, n := range nodes {
+			index[n] = i
+		}
+		for p := range pages {
+			counts[index[r.owner(pageKey(prefixOf(identity), p))]]++
+		}
+		return counts, pages
+	}
+	pl := place(r, prefixOf(identity), pages)
+	for _, o := range pl.owner {
+		counts[o]++
+	}
+	return counts, pl.limit
 }

@@ -101,12 +101,15 @@
 #                                 127.77.1.K, no disk cache; and with the pages a node
 #                                 owns kept on its disk cache, little RAM), with
 #                                 images/s and RAM per node (KINDS picks;
+#                                 CLUSTER_RUNS=K runs each K times, a row each;
 #                                 CLUSTER_DEBUG=1 prints each node's pages owned, storage
 #                                 reasons and tiers on stderr). Then a
 #                                 simulation, without I/O, of the same at ImageNet's scale
 #                                 (1,281,167 samples in pages of about 76, 8 to 64 nodes
 #                                 of 8 ranks, move 0 and 0.1): tools/clustersim, the
-#                                 orders' own page deal
+#                                 orders' own page deal; and the peer tier's shares of
+#                                 the pages (clustersim -shares: bounded loads vs a
+#                                 plain ring, 3 to 64 nodes)
 #
 # Environment: RUNS (default 3) runs per figure; BENCH_DIR (default a temp dir;
 # for feed and storage, ${FFCVFS_CACHE:-~/.cache/ffcvfs}/bench, so the data is
@@ -1293,9 +1296,10 @@ bench_cluster() {
 	echo "a cluster on one machine: N mounts of S3 stand for N nodes of $ranks ranks; $n real-photo JPEGs, a"
 	echo "$((size >> 20)) MiB beton of 2 MiB pages, on versitygw behind toxiproxy (+$latency ms) and a $STORAGE_BW MB/s link. Orders:"
 	echo "global and node-affine: each mount's RAM cache and --disk-cache hold a little more than 1/N of the beton;"
-	echo "global + peers: no disk cache, the peer tier (--peer-listen 127.77.1.K, --peer-cache-size 1.3/N of the"
-	echo "beton) instead; global + peers + disk: the peer tier keeping the pages a node owns in its --disk-cache of"
-	echo "1.3/N of the beton (--peer-cache-size 0, the default with a disk cache), a RAM cache of $((2 * ranks + 4)) pages."
+	echo "global + peers: no disk cache, the peer tier (--peer-listen 127.77.1.K, --peer-cache-size 1.15/N of the"
+	echo "beton and 2 pages) instead; global + peers + disk: the peer tier keeping the pages a node owns in its"
+	echo "--disk-cache of 1.15/N of the beton and 2 pages (--peer-cache-size 0, the default with a disk cache), a RAM"
+	echo "cache of $((2 * ranks + 4)) pages."
 	echo "Ranks read their quasi-random orders (storagebench, 2 readers, batches of"
 	echo "$STORAGE_BATCH). Share of the beton fetched from S3 by all nodes, per epoch, and the images/s of all ranks:"
 	local hogs=()
@@ -1308,15 +1312,21 @@ bench_cluster() {
 		trap 'kill "${hogs[@]}" 2>/dev/null; storage_cleanup' EXIT INT TERM
 	fi
 	echo "mem/node: the most any node held in RAM, MiB: its cache's budget and, over the peer tier, peers.cache_bytes."
-	printf '%-6s %-22s %9s %9s %9s %9s %9s %9s %9s\n' "nodes" "order" "epoch 1" "epoch 2" "epoch 3" "img/s 1" "img/s 2" "img/s 3" "mem/node"
+	local runs=${CLUSTER_RUNS:-1} run
+	[[ $runs =~ ^[1-9][0-9]*$ ]] || die "CLUSTER_RUNS must be a positive whole number, got '$runs'"
+	((runs == 1)) || echo "CLUSTER_RUNS=$runs: each figure that many times, a row each (run)."
+	printf '%-6s %-22s %4s %9s %9s %9s %9s %9s %9s %9s\n' "nodes" "order" "run" "epoch 1" "epoch 2" "epoch 3" "img/s 1" "img/s 2" "img/s 3" "mem/node"
 	for nodes in ${NODES:-3 8}; do
 		# A node's share, 15 % more, and the pages its ranks read at once.
 		share=$(((size / nodes + page - 1) / page))
 		cache=$(((share * 115 / 100 + 2 * ranks + 2) * (page >> 20)))MiB
 		diskcap=$(((share * 115 / 100 + 2) * page))
-		# What the peer tier keeps a node's share in: 30 % more.
-		owned=$((share * 130 / 100 + 2))
+		# What the peer tier keeps a node's share in: 15 % more and 2
+		# pages (README's sizing; owners are placed with bounded loads, no
+		# node over ⌈1.1·P/N⌉ pages).
+		owned=$(((share * 115 + 99) / 100 + 2))
 		for kind in ${KINDS:-global node-affine global+peers global+peers+disk}; do
+		for ((run = 1; run <= runs; run++)); do
 			local mpids=() mnts=() peers=()
 			for ((k = 0; k < nodes; k++)); do peers+=("http://127.77.1.$((k + 1)):17490"); done
 			for ((k = 0; k < nodes; k++)); do
@@ -1339,7 +1349,7 @@ bench_cluster() {
 					die "ffcvfs mount failed: $(tail -n 5 "$STORAGE_TMP/mount.log")"
 				mnts+=("$STORAGE_TMP/node$k")
 			done
-			line=$(printf '%-6s %-22s' "$nodes" "$kind")
+			line=$(printf '%-6s %-22s %4s' "$nodes" "$kind" "$run")
 			rates=""
 			for e in 0 1 2; do
 				local before=() after=()
@@ -1388,6 +1398,7 @@ print(most >> 20)' "${mnts[@]}")
 				: >"$STORAGE_TMP/mount.log"
 			fi
 			for m in "${mnts[@]}"; do bin/ffcvfs umount "$m" || die "ffcvfs umount $m failed"; done
+		done
 		done
 	done
 	if ((${#hogs[@]})); then kill "${hogs[@]}" 2>/dev/null || true; fi
@@ -1443,6 +1454,8 @@ cluster)
 	echo
 	go run ./tools/clustersim -nodes 8,16,32,64 -ranks 8 -epochs 3
 	go run ./tools/clustersim -nodes 8,64 -ranks 8 -epochs 3 -move 0.1 | tail -n 4
+	echo
+	go run ./tools/clustersim -nodes 3,8,64 -shares 6,34,65,17000 -clusters 200
 	;;
 link)
 	shift

@@ -22,11 +22,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/order"
+	"github.com/ffcvfs/ffcvfs/peer"
 )
 
 // layout is a synthetic order.Layout: pages of 60 to 92 samples (mean 76).
@@ -95,6 +97,8 @@ func main() {
 	epochs := flag.Int("epochs", 3, "epochs")
 	margin := flag.Float64("margin", 0.1, "each node's cache holds (1 + margin)·P/N pages")
 	move := flag.Float64("move", 0, "node-affine: share of a node's pages moving per epoch")
+	shares := flag.String("shares", "", "instead: the peer tier's shares of a beton of these page counts (comma-separated) over -nodes, in -clusters clusters of random addresses each: bounded loads vs a plain hash ring")
+	clusters := flag.Int("clusters", 200, "-shares: clusters per node and page count")
 	flag.Parse()
 	var nodeCounts []int
 	for _, s := range strings.Split(*nodesFlag, ",") {
@@ -108,6 +112,23 @@ func main() {
 	if *samples < 1 || *samples > 1<<28 || *ranks < 1 || *ranks > 64 || *epochs < 1 || *epochs > 100 || !(*margin >= 0 && *margin <= 10) {
 		fmt.Fprintln(os.Stderr, "clustersim: -samples 1 to 2^28, -ranks 1 to 64, -epochs 1 to 100, -margin 0 to 10")
 		os.Exit(2)
+	}
+	if *shares != "" {
+		var pages []int64
+		for _, s := range strings.Split(*shares, ",") {
+			p, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+			if err != nil || p < 1 || p > 1<<24 {
+				fmt.Fprintf(os.Stderr, "clustersim: -shares: %q is not a page count from 1 to 2^24\n", s)
+				os.Exit(2)
+			}
+			pages = append(pages, p)
+		}
+		if *clusters < 1 || *clusters > 100000 {
+			fmt.Fprintln(os.Stderr, "clustersim: -clusters 1 to 100000")
+			os.Exit(2)
+		}
+		simulateShares(nodeCounts, pages, *clusters)
+		return
 	}
 	l := newLayout(*samples)
 	P := l.NumPages()
@@ -164,6 +185,53 @@ func main() {
 				fmt.Printf(" %8.1f%%", 100*float64(fetched)/float64(P))
 			}
 			fmt.Println()
+		}
+	}
+}
+
+// simulateShares prints, per node count and page count, the largest share
+// of the pages a node owned in each of n clusters (random addresses, a
+// random object identity), as a multiple of P/N: its median and its worst
+// over the clusters, and in how many of them some node's share was more
+// than README's sizing of the peer cache, 1.15·P/N and 2 pages; for the
+// peer tier's placement (bounded loads) and for a plain hash ring.
+func simulateShares(nodeCounts []int, pages []int64, n int) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	fmt.Printf("the peer tier's shares: the largest share of a node in each of %d clusters, times P/N (median, worst),\n", n)
+	fmt.Printf("and the clusters in which a node's share is more than 1.15·P/N + 2 pages (README's sizing)\n")
+	fmt.Printf("%-6s %-7s | %-30s | %-30s\n", "nodes", "pages", "plain ring: median  worst  over", "bounded loads: median  worst  over")
+	for _, N := range nodeCounts {
+		for _, P := range pages {
+			var ring, bounded []float64
+			overRing, overBounded := 0, 0
+			sizing := 1.15*float64(P)/float64(N) + 2
+			for range n {
+				nodes := make([]string, N)
+				for i := range nodes {
+					nodes[i] = fmt.Sprintf("http://10.%d.%d.%d:7480", rng.IntN(256), rng.IntN(256), rng.IntN(256))
+				}
+				id := fmt.Sprintf("s3://bucket/train-%d.beton \"%x\"", rng.Uint64(), rng.Uint64())
+				for _, b := range []bool{false, true} {
+					counts, _ := peer.Shares(nodes, id, P, b)
+					most := slices.Max(counts)
+					r := float64(most) / (float64(P) / float64(N))
+					if b {
+						bounded = append(bounded, r)
+						if float64(most) > sizing {
+							overBounded++
+						}
+					} else {
+						ring = append(ring, r)
+						if float64(most) > sizing {
+							overRing++
+						}
+					}
+				}
+			}
+			slices.Sort(ring)
+			slices.Sort(bounded)
+			fmt.Printf("%-6d %-7d | %13.3f %6.3f %5d | %16.3f %6.3f %5d\n", N, P,
+				ring[len(ring)/2], ring[len(ring)-1], overRing, bounded[len(bounded)/2], bounded[len(bounded)-1], overBounded)
 		}
 	}
 }
