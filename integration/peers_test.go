@@ -51,6 +51,22 @@ func (r *storageRig) peerMount(t *testing.T, n int, peers []string, secret strin
 		"--peer-listen", peerAddr(n), "--peers", strings.Join(peers, ","), "--peer-secret-file", secret, "--peer-cache-size", "64MiB"}, more...)...)
 }
 
+// writePeersFile writes the URLs of nodes ns to a peers file, whole: a
+// new file renamed into place.
+func writePeersFile(t *testing.T, file string, ns ...int) {
+	t.Helper()
+	var b strings.Builder
+	for _, n := range ns {
+		b.WriteString(peerURL(n) + "\n")
+	}
+	if err := os.WriteFile(file+".new", []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(file+".new", file); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func peerStorageBytes(t *testing.T, ps ...*mountProc) (sum uint64) {
 	t.Helper()
 	for _, p := range ps {
@@ -377,18 +393,7 @@ func TestPeerMembership(t *testing.T) {
 	r := newStorageRig(t, testenv.Fixture(t, "imagefolder-small"), "peers-members.beton", "2MiB")
 	secret := peerSecret(t)
 	file := filepath.Join(t.TempDir(), "peers.txt")
-	writePeers := func(ns ...int) {
-		var b strings.Builder
-		for _, n := range ns {
-			b.WriteString(peerURL(n) + "\n")
-		}
-		if err := os.WriteFile(file+".new", []byte(b.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(file+".new", file); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writePeers := func(ns ...int) { writePeersFile(t, file, ns...) }
 	writePeers(1, 2, 3)
 	nodes := map[int]*mountProc{}
 	for n := 1; n <= 3; n++ {
@@ -569,18 +574,7 @@ func TestPeerBudgetTooSmall(t *testing.T) {
 	r := newStorageRig(t, testenv.Fixture(t, "imagefolder-small"), "peers-budget.beton", "2MiB")
 	secret := peerSecret(t)
 	file := filepath.Join(t.TempDir(), "peers.txt")
-	writePeers := func(ns ...int) {
-		var b strings.Builder
-		for _, n := range ns {
-			b.WriteString(peerURL(n) + "\n")
-		}
-		if err := os.WriteFile(file+".new", []byte(b.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(file+".new", file); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writePeers := func(ns ...int) { writePeersFile(t, file, ns...) }
 	// want is the line a node owning its share now logs.
 	want := func(p *mountProc, flag string, keeps int) string {
 		owned := mustStorageStats(t, p.mnt).Peers.PagesOwned

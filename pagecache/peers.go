@@ -206,14 +206,23 @@ func (t *tiered) keep(ctx context.Context, dp int32, buf []byte) {
 	}
 }
 
-// serve reads bytes [lo, lo+len(p)) of data page dp for a peer: from a
-// tier, or from storage for the cluster.
-func (t *tiered) serve(ctx context.Context, dp int32, lo int64, p []byte) error {
+// readHeld copies bytes [lo, lo+len(p)) of data page dp for a peer from a
+// tier, and reports whether one held them.
+func (t *tiered) readHeld(dp int32, lo int64, p []byte) bool {
 	for _, s := range t.all {
 		if s.Read(dp, lo, p) {
 			t.held.Add(1)
-			return nil
+			return true
 		}
+	}
+	return false
+}
+
+// serve reads bytes [lo, lo+len(p)) of data page dp for a peer: from a
+// tier, or from storage for the cluster.
+func (t *tiered) serve(ctx context.Context, dp int32, lo int64, p []byte) error {
+	if t.readHeld(dp, lo, p) {
+		return nil
 	}
 	why := reasonIndex(ReasonOwned)
 	if !t.owns(dp) {
@@ -252,16 +261,22 @@ func newPeerStore(geom tier.Geometry, budget int64, opts Options) *tier.Store {
 }
 
 // ServePeer reads bytes [off, off+len(b)) of absolute page p for a peer
-// that asked (package peer's ServeFunc): from a slot, a tier, or storage,
+// that asked (package peer's ServeFunc): from a tier, a slot, or storage,
 // read once for the cluster and kept (the pages this node owns before any
-// other). It counts no read of the cache's consumers.
+// other). It counts no read of the cache's consumers. The tiers come
+// first: a page served from a slot counts as a use of it, which would keep
+// pages the node's own readers are done with.
 func (c *Cache) ServePeer(ctx context.Context, p, off int64, b []byte) error {
 	dp := p - c.firstPage
 	if dp < 0 || dp >= int64(len(c.pageSlot)) || off < 0 || off+int64(len(b)) > c.pageSize {
 		return fmt.Errorf("%s: bytes %d to %d of page %d are not in a data page", c.src.Name(), off, off+int64(len(b)), p)
 	}
-	if c.tiers == nil || c.tiers.peers == nil {
+	t := c.tiers
+	if t == nil || t.peers == nil {
 		return fmt.Errorf("%s: the cache has no peer tier", c.src.Name())
+	}
+	if t.readHeld(int32(dp), off, b) {
+		return nil
 	}
 	c.mu.Lock()
 	if c.closed {
@@ -272,11 +287,11 @@ func (c *Cache) ServePeer(ctx context.Context, p, off int64, b []byte) error {
 		pg := c.pin(si, -1)
 		copy(b, pg.Data[off:])
 		pg.Release()
-		c.tiers.held.Add(1)
+		t.held.Add(1)
 		return nil
 	}
 	c.mu.Unlock()
-	if err := c.tiers.serve(ctx, int32(dp), off, b); err != nil {
+	if err := t.serve(ctx, int32(dp), off, b); err != nil {
 		return fmt.Errorf("%s: reading page %d for a peer: %w", c.src.Name(), p, err)
 	}
 	return nil

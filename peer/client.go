@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
@@ -109,19 +108,14 @@ func askNode(ctx context.Context, base, group, key string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, err := ask(r)
+	status, v, err := ask(r)
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("peer %s answered %s", r.URL.Host, resp.Status)
+	if status != http.StatusOK {
+		return nil, fmt.Errorf("peer %s answered %d %s", r.URL.Host, status, http.StatusText(status))
 	}
-	body, err := io.ReadAll(resp.Body) // checked and bounded by fetch
-	if err != nil {
-		return nil, err
-	}
-	return responseValue(body)
+	return v, nil
 }
 
 // isDown reports whether a node (its base URL) failed lately.
@@ -131,12 +125,13 @@ func isDown(base string) bool {
 }
 
 // ask sends r to its node, unless that node failed lately, and notes why
-// it failed in r's trail; a node that fails is not asked for downHold.
-func ask(r *http.Request) (*http.Response, error) {
+// it failed in r's trail; a node that fails is not asked for downHold. It
+// returns fetch's status and value.
+func ask(r *http.Request) (int, []byte, error) {
 	base := r.URL.Scheme + "://" + r.URL.Host
 	if until, ok := node.down.Load(base); ok && time.Now().Before(until.(time.Time)) {
 		noteFailure(r.Context(), ownerGone)
-		return nil, fmt.Errorf("peer %s failed lately; not asked until %s", r.URL.Host, until.(time.Time).Format(time.TimeOnly))
+		return 0, nil, fmt.Errorf("peer %s failed lately; not asked until %s", r.URL.Host, until.(time.Time).Format(time.TimeOnly))
 	}
 	// The owner says at once that it works on the answer (102
 	// Processing, written by authorize); from then on it may be reading
@@ -156,8 +151,8 @@ func ask(r *http.Request) (*http.Response, error) {
 			return nil
 		},
 	})
-	resp, err := fetch(ctx, node.tr, r)
-	if err == nil && resp.StatusCode != http.StatusOK {
+	status, v, err := fetch(ctx, node.tr, r)
+	if err == nil && status != http.StatusOK {
 		noteFailure(r.Context(), ownerError)
 	}
 	if err != nil {
@@ -176,8 +171,8 @@ func ask(r *http.Request) (*http.Response, error) {
 			node.down.Store(base, time.Now().Add(downHold))
 			node.opts.Logger.Warn("peer tier: a peer failed; its pages are asked of the next node, or read from storage, for a while", "peer", r.URL.Host, "for", downHold, "err", err)
 		}
-		return nil, err
+		return 0, nil, err
 	}
 	node.down.Delete(base)
-	return resp, nil
+	return status, v, nil
 }

@@ -28,9 +28,10 @@ import (
 // Options.PeersDNS (resolved every pollEvery); each new list places the
 // pages anew, moving only those whose owner changed.
 
-// replicas is the number of points per node on the hash ring: with
-// groupcache's default of 50 the nodes' shares of the pages differ by a
-// fifth and more, and a node's budget must cover its share.
+// replicas is the number of points per node on the hash ring: the more,
+// the fewer pages a node's bounded share pushes on along the ring
+// (placement.go), and the more evenly a node that is down spreads its pages
+// over the others.
 const replicas = 256
 
 // pollEvery is how often a peers file is re-read and a DNS name resolved.
@@ -311,8 +312,8 @@ func (m *members) same(nodes []string) bool {
 
 // minChangeEvery is the least time between two changes of the members: a
 // list that changes faster (a flapping file or DNS answer) is followed at
-// this pace, as each change costs groupcache a new ring (half a second of
-// CPU at 4,096 members) and moves pages.
+// this pace, as each change costs a new ring (a quarter of a second of CPU
+// at 4,096 members), places every object's pages anew and moves some.
 const minChangeEvery = 10 * time.Second
 
 // clock returns the time now.

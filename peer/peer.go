@@ -105,6 +105,10 @@ var node struct {
 // errCorruptValue marks an answer whose value failed its check.
 var errCorruptValue = errors.New("fails its check")
 
+// maxPages bounds an object's pages, which size its placement and tags:
+// 32 TiB in pages of 2 MiB.
+const maxPages = 1 << 24
+
 // ServeFunc reads bytes [off, off+len(b)) of page p (absolute: offset /
 // page size) for a peer that asked: from where the node holds the page,
 // or from storage for the cluster.
@@ -142,6 +146,9 @@ type Object struct {
 	// KeepBytes, so that each is logged once.
 	warned atomic.Pointer[placement]
 
+	// tags holds each whole page's tag once computed (server.go).
+	tags []atomic.Pointer[[tagLen]byte]
+
 	corrupt, peerLoads, peerErrors atomic.Uint64
 }
 
@@ -155,11 +162,15 @@ func Open(info Info, opts Options) (*Object, error) {
 	if info.PageSize <= 0 || info.PageSize > 1<<30 || info.Size < 0 {
 		return nil, fmt.Errorf("%s: page size %d out of range for the peer tier", info.Name, info.PageSize)
 	}
+	if pages := (info.Size + info.PageSize - 1) / info.PageSize; pages > maxPages {
+		return nil, fmt.Errorf("%s: %d pages of %d bytes, more than the peer tier places (%d)", info.Name, pages, info.PageSize, maxPages)
+	}
 	node.once.Do(func() { node.err = start(opts) })
 	if node.err != nil {
 		return nil, node.err
 	}
 	o := &Object{info: info, prefix: prefixOf(info.Identity), pages: (info.Size + info.PageSize - 1) / info.PageSize}
+	o.tags = make([]atomic.Pointer[[tagLen]byte], o.pages)
 	node.members.mu.Lock()
 	o.replace(node.members.ring)
 	node.mu.Lock()

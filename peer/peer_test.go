@@ -2,6 +2,7 @@ package peer
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -182,5 +183,37 @@ func TestGroupsRefuseOtherKeys(t *testing.T) {
 	}
 	if n := asked.Load(); n != 2 {
 		t.Errorf("the cache was asked %d times for a page and a range of it, want 2", n)
+	}
+}
+
+// TestReadRefuses: a read outside the object's pages, or empty, is an
+// error that sends nothing to a peer; a page this node owns is the
+// cache's to read (ReasonOwned); a node alone owns every page.
+func TestReadRefuses(t *testing.T) {
+	const block = 1 << 20
+	o, err := Open(Info{Name: "mem://read", Identity: "mem://read v1", Size: 3*block - 100, PageSize: block},
+		Options{Listen: "127.0.0.1:0", Peers: []string{"http://127.0.0.1:0"}, Secret: "0123456789abcdef0123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, c := range []struct {
+		p, off int64
+		n      int
+	}{{-1, 0, 10}, {3, 0, 10}, {0, -1, 10}, {0, block - 5, 10}, {2, block - 150, 100}, {0, 0, 0}, {1 << 50, 0, 1}} {
+		var e *Error
+		if err := o.Read(ctx, c.p, c.off, make([]byte, c.n)); !errors.As(err, &e) || e.Reason != ReasonOwnerError || e.Fill {
+			t.Errorf("page %d, %d bytes at %d: %v, want an owner_error", c.p, c.n, c.off, err)
+		}
+	}
+	if _, err := Open(Info{Name: "mem://huge", Identity: "mem://huge v1", Size: 1 << 62, PageSize: 1 << 21}, Options{}); err == nil || !strings.Contains(err.Error(), "more than the peer tier places") {
+		t.Errorf("an object of 2^41 pages: %v", err)
+	}
+	var e *Error
+	if err := o.Read(ctx, 2, 0, make([]byte, block-100)); !errors.As(err, &e) || e.Reason != ReasonOwned {
+		t.Errorf("a page this node owns: %v, want owned", err)
+	}
+	if st := o.Stats(); st.PagesOwned != 3 || st.PagesLimit != 4 || st.PeerLoads != 0 || st.PeerErrors != 0 {
+		t.Errorf("a node alone: %+v, want its 3 pages, a limit of ⌈1.1·3⌉, nothing asked", st)
 	}
 }

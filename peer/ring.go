@@ -9,8 +9,7 @@ import (
 )
 
 // ring is the hash ring of one set of members: replicas points a node,
-// placed as groupcache's consistenthash places them (the pool that routes
-// requests builds the same), so that both name the same owner. Where two
+// placed as groupcache's consistenthash places them (TestRingAgrees). Where two
 // points collide, the node added later (the greater, as members are
 // sorted) owns the point, as in consistenthash; the other's point follows
 // it. It is immutable once built.

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/golang/groupcache"
@@ -112,15 +113,35 @@ func getRange(ctx context.Context, key string, dest groupcache.Sink) error {
 }
 
 // fill reads [off, off+n) of page p through the ServeFunc into dest,
-// tagged.
+// tagged. A whole page's tag is computed once (its bytes never change:
+// the object's version is pinned, the cache's tiers check what they
+// hold), so that serving a page again costs no HMAC over it.
 func (o *Object) fill(ctx context.Context, key string, p, off, n int64, dest groupcache.Sink) error {
 	fn := o.serve.Load()
 	if fn == nil {
 		return errNotServing
 	}
-	buf := make([]byte, n, n+tagLen)
+	bp := valueBufs.Get().(*[]byte)
+	defer valueBufs.Put(bp)
+	if int64(cap(*bp)) < n+tagLen {
+		*bp = make([]byte, n+tagLen)
+	}
+	buf := (*bp)[:n]
 	if err := (*fn)(ctx, p, off, buf); err != nil {
 		return err
 	}
-	return dest.SetBytes(sealed(key, buf))
+	if off != 0 || n != o.pageLen(p) {
+		return dest.SetBytes(sealed(key, buf)) // a copy
+	}
+	t := o.tags[p].Load()
+	if t == nil {
+		t = new([tagLen]byte)
+		copy(t[:], tag(key, buf))
+		o.tags[p].Store(t)
+	}
+	return dest.SetBytes(append(buf, t[:]...)) // a copy
 }
+
+// valueBufs holds the buffers values are read into for peers (*[]byte),
+// which dest copies.
+var valueBufs = sync.Pool{New: func() any { return new([]byte) }}

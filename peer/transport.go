@@ -4,7 +4,6 @@
 package peer
 
 import (
-	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -12,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,43 +36,64 @@ func signRequest(method, path string, t time.Time) string {
 
 // fetch sends r, signed, and reads its answer whole within ctx: at most
 // the largest value of its key's object and the framing, its tag checked.
-// The response handed back holds the checked body.
-func fetch(ctx context.Context, tr http.RoundTripper, r *http.Request) (*http.Response, error) {
+// It returns the answer's status, and for 200 the value (its bytes and
+// tag).
+func fetch(ctx context.Context, tr http.RoundTripper, r *http.Request) (int, []byte, error) {
 	group, key, ok := strings.Cut(strings.TrimPrefix(r.URL.Path, basePath), "/")
-	s, _, _, _, err := parseKey(key)
+	s, p, _, n, err := parseKey(key)
 	if !ok || err != nil {
-		return nil, fmt.Errorf("peer tier: asking for %q: %v", r.URL.Path, err)
+		return 0, nil, fmt.Errorf("peer tier: asking for %q: %v", r.URL.Path, err)
 	}
 	r = r.Clone(ctx)
 	r.Header.Set(authHeader, signRequest(r.Method, r.URL.Path, time.Now()))
 	resp, err := tr.RoundTrip(r)
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		// groupcache looks at the status only.
-		return &http.Response{StatusCode: resp.StatusCode, Status: resp.Status, Body: http.NoBody, Header: http.Header{}}, nil
+		return resp.StatusCode, nil, nil
 	}
-	limit := s.info.PageSize + tagLen + 32 // the value, its tag, GetResponse's framing
-	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	const framing = 32 // GetResponse's, around the value
+	if n == 0 {
+		n = s.pageLen(p)
+	}
+	body, err := readBounded(resp.Body, n+tagLen+framing, s.info.PageSize+tagLen+framing)
 	if err != nil {
-		return nil, fmt.Errorf("peer tier: reading the answer for %s/%s: %w", group, key, err)
-	}
-	if int64(len(body)) > limit {
-		return nil, fmt.Errorf("peer tier: the answer for %s/%s is longer than a page and its framing (%d bytes)", group, key, limit)
+		return 0, nil, fmt.Errorf("peer tier: reading the answer for %s/%s: %w", group, key, err)
 	}
 	value, err := responseValue(body)
 	if err != nil {
-		return nil, fmt.Errorf("peer tier: the answer for %s/%s: %w", group, key, err)
+		return 0, nil, fmt.Errorf("peer tier: the answer for %s/%s: %w", group, key, err)
 	}
 	if _, ok := open(key, value); !ok {
 		s.corrupt.Add(1)
-		return nil, fmt.Errorf("peer tier: the value for %s/%s %w", group, key, errCorruptValue)
+		return 0, nil, fmt.Errorf("peer tier: the value for %s/%s %w", group, key, errCorruptValue)
 	}
-	resp.Body = io.NopCloser(bytes.NewReader(body))
-	resp.ContentLength = int64(len(body))
-	return resp, nil
+	return resp.StatusCode, value, nil
+}
+
+// readBounded reads r to its end into one buffer of about expect bytes
+// (grown if need be), refusing more than limit bytes. The answer's length
+// is known from its key; the server sends it chunked.
+func readBounded(r io.Reader, expect, limit int64) ([]byte, error) {
+	buf := make([]byte, 0, min(max(expect, 512), limit)+1)
+	for {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, min(len(buf), int(limit+1)-len(buf)))
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > limit {
+			return nil, fmt.Errorf("longer than a page and its framing (%d bytes)", limit)
+		}
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }
 
 // responseValue returns the value of groupcache's GetResponse message:

@@ -98,10 +98,11 @@
 #                                 the share of the beton fetched from S3 in epochs 1-3,
 #                                 global quasi-random orders vs node-affine ones, and
 #                                 global ones over the peer tier (--peer-listen on
-#                                 127.77.1.K, no disk cache; and with the pages a node
+#                                 127.77.R.K in run R: another placement each run; no disk cache; and with the pages a node
 #                                 owns kept on its disk cache, little RAM), with
 #                                 images/s and RAM per node (KINDS picks;
 #                                 CLUSTER_RUNS=K runs each K times, a row each;
+#                                 CLUSTER_PROFILE=DIR writes each mount's CPU profile there;
 #                                 CLUSTER_DEBUG=1 prints each node's pages owned, storage
 #                                 reasons and tiers on stderr). Then a
 #                                 simulation, without I/O, of the same at ImageNet's scale
@@ -1296,7 +1297,7 @@ bench_cluster() {
 	echo "a cluster on one machine: N mounts of S3 stand for N nodes of $ranks ranks; $n real-photo JPEGs, a"
 	echo "$((size >> 20)) MiB beton of 2 MiB pages, on versitygw behind toxiproxy (+$latency ms) and a $STORAGE_BW MB/s link. Orders:"
 	echo "global and node-affine: each mount's RAM cache and --disk-cache hold a little more than 1/N of the beton;"
-	echo "global + peers: no disk cache, the peer tier (--peer-listen 127.77.1.K, --peer-cache-size 1.15/N of the"
+	echo "global + peers: no disk cache, the peer tier (--peer-listen 127.77.R.K in run R, --peer-cache-size 1.15/N of the"
 	echo "beton and 2 pages) instead; global + peers + disk: the peer tier keeping the pages a node owns in its"
 	echo "--disk-cache of 1.15/N of the beton and 2 pages (--peer-cache-size 0, the default with a disk cache), a RAM"
 	echo "cache of $((2 * ranks + 4)) pages."
@@ -1328,12 +1329,12 @@ bench_cluster() {
 		for kind in ${KINDS:-global node-affine global+peers global+peers+disk}; do
 		for ((run = 1; run <= runs; run++)); do
 			local mpids=() mnts=() peers=()
-			for ((k = 0; k < nodes; k++)); do peers+=("http://127.77.1.$((k + 1)):17490"); done
+			for ((k = 0; k < nodes; k++)); do peers+=("http://127.77.$run.$((k + 1)):17490"); done
 			for ((k = 0; k < nodes; k++)); do
 				mkdir -p "$STORAGE_TMP/node$k"
 				rm -rf "$STORAGE_TMP/disk$k"
 				local tier=(--disk-cache "$STORAGE_TMP/disk$k" --disk-cache-size "$diskcap")
-				local ram=$cache peering=(--peer-listen "127.77.1.$((k + 1)):17490" --peers "$(IFS=,; echo "${peers[*]}")" --peer-secret-file "$secret")
+				local ram=$cache peering=(--peer-listen "127.77.$run.$((k + 1)):17490" --peers "$(IFS=,; echo "${peers[*]}")" --peer-secret-file "$secret")
 				case $kind in
 				global+peers)
 					tier=("${peering[@]}" --peer-cache-size "$((owned * (page >> 20)))MiB")
@@ -1343,7 +1344,9 @@ bench_cluster() {
 					ram=$(((2 * ranks + 4) * (page >> 20)))MiB
 					;;
 				esac
-				bin/ffcvfs ${CLUSTER_DEBUG:+-v} mount --background --s3-endpoint "http://127.0.0.1:$STORAGE_LINK" --cache-size "$ram" \
+				# CLUSTER_PROFILE=DIR: each mount's CPU profile there.
+				FFCVFS_CPUPROFILE=${CLUSTER_PROFILE:+$CLUSTER_PROFILE/$nodes-$kind-$run-node$k.prof} \
+					bin/ffcvfs ${CLUSTER_DEBUG:+-v} mount --background --s3-endpoint "http://127.0.0.1:$STORAGE_LINK" --cache-size "$ram" \
 					--readers "$STORAGE_READERS" --order-batch-size "$STORAGE_BATCH" "${tier[@]}" \
 					"s3://bench/$STORAGE_KEY" "$STORAGE_TMP/node$k" 2>>"$STORAGE_TMP/mount.log" ||
 					die "ffcvfs mount failed: $(tail -n 5 "$STORAGE_TMP/mount.log")"
