@@ -41,6 +41,12 @@
 // buffers are slots of the budget, handed back to pages once no tier
 // takes pages any more. Nothing in a reader's path waits for a tier.
 //
+// Below them a cluster's peer tier (Options.Peers, package peer's) may
+// serve a read from the page's owner among the nodes, before storage; the
+// cache reads the pages its node owns itself, once for the node and its
+// peers, keeps them before any other page (Options.PeerBudget of RAM, and
+// its tiers), and answers peers through ServePeer (peers.go).
+//
 // # Concurrency
 //
 // Cache is safe for concurrent use. One mutex guards its state and is

@@ -27,7 +27,8 @@ type PeerTier interface {
 	// Read copies bytes [off, off+len(b)) of absolute page p from the
 	// node that owns it. When it cannot, its error says why the cache
 	// must read storage (a StorageReason method returning one of
-	// PeerReasons; "owner_error" without one), and whether this node
+	// the names PeerStats.StorageReasons counts; "owner_error" without
+	// one), and whether this node
 	// fills the page for the cluster meanwhile (a FillsForCluster method
 	// returning true: it reads the whole page once and keeps it), or is
 	// ctx's.
@@ -47,16 +48,18 @@ const (
 	ReasonOwnerError = "owner_error"
 )
 
-// PeerReasons are the reasons a storage read is counted by.
-var PeerReasons = []string{ReasonOwned, "owner_timeout", ReasonOwnerGone, ReasonOwnerError, "corrupt_value"}
+// peerReasons are the reasons a storage read is counted by
+// (PeerStats.StorageReasons).
+var peerReasons = [...]string{ReasonOwned, "owner_timeout", ReasonOwnerGone, ReasonOwnerError, "corrupt_value"}
 
 // PeerStats are what the cache read through the peer tier.
 type PeerStats struct {
 	Reads     uint64 `json:"reads"`      // reads below the tiers
 	BytesRead uint64 `json:"bytes_read"` // their bytes: from peers or storage
 	// StorageReads and StorageBytes are the reads below the tiers that
-	// went to storage; StorageReasons counts them by why (every name of
-	// PeerReasons present), and they sum to StorageReads.
+	// went to storage; StorageReasons counts them by why (owned,
+	// owner_timeout, owner_gone, owner_error, corrupt_value, each
+	// present), and they sum to StorageReads.
 	StorageReads   uint64            `json:"storage_reads"`
 	StorageBytes   uint64            `json:"storage_bytes"`
 	StorageReasons map[string]uint64 `json:"storage_reasons"`
@@ -78,7 +81,7 @@ func fillsForCluster(err error) bool {
 	return errors.As(err, &f) && f.FillsForCluster()
 }
 
-// reasonOf returns the index in PeerReasons of why err sent a read to
+// reasonOf returns the index in peerReasons of why err sent a read to
 // storage.
 func reasonOf(err error) int {
 	var r interface{ StorageReason() string }
@@ -86,7 +89,7 @@ func reasonOf(err error) int {
 	if errors.As(err, &r) {
 		why = r.StorageReason()
 	}
-	for i, name := range PeerReasons {
+	for i, name := range peerReasons {
 		if name == why {
 			return i
 		}
@@ -95,7 +98,7 @@ func reasonOf(err error) int {
 }
 
 func reasonIndex(name string) int {
-	for i, n := range PeerReasons {
+	for i, n := range peerReasons {
 		if n == name {
 			return i
 		}
@@ -168,6 +171,11 @@ func (t *tiered) ownedRead(ctx context.Context, dp int32, lo int64, p []byte, wh
 			if f.err == nil && n != len(f.buf) {
 				f.err = fmt.Errorf("short read of %d bytes", n)
 			}
+			if f.err == nil {
+				// Into the tiers before it is no longer being read: a
+				// reader that misses it meanwhile would read it again.
+				t.keep(ctx, dp, f.buf)
+			}
 			t.mu.Lock()
 			delete(t.owning, dp)
 			close(f.done)
@@ -176,7 +184,6 @@ func (t *tiered) ownedRead(ctx context.Context, dp int32, lo int64, p []byte, wh
 				return f.err
 			}
 			copy(p, f.buf[lo:])
-			t.keep(ctx, dp, f.buf)
 			return nil
 		}
 		t.mu.Unlock()
@@ -238,9 +245,9 @@ func (t *tiered) peerStats() *PeerStats {
 	}
 	st := &PeerStats{
 		Reads: t.peerReads.Load(), BytesRead: t.peerBytes.Load(), StorageBytes: t.peerStorage.Load(),
-		HeldReads: t.held.Load(), StorageReasons: make(map[string]uint64, len(PeerReasons)),
+		HeldReads: t.held.Load(), StorageReasons: make(map[string]uint64, len(peerReasons)),
 	}
-	for i, name := range PeerReasons {
+	for i, name := range peerReasons {
 		n := t.why[i].Load()
 		st.StorageReasons[name] = n
 		st.StorageReads += n

@@ -51,7 +51,7 @@ func peerStorage(t *testing.T, c *Cache, allowed ...string) uint64 {
 	t.Helper()
 	st := c.Stats().Peers
 	var sum uint64
-	for _, why := range PeerReasons {
+	for _, why := range peerReasons {
 		n, ok := st.StorageReasons[why]
 		if !ok || n > 0 && !contains(allowed, why) {
 			t.Errorf("storage reasons %v, want reads for %v alone (every reason named)", st.StorageReasons, allowed)

@@ -18,7 +18,8 @@ import (
 // a compressed RAM tier alone takes one.
 const fillBuffers = 2
 
-// tiered is the cache's read path when it has tiers.
+// tiered is the cache's read path when it has tiers (or a peer tier,
+// peers.go, below them).
 //
 // Below the slots, a read may be served by a compressed RAM tier
 // (Options.CompressRAM) and then a disk tier (Options.DiskDir), before
@@ -87,9 +88,9 @@ type tiered struct {
 	owning    map[int32]*fill // pages being read for the cluster; guarded by mu
 	// Reads below the tiers and their bytes, those of storage, the
 	// values served to peers from the tiers and slots, and the storage
-	// reads by reason (PeerReasons).
+	// reads by reason (peerReasons).
 	peerReads, peerBytes, peerStorage, held atomic.Uint64
-	why                                     [5]atomic.Uint64
+	why                                     [len(peerReasons)]atomic.Uint64
 }
 
 // fill is a page on its way from storage to the tiers.
@@ -206,9 +207,6 @@ func newTiered(src storage.Source, f *beton.File, opts Options, memBudget int64,
 	}
 	t.all = t.stores
 	if t.peers != nil {
-		if len(PeerReasons) != len(t.why) {
-			panic("pagecache: a counter per peer reason")
-		}
 		if t.peerStore = newPeerStore(geom, opts.PeerBudget, opts); t.peerStore != nil {
 			t.all = append(slices.Clip(t.stores), t.peerStore)
 		}

@@ -115,7 +115,9 @@ func getRange(ctx context.Context, key string, dest groupcache.Sink) error {
 // fill reads [off, off+n) of page p through the ServeFunc into dest,
 // tagged. A whole page's tag is computed once (its bytes never change:
 // the object's version is pinned, the cache's tiers check what they
-// hold), so that serving a page again costs no HMAC over it.
+// hold), so that serving a page again costs no HMAC over it; were the
+// bytes served later another's, the asker would refuse them, never take
+// them.
 func (o *Object) fill(ctx context.Context, key string, p, off, n int64, dest groupcache.Sink) error {
 	fn := o.serve.Load()
 	if fn == nil {

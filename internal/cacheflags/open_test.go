@@ -13,6 +13,7 @@ import (
 
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 	"github.com/ffcvfs/ffcvfs/pagecache"
+	"github.com/ffcvfs/ffcvfs/peer"
 )
 
 // open runs Open as a command whose flags are args would.
@@ -248,5 +249,28 @@ func TestPeersFileMessages(t *testing.T) {
 		if msg := err.Error(); !errors.As(err, &ec) || ec.ExitCode() != 2 || !strings.Contains(msg, c.msg) || strings.ContainsAny(msg, "\n\r") || len(msg) > 300 {
 			t.Errorf("%s: %q (exit %v), want exit 2 and one short line with %q", name, msg, ec, c.msg)
 		}
+	}
+}
+
+// TestPeerReasonsAgree: the cache counts its storage reads by every reason
+// the peer tier's errors name, each present from the start.
+func TestPeerReasonsAgree(t *testing.T) {
+	t.Setenv("FFCVFS_PEER_SECRET", "0123456789abcdef0123")
+	o, err := open(t, testenv.Fixture(t, "beton", "imagefolder-jpg.beton"), "--peer-listen", "127.0.0.1:0", "--peers", "http://127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	st := o.Cache.Stats().Peers
+	if st == nil || o.Peers == nil {
+		t.Fatal("no peer tier")
+	}
+	for _, why := range []string{peer.ReasonOwned, peer.ReasonOwnerTimeout, peer.ReasonOwnerGone, peer.ReasonOwnerError, peer.ReasonCorrupt} {
+		if _, ok := st.StorageReasons[why]; !ok {
+			t.Errorf("the cache's storage reasons %v lack the peer tier's %q", st.StorageReasons, why)
+		}
+	}
+	if len(st.StorageReasons) != 5 {
+		t.Errorf("the cache's storage reasons %v: more than the peer tier's 5", st.StorageReasons)
 	}
 }
