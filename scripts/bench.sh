@@ -98,8 +98,9 @@
 #                                 the share of the beton fetched from S3 in epochs 1-3,
 #                                 global quasi-random orders vs node-affine ones, and
 #                                 global ones over the peer tier (--peer-listen on
-#                                 127.77.R.K in run R: another placement each run; no disk cache; and with the pages a node
-#                                 owns kept on its disk cache, little RAM), with
+#                                 127.77.R.K in run R, another placement each run; no
+#                                 disk cache; and with the pages a node owns kept on
+#                                 its disk cache, little RAM), with
 #                                 images/s and RAM per node (KINDS picks;
 #                                 CLUSTER_RUNS=K runs each K times, a row each;
 #                                 CLUSTER_PROFILE=DIR writes each mount's CPU profile there;
