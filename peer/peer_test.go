@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -216,4 +217,42 @@ func TestReadRefuses(t *testing.T) {
 	if st := o.Stats(); st.PagesOwned != 3 || st.PagesLimit != 4 || st.PeerLoads != 0 || st.PeerErrors != 0 {
 		t.Errorf("a node alone: %+v, want its 3 pages, a limit of ⌈1.1·3⌉, nothing asked", st)
 	}
+}
+
+// FuzzReadBounded: a peer's answer comes from the network, of any length,
+// in reads of any size; readBounded returns it whole when it is within
+// limit, and an error, not more, when it is longer.
+func FuzzReadBounded(f *testing.F) {
+	f.Add([]byte("abc"), int64(3), int64(10), uint8(1))
+	f.Add(bytes.Repeat([]byte{7}, 5000), int64(100), int64(4999), uint8(7))
+	f.Add([]byte{}, int64(-5), int64(0), uint8(0))
+	f.Fuzz(func(t *testing.T, body []byte, expect, limit int64, chunk uint8) {
+		if limit < 0 || limit > 1<<20 {
+			return
+		}
+		got, err := readBounded(&chunked{b: body, n: int(chunk) + 1}, expect, limit)
+		switch {
+		case int64(len(body)) > limit:
+			if err == nil {
+				t.Fatalf("%d bytes read with a limit of %d", len(got), limit)
+			}
+		case err != nil || !bytes.Equal(got, body):
+			t.Fatalf("%d bytes within a limit of %d: %d bytes, %v", len(body), limit, len(got), err)
+		}
+	})
+}
+
+// chunked reads b at most n bytes at a time.
+type chunked struct {
+	b []byte
+	n int
+}
+
+func (c *chunked) Read(p []byte) (int, error) {
+	if len(c.b) == 0 {
+		return 0, io.EOF
+	}
+	k := copy(p[:min(len(p), c.n)], c.b)
+	c.b = c.b[k:]
+	return k, nil
 }
