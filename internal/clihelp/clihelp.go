@@ -29,20 +29,24 @@ func Apply(app *cli.App) {
 		if c.NArg() == 0 {
 			return cli.ShowAppHelp(c)
 		}
-		return cli.Exit(UnknownCommand(app, c.Args().First()), 2)
+		return cli.Exit(unknownCommand(app.Name, "", app.Commands, c.Args().First()), 2)
 	}
 	for _, cmd := range app.Commands {
 		apply(app.Name, "", cmd)
 	}
 }
 
-// UnknownCommand is the line for a command app does not have.
-func UnknownCommand(app *cli.App, name string) string {
+// unknownCommand is the line for a command that command path of prog
+// (path "" for prog itself), whose commands are cmds, does not have.
+func unknownCommand(prog, path string, cmds []*cli.Command, name string) string {
 	msg := fmt.Sprintf("no command %s", quote(name))
-	if s := nearestCommand(app.Commands, name); s != "" {
+	if path != "" {
+		msg = fmt.Sprintf("%s has no command %s", path, quote(name))
+	}
+	if s := nearestCommand(cmds, name); s != "" {
 		msg += fmt.Sprintf("; did you mean %s?", s)
 	}
-	return msg + fmt.Sprintf(" (see %s --help)", app.Name)
+	return msg + fmt.Sprintf(" (see %s --help)", strings.TrimSpace(prog+" "+path))
 }
 
 func apply(prog, parent string, cmd *cli.Command) {
@@ -83,11 +87,7 @@ func apply(prog, parent string, cmd *cli.Command) {
 			if c.NArg() == 0 {
 				return cli.ShowSubcommandHelp(c)
 			}
-			msg := fmt.Sprintf("%s has no command %s", path, quote(c.Args().First()))
-			if s := nearestCommand(cmd.Subcommands, c.Args().First()); s != "" {
-				msg += fmt.Sprintf("; did you mean %s?", s)
-			}
-			return cli.Exit(msg+fmt.Sprintf(" (see %s %s --help)", prog, path), 2)
+			return cli.Exit(unknownCommand(prog, path, cmd.Subcommands, c.Args().First()), 2)
 		}
 	}
 	for _, sub := range cmd.Subcommands {
