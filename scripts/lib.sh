@@ -222,18 +222,26 @@ go_bin() {
 FFCVFS_STATICCHECK_MODULE=honnef.co/go/tools/cmd/staticcheck
 FFCVFS_STATICCHECK_VERSION=v0.8.2
 
-# ensure_staticcheck: make sure staticcheck FFCVFS_STATICCHECK_VERSION is in
-# Go's bin folder, 'go install'ing it there if not, and print its path.
-# Needs ensure_go first.
-ensure_staticcheck() {
-	local gobin
+# ensure_go_tool NAME MODULE VERSION ARG MATCH: make sure the Go program
+# NAME at VERSION is in Go's bin folder (its output for ARG holds MATCH),
+# 'go install'ing MODULE@VERSION there if not, and print its path. Needs
+# ensure_go first.
+ensure_go_tool() {
+	local name=$1 module=$2 version=$3 arg=$4 match=$5 gobin
 	gobin=$(go_bin) || die "'go env GOPATH' failed"
-	if ! "$gobin/staticcheck" -version 2>/dev/null | grep -qF "(${FFCVFS_STATICCHECK_VERSION#v})"; then
-		log "installing staticcheck $FFCVFS_STATICCHECK_VERSION into $gobin"
-		(cd / && go install "$FFCVFS_STATICCHECK_MODULE@$FFCVFS_STATICCHECK_VERSION") >&2 ||
-			die "could not install staticcheck: go install $FFCVFS_STATICCHECK_MODULE@$FFCVFS_STATICCHECK_VERSION failed"
+	if ! "$gobin/$name" "$arg" 2>/dev/null | grep -qF "$match"; then
+		log "installing $name $version into $gobin"
+		(cd / && go install "$module@$version") >&2 ||
+			die "could not install $name: go install $module@$version failed"
 	fi
-	printf '%s\n' "$gobin/staticcheck"
+	printf '%s
+' "$gobin/$name"
+}
+
+# ensure_staticcheck: ensure_go_tool for staticcheck
+# FFCVFS_STATICCHECK_VERSION.
+ensure_staticcheck() {
+	ensure_go_tool staticcheck "$FFCVFS_STATICCHECK_MODULE" "$FFCVFS_STATICCHECK_VERSION" -version "(${FFCVFS_STATICCHECK_VERSION#v})"
 }
 
 # gotestsum prints each test as it ends, so that a long package (the
@@ -241,17 +249,9 @@ ensure_staticcheck() {
 FFCVFS_GOTESTSUM_MODULE=gotest.tools/gotestsum
 FFCVFS_GOTESTSUM_VERSION=v1.13.0
 
-# ensure_gotestsum: installs gotestsum at FFCVFS_GOTESTSUM_VERSION unless
-# there, and prints its path.
+# ensure_gotestsum: ensure_go_tool for gotestsum FFCVFS_GOTESTSUM_VERSION.
 ensure_gotestsum() {
-	local gobin
-	gobin=$(go_bin) || die "'go env GOPATH' failed"
-	if ! "$gobin/gotestsum" --version 2>/dev/null | grep -qF "$FFCVFS_GOTESTSUM_VERSION"; then
-		log "installing gotestsum $FFCVFS_GOTESTSUM_VERSION into $gobin"
-		(cd / && go install "$FFCVFS_GOTESTSUM_MODULE@$FFCVFS_GOTESTSUM_VERSION") >&2 ||
-			die "could not install gotestsum: go install $FFCVFS_GOTESTSUM_MODULE@$FFCVFS_GOTESTSUM_VERSION failed"
-	fi
-	printf '%s\n' "$gobin/gotestsum"
+	ensure_go_tool gotestsum "$FFCVFS_GOTESTSUM_MODULE" "$FFCVFS_GOTESTSUM_VERSION" --version "$FFCVFS_GOTESTSUM_VERSION"
 }
 
 # ensure_deps: everything the tests need: the Debian packages in
