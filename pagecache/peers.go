@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/ffcvfs/ffcvfs/pagecache/tier"
 )
@@ -85,25 +86,21 @@ func fillsForCluster(err error) bool {
 // storage.
 func reasonOf(err error) int {
 	var r interface{ StorageReason() string }
-	why := ReasonOwnerError
 	if errors.As(err, &r) {
-		why = r.StorageReason()
-	}
-	for i, name := range peerReasons {
-		if name == why {
+		if i := slices.Index(peerReasons[:], r.StorageReason()); i >= 0 {
 			return i
 		}
 	}
 	return reasonIndex(ReasonOwnerError)
 }
 
+// reasonIndex returns the index in peerReasons of a reason's name.
 func reasonIndex(name string) int {
-	for i, n := range peerReasons {
-		if n == name {
-			return i
-		}
+	i := slices.Index(peerReasons[:], name)
+	if i < 0 {
+		panic("pagecache: no peer reason " + name)
 	}
-	panic("pagecache: no peer reason " + name)
+	return i
 }
 
 // owns reports whether this node owns data page dp.

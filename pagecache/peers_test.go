@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
 
@@ -53,7 +54,7 @@ func peerStorage(t *testing.T, c *Cache, allowed ...string) uint64 {
 	var sum uint64
 	for _, why := range peerReasons {
 		n, ok := st.StorageReasons[why]
-		if !ok || n > 0 && !contains(allowed, why) {
+		if !ok || n > 0 && !slices.Contains(allowed, why) {
 			t.Errorf("storage reasons %v, want reads for %v alone (every reason named)", st.StorageReasons, allowed)
 		}
 		sum += n
@@ -62,15 +63,6 @@ func peerStorage(t *testing.T, c *Cache, allowed ...string) uint64 {
 		t.Errorf("storage reasons %v sum to %d, storage reads %d", st.StorageReasons, sum, st.StorageReads)
 	}
 	return st.StorageBytes
-}
-
-func contains(s []string, x string) bool {
-	for _, y := range s {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 // TestPeerTierReadsEachPageOnce: two nodes, each owning half the pages,

@@ -22,6 +22,7 @@ const loadFactor = 1.1
 type placement struct {
 	nodes []string // sorted, as members has them
 	owner []int32  // per page, an index into nodes
+	loads []int64  // per node, the pages it owns
 	limit int64    // the most pages a node may own
 }
 
@@ -47,6 +48,7 @@ func place(r *ring, prefix string, pages int64) *placement {
 	}
 	pl.limit = int64(math.Ceil(loadFactor * float64(pages) / float64(len(r.nodes))))
 	load := make([]int64, len(r.nodes))
+	pl.loads = load
 	for p := range pages {
 		i := r.first(pageKey(prefix, p))
 		// The bounds sum to more than the pages, and every node has
@@ -67,13 +69,10 @@ func (pl *placement) ownerOf(p int64) string { return pl.nodes[pl.owner[p]] }
 
 // count returns how many pages node owns.
 func (pl *placement) count(node string) int64 {
-	var n int64
-	for _, o := range pl.owner {
-		if pl.nodes[o] == node {
-			n++
-		}
+	if i, ok := slices.BinarySearch(pl.nodes, node); ok {
+		return pl.loads[i]
 	}
-	return n
+	return 0
 }
 
 // movedPages returns how many pages have another owner in b than in a (of
@@ -94,22 +93,15 @@ func movedPages(a, b *placement) int64 {
 // with bounded false, as a plain hash ring would (the limit is then the
 // pages). For tools that size clusters (tools/clustersim -shares).
 func Shares(nodes []string, identity string, pages int64, bounded bool) (counts []int64, limit int64) {
-	nodes = slices.Sorted(slices.Values(nodes))
-	r := newRing(nodes)
-	counts = make([]int64, len(nodes))
+	r := newRing(slices.Sorted(slices.Values(nodes)))
+	prefix := prefixOf(identity)
 	if !bounded {
-		index := make(map[string]int, len(nodes))
-		for i, n := range nodes {
-			index[n] = i
-		}
+		counts = make([]int64, len(nodes))
 		for p := range pages {
-			counts[index[r.owner(pageKey(prefixOf(identity), p))]]++
+			counts[r.owners[r.first(pageKey(prefix, p))]]++
 		}
 		return counts, pages
 	}
-	pl := place(r, prefixOf(identity), pages)
-	for _, o := range pl.owner {
-		counts[o]++
-	}
-	return counts, pl.limit
+	pl := place(r, prefix, pages)
+	return pl.loads, pl.limit
 }
