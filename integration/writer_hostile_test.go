@@ -437,6 +437,50 @@ DatasetWriter("slow.beton", {"image": RGBImageField(), "label": IntField()}, num
 	}
 }
 
+// TestDatasetWriterCtrlCAtStart: a Ctrl-C that reaches ffcvfs write before
+// it catches signals (the first sample's worker sends it to the group, as
+// soon as the writer is started) still ends it by its own exit with its
+// line: the DatasetWriter starts it with SIGINT and SIGTERM blocked, held
+// until it catches them. Unheld, either killed it silently.
+func TestDatasetWriterCtrlCAtStart(t *testing.T) {
+	py := installedPython(t, "numpy")
+	for run := range 5 {
+		dir := t.TempDir()
+		script := `
+import os, signal, time
+import numpy as np
+from ffcvfs.fields import IntField, RGBImageField
+from ffcvfs.writer import DatasetWriter
+
+class AtOnce:
+    def __len__(self):
+        return 1000
+    def __getitem__(self, i):
+        if i == 0:
+            os.killpg(0, signal.SIGINT)
+        time.sleep(0.01)  # the write cannot end before the interrupt
+        return np.full((8, 8, 3), i % 256, np.uint8), i
+
+DatasetWriter("early.beton", {"image": RGBImageField(), "label": IntField()}, num_workers=1).from_indexed_dataset(AtOnce())
+`
+		cmd := exec.Command(py, "-c", script)
+		cmd.Dir = dir
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		out := stderr.String()
+		ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+		if !ws.Signaled() || ws.Signal() != syscall.SIGINT || strings.Count(out, "interrupted; early.beton was not written") != 1 ||
+			!strings.HasSuffix(strings.TrimSpace(out), "KeyboardInterrupt") {
+			t.Fatalf("run %d: %v; stderr after a Ctrl-C at the start:\n%s\nwant ffcvfs write's line once and one KeyboardInterrupt", run, err, out)
+		}
+		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+			t.Errorf("run %d left behind: %v", run, ents)
+		}
+	}
+}
+
 // TestDatasetWriterProgressBar: a DatasetWriter run on a terminal (a
 // pseudo-terminal, by script(1)) shows ffcvfs write's progress bar with
 // its rate; on a pipe it shows none. It never drew: ffcvfs write's

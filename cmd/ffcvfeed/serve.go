@@ -5,14 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/ffcvfs/ffcvfs/cudafeed"
 	"github.com/ffcvfs/ffcvfs/feed"
+	"github.com/ffcvfs/ffcvfs/internal/interrupt"
 	"github.com/ffcvfs/ffcvfs/internal/lifeline"
 	"github.com/ffcvfs/ffcvfs/internal/metrics"
 	"github.com/ffcvfs/ffcvfs/internal/profile"
@@ -80,8 +79,7 @@ func serveCommand() *cli.Command {
 			defer fd.close()
 			// From here on a signal ends the stream through ctx, so that
 			// the shared memory and the socket are removed on the way out.
-			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
-			defer stop()
+			ctx := interrupt.Context(c.Context)
 			opts := feed.Options{Socket: c.String("socket"), Slots: c.Int("slots"),
 				Epochs: epochs, StartEpoch: startEpoch, StartBatch: startBatch, Resumed: resumed,
 				WorldSize: c.Int("world-size"), BatchSize: c.Int("batch-size")}

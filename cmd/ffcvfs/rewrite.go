@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/urfave/cli/v2"
 
@@ -14,6 +12,7 @@ import (
 	"github.com/ffcvfs/ffcvfs/beton/rewrite"
 	"github.com/ffcvfs/ffcvfs/internal/bytesize"
 	"github.com/ffcvfs/ffcvfs/internal/cacheflags"
+	"github.com/ffcvfs/ffcvfs/internal/interrupt"
 	"github.com/ffcvfs/ffcvfs/internal/progress"
 	"github.com/ffcvfs/ffcvfs/pagecache"
 	"github.com/ffcvfs/ffcvfs/storage"
@@ -57,8 +56,7 @@ func runWriteBeton(c *cli.Context, pageSize int64) error {
 		return usageError("--from-beton: give the source beton (a path, s3:// or http(s)://)")
 	}
 	out := c.Args().Get(0)
-	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx := interrupt.Context(c.Context)
 
 	octx, cancel := context.WithTimeout(ctx, cacheflags.OpenTimeout)
 	source, f, err := pagecache.OpenBeton(octx, src, cacheflags.SourceOptions(c))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -19,11 +20,13 @@ import (
 	"github.com/ffcvfs/ffcvfs/control"
 	"github.com/ffcvfs/ffcvfs/internal/bytesize"
 	"github.com/ffcvfs/ffcvfs/internal/cacheflags"
+	"github.com/ffcvfs/ffcvfs/internal/interrupt"
 	"github.com/ffcvfs/ffcvfs/internal/lifeline"
 	"github.com/ffcvfs/ffcvfs/internal/progress"
 	"github.com/ffcvfs/ffcvfs/jpeg"
 	"github.com/ffcvfs/ffcvfs/storage"
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 )
 
 func writeCommand() *cli.Command {
@@ -170,8 +173,7 @@ func runWrite(c *cli.Context) error {
 		}
 	}
 
-	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx := interrupt.Context(c.Context)
 	var bar *progress.Bar
 	opts.Progress = func(done, total int) {
 		if bar == nil {
@@ -234,8 +236,47 @@ var imageFlags = []string{"mode", "max-resolution", "jpeg-quality", "restart-int
 // DatasetWriter sets it.
 const exitWithParentEnv = "FFCVFS_EXIT_WITH_PARENT"
 
+// writeReadyFDEnv names a pipe's write end that write --from-stream closes once
+// it catches SIGINT and SIGTERM: the Python DatasetWriter starts it with
+// SIGINT ignored (the one signal Go keeps ignored until it is caught, with
+// SIGHUP), and signals it only once the pipe reads its end, so that the
+// write always ends by its own exit and says what became of the beton.
+const writeReadyFDEnv = "FFCVFS_WRITE_READY_FD"
+
+// closeWriteReadyFD closes the pipe writeReadyFDEnv names, if it names one.
+func closeWriteReadyFD() {
+	v := os.Getenv(writeReadyFDEnv)
+	if v == "" {
+		return
+	}
+	fd, err := strconv.Atoi(v)
+	var st unix.Stat_t
+	if err == nil && fd >= 3 && fd <= 1<<20 && unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFIFO {
+		if fl, ferr := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0); ferr != nil || fl&unix.O_ACCMODE != unix.O_WRONLY {
+			err = errors.New("not a pipe's write end")
+		}
+	} else {
+		err = errors.New("not a pipe")
+	}
+	if err != nil {
+		slog.Warn(writeReadyFDEnv+" names no pipe's write end of this process; ignored", "value", v)
+		return
+	}
+	unix.Close(fd)
+}
+
 // runWriteStream is write --from-stream.
 func runWriteStream(c *cli.Context, pageSize int64) error {
+	ctx := c.Context
+	if os.Getenv(exitWithParentEnv) == "1" {
+		// Standard error is a pipe the parent reads: once the parent
+		// is gone, a write to it must fail, not kill this process
+		// (SIGPIPE) before the upload is aborted.
+		signal.Ignore(syscall.SIGPIPE)
+		ctx, _ = lifeline.WithParent(ctx)
+	}
+	ctx = interrupt.Context(ctx)
+	closeWriteReadyFD()
 	if err := needArgs(c, "OUT.beton"); err != nil {
 		return err
 	}
@@ -262,16 +303,6 @@ func runWriteStream(c *cli.Context, pageSize int64) error {
 	}
 	defer closeAll()
 	out := c.Args().Get(0)
-	ctx := c.Context
-	if os.Getenv(exitWithParentEnv) == "1" {
-		// Standard error is a pipe the parent reads: once the parent
-		// is gone, a write to it must fail, not kill this process
-		// (SIGPIPE) before the upload is aborted.
-		signal.Ignore(syscall.SIGPIPE)
-		ctx, _ = lifeline.WithParent(ctx)
-	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	dst, err := destination(ctx, c, out)
 	if err != nil {
 		return cli.Exit(err.Error(), 1)

@@ -1,7 +1,9 @@
 """The commands ffcvfs and ffcvfeed that pip installs: each runs the program
 of the same name built into the package (ffcvfs/bin/)."""
 
+import contextlib
 import os
+import signal
 import sys
 
 
@@ -26,3 +28,21 @@ def ffcvfs() -> None:
 
 def ffcvfeed() -> None:
     _run("ffcvfeed")
+
+
+
+@contextlib.contextmanager
+def sigint_ignored():
+    """Ignores SIGINT while a program is started from this (the main)
+    thread: the program inherits it ignored, which Go keeps until the
+    program catches it, so that a Ctrl-C in its first milliseconds does not
+    kill it unheard. Elsewhere than the main thread, nothing."""
+    try:
+        held = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, held)

@@ -40,6 +40,7 @@ from typing import Callable, List, Mapping, Optional, Sequence
 import numpy as np
 
 from .fields import Field
+from ._programs import sigint_ignored
 
 __all__ = ["DatasetWriter", "WriteError"]
 
@@ -175,7 +176,10 @@ class DatasetWriter:
         for r, _ in pipes:
             args += ["--from-stream", f"fd:{r}"]
         args += ["--", self.fname]  # a name may start with "-"
-        env = dict(os.environ, FFCVFS_EXIT_WITH_PARENT="1")
+        # ffcvfs write closes ready_w once it catches SIGINT and SIGTERM
+        # (_wait_ready); started with SIGINT ignored until then.
+        ready_r, ready_w = os.pipe()
+        env = dict(os.environ, FFCVFS_EXIT_WITH_PARENT="1", FFCVFS_WRITE_READY_FD=str(ready_w))
         env.pop("FFCVFS_PROGRESS", None)
         try:
             if sys.stderr is not None and sys.stderr.isatty():
@@ -185,13 +189,17 @@ class DatasetWriter:
         except (AttributeError, ValueError, OSError):
             pass
         try:
-            proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
-                                    pass_fds=[r for r, _ in pipes])
+            with sigint_ignored():
+                proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                                        pass_fds=[r for r, _ in pipes] + [ready_w])
         except OSError as e:
             for r, w in pipes:
                 os.close(r)
                 os.close(w)
+            os.close(ready_r)
             raise WriteError(f"cannot start {exe}: {e}") from e
+        finally:
+            os.close(ready_w)
         tail = _Tail(proc.stderr)
         for r, _ in pipes:
             os.close(r)
@@ -220,6 +228,8 @@ class DatasetWriter:
         except BaseException as e:
             for _, w in pipes:
                 os.close(w)
+            # Signaled before it catches signals, it would end unheard.
+            _wait_ready(ready_r)
             proc.send_signal(signal.SIGTERM)
             proc.wait()
             for p in workers:
@@ -230,6 +240,7 @@ class DatasetWriter:
                 raise KeyboardInterrupt from None
             raise
         finally:
+            os.close(ready_r)
             tail.join()
         # A worker that ended by itself before the writer failed may be
         # why it did (the writer saw its stream end early); workers still
@@ -253,6 +264,19 @@ class DatasetWriter:
             if deaths:
                 raise WriteError("; ".join(deaths) + f"; the beton was not written (ffcvfs write said: {tail.message()})")
             raise WriteError(tail.message())
+
+
+def _wait_ready(fd):
+    """Waits until ffcvfs write catches SIGINT and SIGTERM, or has ended:
+    the end of the pipe it closes then (FFCVFS_WRITE_READY_FD)."""
+    while True:
+        try:
+            if not os.read(fd, 1):
+                return
+        except InterruptedError:
+            continue
+        except KeyboardInterrupt:
+            continue  # a second Ctrl-C: the write ends at once all the same
 
 
 class _Tail(threading.Thread):
