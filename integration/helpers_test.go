@@ -348,15 +348,19 @@ type extraBuild struct {
 	err  error
 }
 
-// extraBinary builds ../cmd/<name> into binDir on first use and returns its
-// path. binary has created binDir already.
+// extraBinary builds ../cmd/<name>, or ../tools/<tool> for a name
+// tools/<tool>, into binDir on first use and returns its path. binary has
+// created binDir already.
 func extraBinary(t *testing.T, name string) string {
 	t.Helper()
 	v, _ := extraBuilds.LoadOrStore(name, &extraBuild{})
 	b := v.(*extraBuild)
-	path := filepath.Join(binDir, name)
+	path, pkg := filepath.Join(binDir, name), "../cmd/"+name
+	if tool, ok := strings.CutPrefix(name, "tools/"); ok {
+		path, pkg = filepath.Join(binDir, tool), "../"+name
+	}
 	b.once.Do(func() {
-		out, err := exec.Command("go", "build", "-o", path, "../cmd/"+name).CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", path, pkg).CombinedOutput()
 		if err != nil {
 			b.err = &buildError{name, string(out), err}
 		}

@@ -75,6 +75,7 @@ import (
 	"sync/atomic"
 
 	"github.com/golang/groupcache"
+	"golang.org/x/sync/semaphore"
 )
 
 // node is the process's member of the tier: groupcache allows one pool
@@ -148,6 +149,8 @@ type Object struct {
 
 	// tags holds each whole page's tag once computed (server.go).
 	tags []atomic.Pointer[[tagLen]byte]
+	// serving bounds the bytes held for peers' requests (bounded).
+	serving *semaphore.Weighted
 
 	corrupt, peerLoads, peerErrors atomic.Uint64
 }
@@ -171,6 +174,7 @@ func Open(info Info, opts Options) (*Object, error) {
 	}
 	o := &Object{info: info, prefix: prefixOf(info.Identity), pages: (info.Size + info.PageSize - 1) / info.PageSize}
 	o.tags = make([]atomic.Pointer[[tagLen]byte], o.pages)
+	o.serving = semaphore.NewWeighted(servePages * info.PageSize)
 	node.members.mu.Lock()
 	o.replace(node.members.ring)
 	node.mu.Lock()
@@ -229,6 +233,13 @@ func (o *Object) Serve(fn ServeFunc) { o.serve.Store(&fn) }
 func (o *Object) Owns(p int64) bool {
 	owner, ok := o.owner(p)
 	return ok && owner == node.opts.Self
+}
+
+// Owner returns the base URL of the node that owns page p (absolute)
+// now; "" for a page the object does not have.
+func (o *Object) Owner(p int64) string {
+	owner, _ := o.owner(p)
+	return owner
 }
 
 // owner returns the node that owns page p (absolute), if p is a page of

@@ -58,7 +58,7 @@ func start(opts Options) error {
 	node.pages = groupcache.NewGroup("pages", 0, groupcache.GetterFunc(getPage))
 	node.ranges = groupcache.NewGroup("ranges", 0, groupcache.GetterFunc(getRange))
 	mux := http.NewServeMux()
-	mux.Handle(basePath, authorize(node.pool))
+	mux.Handle(basePath, authorize(bounded(node.pool)))
 	node.ln = ln
 	node.srv = &http.Server{
 		Handler:           mux,
@@ -77,6 +77,49 @@ func start(opts Options) error {
 	go node.srv.Serve(served)
 	opts.Logger.Info("peer tier: serving", "listen", ln.Addr().String(), "self", opts.Self, "peers", node.members.count(), "tls", opts.tls != nil)
 	return nil
+}
+
+// servePages bounds what an object's node holds for its peers at once:
+// the values it answers, and the pages it reads from storage for them,
+// weigh servePages pages of the object (see bounded). Each value is held
+// about three times over while it is answered (the buffer it is read
+// into, groupcache's copy, the encoded answer), the page read for it once:
+// at most about 2·servePages pages of memory beside the cache's budgets,
+// whatever the number of requests; the others wait (for fillWait times
+// the asker's timeout, as for a page read from storage).
+const servePages = 8
+
+// bounded admits a request to next once its object's serving budget
+// (Object.serving) has room for it: its value and the page it may read.
+// A request waits without holding memory beyond its connection's, and
+// connections are bounded (maxConns). Requests whose key names no
+// object pass: groupcache refuses them without reading anything.
+func bounded(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, key, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, basePath), "/")
+		o, p, _, n, err := parseKey(key)
+		if err != nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		weight := o.weight(p, n)
+		if err := o.serving.Acquire(r.Context(), weight); err != nil {
+			return // the asker went away
+		}
+		defer o.serving.Release(weight)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// weight is what a request for [off, off+n) of page p (n 0: the whole
+// page) weighs in the serving budget: the page it may read from storage
+// and its value.
+func (o *Object) weight(p, n int64) int64 {
+	pl := o.pageLen(p)
+	if n <= 0 || n > pl {
+		n = pl
+	}
+	return pl + n
 }
 
 // errNotServing answers a request for an object whose cache does not

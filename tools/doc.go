@@ -3,7 +3,9 @@
 // mkscanbeton), the readers that scripts/bench.sh times (readall,
 // storagebench) and the least work a loader of raw images does (rawcopy),
 // an image-by-image comparison of the two JPEG entropy decoders
-// (entropyab), and a simulation of a cluster's caches (clustersim). Each
+// (entropyab), a simulation of a cluster's caches (clustersim), and a
+// member of the peer tier that asks a node for many pages at once
+// (peerburst). Each
 // uses the project's packages rather than re-implementing them; scripts/
 // keeps the shell and Python that run them.
 package tools

@@ -30,7 +30,6 @@ def ffcvfeed() -> None:
     _run("ffcvfeed")
 
 
-
 @contextlib.contextmanager
 def sigint_ignored():
     """Ignores SIGINT while a program is started from this (the main)
