@@ -10,6 +10,8 @@
 #define FFJ_ERR_ARG 2       /* invalid argument (region, scale, buffer size) */
 #define FFJ_ERR_NOMEM 3
 #define FFJ_ERR_CORRUPT 4   /* the image is not what it should be; message in ffj_message */
+#define FFJ_ERR_INEXACT 5   /* a transcode would not keep the pixels; message in msg */
+#define FFJ_ERR_TOOBIG 6    /* a transcode would take more memory than allowed; message in msg */
 
 typedef struct ffj_decoder ffj_decoder;
 
@@ -59,9 +61,14 @@ int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
 /* Transcodes the JPEG src losslessly (the same DCT coefficients) to one with
  * a restart marker every *k_out MCUs, the divisor of the MCUs per row
  * nearest target, with optimized Huffman tables and the source's APPn and
- * COM markers. *out is malloc'd; the caller frees it. On an error, msg
- * (msglen bytes) says why. */
+ * COM markers, as they were. *out is malloc'd; the caller frees it. An image
+ * of more than max_pixels pixels, or whose coefficients and output would
+ * take more than max_mem bytes, is FFJ_ERR_TOOBIG before its coefficients
+ * are read; a progressive image whose scans leave coefficients incomplete
+ * (which decoders smooth, and a sequential copy could not) is
+ * FFJ_ERR_INEXACT. On an error, msg (msglen bytes) says why. */
 int ffj_add_restarts(const unsigned char *src, size_t n, int target,
+                     long long max_pixels, long long max_mem,
                      unsigned char **out, size_t *out_len, int *k_out,
                      char *msg, int msglen);
 

@@ -12,7 +12,19 @@
 /* Lossless transcoding of a JPEG to one with restart markers: the DCT
  * coefficients are read (jpeg_read_coefficients) and written again
  * (jpeg_write_coefficients), as jpegtran -restart does, so every decoder
- * gives the same pixels as from the original. */
+ * gives the same pixels as from the original. Where it could not promise
+ * that, it refuses:
+ *  - a progressive image whose scans leave some coefficient incomplete (cut
+ *    short, or DC only): decoders smooth such an image's blocks (libjpeg's
+ *    block smoothing, PIL's and torchvision's through it), and a sequential
+ *    copy, complete by definition, would be decoded unsmoothed;
+ *  - markers: the source's JFIF and Adobe markers are copied as they were,
+ *    and the compressor writes none of its own, since decoders read them
+ *    (libjpeg takes the colour space from them, and a reader may take
+ *    CMYK's inversion from the Adobe marker's presence);
+ *  - damaged data: any warning (see rst_emit_message).
+ * What it holds, the whole image's coefficients, is checked against a
+ * bound before they are read. */
 
 typedef struct {
 	struct jpeg_error_mgr pub;
@@ -81,7 +93,40 @@ static int interval(int per_row, int target) {
 	return best;
 }
 
+/* coef_bytes returns what the whole image's coefficients take once read
+ * (jdcoefct.c's virtual arrays: each component's blocks, rounded up to its
+ * sampling factors, 128 bytes a block), from the header alone. */
+static long long coef_bytes(j_decompress_ptr d) {
+	long long total = 0;
+	int ci;
+	for (ci = 0; ci < d->num_components; ci++) {
+		jpeg_component_info *comp = &d->comp_info[ci];
+		long long w = ((long long)comp->width_in_blocks + comp->h_samp_factor - 1) / comp->h_samp_factor * comp->h_samp_factor;
+		long long h = ((long long)comp->height_in_blocks + comp->v_samp_factor - 1) / comp->v_samp_factor * comp->v_samp_factor;
+		total += w * h * (long long)sizeof(JBLOCK);
+	}
+	return total;
+}
+
+/* incomplete reports whether a progressive image's scans left a coefficient
+ * of some component unsent or short of its last bits. */
+static int incomplete(j_decompress_ptr d) {
+	int ci, k;
+	if (!d->progressive_mode || d->coef_bits == NULL) {
+		return 0;
+	}
+	for (ci = 0; ci < d->num_components; ci++) {
+		for (k = 0; k < DCTSIZE2; k++) {
+			if (d->coef_bits[ci][k] != 0) {
+				return 1;
+			}
+		}
+	}
+	return 0;
+}
+
 int ffj_add_restarts(const unsigned char *src, size_t n, int target,
+                     long long max_pixels, long long max_mem,
                      unsigned char **out, size_t *out_len, int *k_out,
                      char *msg, int msglen) {
 	struct jpeg_decompress_struct d;
@@ -124,7 +169,26 @@ int ffj_add_restarts(const unsigned char *src, size_t n, int target,
 		jpeg_save_markers(&d, JPEG_APP0 + m, 0xFFFF);
 	}
 	jpeg_read_header(&d, TRUE);
+	if (max_pixels > 0 && (long long)d.image_width * (long long)d.image_height > max_pixels) {
+		snprintf(msg, (size_t)msglen, "%ux%u is more than %lld pixels", d.image_width, d.image_height, max_pixels);
+		jpeg_destroy_decompress(&d);
+		free(dest.buf);
+		return FFJ_ERR_TOOBIG;
+	}
+	if (max_mem > 0 && coef_bytes(&d) + (long long)dest.cap > max_mem) {
+		snprintf(msg, (size_t)msglen, "%ux%u: its coefficients take %lld MiB, more than a transcode may hold (%lld MiB)",
+		         d.image_width, d.image_height, (coef_bytes(&d) + (long long)dest.cap) >> 20, max_mem >> 20);
+		jpeg_destroy_decompress(&d);
+		free(dest.buf);
+		return FFJ_ERR_TOOBIG;
+	}
 	coefs = jpeg_read_coefficients(&d);
+	if (incomplete(&d)) {
+		snprintf(msg, (size_t)msglen, "a progressive JPEG with incomplete scans, whose blocks decoders smooth");
+		jpeg_destroy_decompress(&d);
+		free(dest.buf);
+		return FFJ_ERR_INEXACT;
+	}
 
 	jpeg_create_compress(&c);
 	cinit = 1;
@@ -133,23 +197,17 @@ int ffj_add_restarts(const unsigned char *src, size_t n, int target,
 	per_row = (int)((d.image_width + (JDIMENSION)mcu_w - 1) / (JDIMENSION)mcu_w);
 	*k_out = interval(per_row, target < 1 ? 1 : target);
 	c.restart_interval = (unsigned int)*k_out;
+	/* The source's JFIF and Adobe markers, as they were, below. */
+	c.write_JFIF_header = FALSE;
+	c.write_Adobe_marker = FALSE;
 	c.optimize_coding = TRUE;
 	c.dest = &dest.pub;
 	dest.pub.init_destination = rst_init_destination;
 	dest.pub.empty_output_buffer = rst_empty_output_buffer;
 	dest.pub.term_destination = rst_term_destination;
 	jpeg_write_coefficients(&c, coefs);
-	/* The source's markers, as jpegtran -copy all keeps them, but the
-	 * JFIF and Adobe ones the compressor writes itself. */
+	/* The source's markers, every one as it was. */
 	for (mk = d.marker_list; mk != NULL; mk = mk->next) {
-		if (c.write_JFIF_header && mk->marker == JPEG_APP0 && mk->data_length >= 5 &&
-		    memcmp(mk->data, "JFIF", 5) == 0) {
-			continue;
-		}
-		if (c.write_Adobe_marker && mk->marker == JPEG_APP0 + 14 && mk->data_length >= 5 &&
-		    memcmp(mk->data, "Adobe", 5) == 0) {
-			continue;
-		}
 		jpeg_write_marker(&c, mk->marker, mk->data, mk->data_length);
 	}
 	jpeg_finish_compress(&c);

@@ -22,10 +22,32 @@ import (
 // markers make a JPEG about 1.4 % larger (every 2 MCUs: about 4 %).
 const DefaultRestartInterval = 4
 
+// MaxTranscodeMemory bounds what one AddRestarts holds: the whole image's
+// DCT coefficients (2 bytes a sample: 3 bytes a pixel at 4:2:0, 6 at
+// 4:4:4) and its output. 256 MiB transcodes an image of about 85
+// megapixels at 4:2:0; a larger one is ErrTooLarge, and the writers keep it
+// as it is.
+const MaxTranscodeMemory = 256 << 20
+
+// ErrTooLarge is AddRestarts' error for an image of more than MaxPixels,
+// or whose transcode would hold more than MaxTranscodeMemory.
+var ErrTooLarge = errors.New("too large to transcode")
+
+// ErrInexact is AddRestarts' error for a JPEG whose transcode some decoder
+// would give other pixels: a progressive JPEG whose scans leave
+// coefficients incomplete (cut short, or DC only), whose blocks libjpeg
+// (PIL, torchvision) smooths; a sequential copy would be decoded as it is.
+var ErrInexact = errors.New("a transcode would change its pixels")
+
 // AddRestarts returns the JPEG src transcoded losslessly to one with a
 // restart marker every k MCUs, k the divisor of the image's MCUs per row
 // nearest target, with optimized Huffman tables and src's APPn and COM
-// markers. Every decoder gives the same pixels from it as from src.
+// markers as they were. Every decoder gives the same pixels from it as from
+// src; where that cannot be promised it is an error wrapping ErrInexact,
+// and an image too large to transcode (see MaxTranscodeMemory) one
+// wrapping ErrTooLarge, both found before the image's coefficients are
+// held. Other errors wrap ErrCorrupt (a warning while reading the source
+// is one: the coefficients after it would be made up).
 func AddRestarts(src []byte, target int) (out []byte, k int, err error) {
 	if len(src) == 0 {
 		return nil, 0, fmt.Errorf("add restarts: empty input: %w", ErrArgument)
@@ -36,12 +58,17 @@ func AddRestarts(src []byte, target int) (out []byte, k int, err error) {
 		ck  C.int
 		msg [200]C.char
 	)
-	rc := C.ffj_add_restarts(bytesPtr(src), C.size_t(len(src)), C.int(min(max(target, 1), 1<<16-1)), &p, &n, &ck, &msg[0], C.int(len(msg)))
+	rc := C.ffj_add_restarts(bytesPtr(src), C.size_t(len(src)), C.int(min(max(target, 1), 1<<16-1)),
+		C.longlong(MaxPixels), C.longlong(MaxTranscodeMemory), &p, &n, &ck, &msg[0], C.int(len(msg)))
 	runtime.KeepAlive(src)
 	switch rc {
 	case C.FFJ_OK:
 	case C.FFJ_ERR_NOMEM:
 		return nil, 0, errors.New("add restarts: out of memory")
+	case C.FFJ_ERR_TOOBIG:
+		return nil, 0, fmt.Errorf("add restarts: %s: %w", C.GoString(&msg[0]), ErrTooLarge)
+	case C.FFJ_ERR_INEXACT:
+		return nil, 0, fmt.Errorf("add restarts: %s: %w", C.GoString(&msg[0]), ErrInexact)
 	default:
 		return nil, 0, fmt.Errorf("add restarts: %s: %w", C.GoString(&msg[0]), ErrCorrupt)
 	}

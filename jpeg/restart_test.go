@@ -2,9 +2,13 @@ package jpeg
 
 import (
 	"bytes"
+	"encoding/binary"
+	"errors"
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	libjpeg "github.com/pixiv/go-libjpeg/jpeg"
 )
 
 // decodeWhole decodes the whole of src at m/8 from the whole JPEG.
@@ -269,6 +273,96 @@ func TestDecodeInPlace(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// sosOffsets returns the offsets of the SOS markers of a JPEG.
+func sosOffsets(b []byte) []int {
+	var out []int
+	for i := 2; i+3 < len(b); {
+		if b[i] != 0xFF {
+			i++
+			continue
+		}
+		m := b[i+1]
+		switch {
+		case m == 0xD9:
+			return out
+		case m == 0x00 || m == 0xFF || m >= 0xD0 && m <= 0xD7:
+			i += 2
+			continue
+		case m == 0xDA:
+			out = append(out, i)
+		}
+		i += 2 + int(b[i+2])<<8 | int(b[i+3])
+	}
+	return out
+}
+
+// TestAddRestartsProgressiveCut: a progressive JPEG cut after any scan but
+// its last (and closed with EOI) is ErrInexact: libjpeg smooths its
+// blocks, which a sequential copy would not have (transcoded, they decoded
+// to other pixels). The whole one transcodes to the same pixels.
+func TestAddRestartsProgressiveCut(t *testing.T) {
+	f := loadFixtures(t, 1)[0]
+	img, err := libjpeg.Decode(bytes.NewReader(f.data), &libjpeg.DecoderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var enc bytes.Buffer
+	if err := libjpeg.Encode(&enc, img, &libjpeg.EncoderOptions{Quality: 90, ProgressiveMode: true}); err != nil {
+		t.Fatal(err)
+	}
+	prog := enc.Bytes()
+	decode := func(b []byte) []byte {
+		im, err := libjpeg.DecodeIntoRGB(bytes.NewReader(b), &libjpeg.DecoderOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return im.Pix
+	}
+	scans := sosOffsets(prog)
+	if len(scans) < 3 {
+		t.Fatalf("a progressive JPEG of %d scans", len(scans))
+	}
+	for k := 1; k < len(scans); k++ {
+		cut := append(slices.Clip(prog[:scans[k]]), 0xFF, 0xD9)
+		if _, _, err := AddRestarts(cut, 4); !errors.Is(err, ErrInexact) {
+			t.Errorf("cut after scan %d of %d: %v, want ErrInexact", k, len(scans), err)
+		}
+	}
+	out, _, err := AddRestarts(prog, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(decode(out), decode(prog)) {
+		t.Error("the whole progressive JPEG transcoded to other pixels")
+	}
+}
+
+// withFrame returns the JPEG b with its frame header saying w×h.
+func withFrame(t *testing.T, b []byte, w, h int) []byte {
+	t.Helper()
+	info, err := parseHeader(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := slices.Clone(b)
+	binary.BigEndian.PutUint16(out[info.SOFAt:], uint16(h))
+	binary.BigEndian.PutUint16(out[info.SOFAt+2:], uint16(w))
+	return out
+}
+
+// TestAddRestartsTooLarge: a JPEG of more than MaxPixels, or whose
+// coefficients would take more than MaxTranscodeMemory, is ErrTooLarge
+// before they are read: a 4 MB JPEG of 32768² took 2.1 GB to transcode.
+func TestAddRestartsTooLarge(t *testing.T) {
+	f := loadFixtures(t, 1)[0]
+	for _, c := range []struct{ w, h int }{{32768, 32768}, {65500, 65500}, {12000, 12000}} {
+		b := withFrame(t, f.data, c.w, c.h)
+		if _, _, err := AddRestarts(b, 4); !errors.Is(err, ErrTooLarge) {
+			t.Errorf("%dx%d: %v, want ErrTooLarge", c.w, c.h, err)
 		}
 	}
 }

@@ -27,7 +27,7 @@ FFCVFS_APT_PYTHON=(
 # setuptools and wheel to install python/ as a package, prometheus (with
 # promtool) and tmux for the tests of the metrics and of 'ffcvfs stats',
 # curl for the README's S3 upload, git to test a fresh clone, xz-utils for
-# scripts/device-check.sh's folder.
+# scripts/device-check.sh's folder, jpegtran for arithmetic-coded JPEGs.
 FFCVFS_APT_TEST=(
 	python3-venv
 	python3-pip
@@ -39,6 +39,7 @@ FFCVFS_APT_TEST=(
 	git
 	file
 	xz-utils
+	libjpeg-turbo-progs
 )
 # FFCVFS_APT_ARM64: building for linux/arm64 without emulation (Debian's
 # cross compiler and, from the arm64 architecture added to dpkg, the arm64
