@@ -126,7 +126,7 @@ func removeStaleTemps(dir, base string) {
 // createTemp creates the temporary file of base in dir, locked: without a
 // name (O_TMPFILE) where the filesystem allows it, else named after base.
 func createTemp(dir, base string) (*os.File, string, error) {
-	if !namedTemps {
+	if !namedTemps && unnamedWorks(dir, base) {
 		if fh, err := openUnnamed(dir); err == nil {
 			lock(fh)
 			return fh, "", nil
@@ -145,6 +145,29 @@ func createTemp(dir, base string) (*os.File, string, error) {
 		}
 		fh.Close()
 	}
+}
+
+// unnamedWorks reports whether dir's filesystem can both make a file
+// without a name and, at Commit, give it its mode and a name: some take
+// O_TMPFILE and fail the rest (go-fuse's loopback: fchmod ENOENT, linkat
+// EXDEV), which would fail a write at its very end. It tries with a file
+// of its own, named for a moment (a writer killed then leaves a stale
+// temporary file, which the next write removes).
+func unnamedWorks(dir, base string) bool {
+	fh, err := openUnnamed(dir)
+	if err != nil {
+		return false
+	}
+	defer fh.Close()
+	if err := fh.Chmod(0o600); err != nil {
+		return false
+	}
+	name, err := linkUnnamed(fh, dir, base)
+	if err != nil {
+		return false
+	}
+	os.Remove(name)
+	return true
 }
 
 // sameFile reports whether name is fh's file.

@@ -1,0 +1,52 @@
+package integration
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
+)
+
+// TestWriteOnLoopbackFUSE: ffcvfs write to a FUSE filesystem that takes
+// O_TMPFILE but cannot name the file it made (go-fuse's loopback: fchmod
+// ENOENT, linkat EXDEV) writes the beton through a named temporary file.
+// It failed at its very end, after all the work.
+func TestWriteOnLoopbackFUSE(t *testing.T) {
+	needFUSE(t)
+	under := t.TempDir()
+	mnt := filepath.Join(t.TempDir(), "loop")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	root, err := fs.NewLoopbackRoot(under)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := fs.Mount(mnt, root, &fs.Options{MountOptions: fuse.MountOptions{FsName: "loopback", DisableXAttrs: true}})
+	if err != nil {
+		testenv.Missing(t, "a loopback FUSE mount: %v", err)
+	}
+	t.Cleanup(func() {
+		srv.Unmount()
+		srv.Wait()
+	})
+	out := filepath.Join(mnt, "out.beton")
+	run(t, 0, binary(t, "ffcvfs"), "write", "--page-size", "2MiB", testenv.Fixture(t, "imagefolder-small"), out)
+	f, err := beton.OpenFile(filepath.Join(under, "out.beton"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if errs := beton.Verify(f, beton.VerifyOptions{}); len(errs) > 0 || f.NumSamples() != 200 {
+		t.Errorf("the beton written through the loopback: %d samples, %v", f.NumSamples(), errs)
+	}
+	ents, _ := os.ReadDir(under)
+	if len(ents) != 1 {
+		t.Errorf("left beside the beton: %v", ents)
+	}
+}
