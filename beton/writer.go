@@ -258,6 +258,19 @@ func (w *Writer) WriteSampleAt(id int, values []Value) error {
 	return nil
 }
 
+// SampleBytes is what a sample of values vals of fields takes in a page,
+// as WriteSample counts it: every value's data, and a NUL after JSON.
+func SampleBytes(vals []Value, fields []Field) int64 {
+	var n int64
+	for fi := range vals {
+		n += int64(len(vals[fi].Data))
+		if fields[fi].Type == TypeJSON {
+			n++
+		}
+	}
+	return n
+}
+
 // dataSize checks v against field fi and returns the bytes it takes in a page.
 func (w *Writer) dataSize(id, fi int, v *Value) (uint64, error) {
 	fd := &w.fields[fi]

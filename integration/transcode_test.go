@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -283,5 +284,94 @@ im.save(sys.argv[1], "JPEG", quality=80)
 	}
 	if !strings.Contains(string(out), "4 JPEGs stored as they were") || !strings.Contains(string(out), "too large to transcode") {
 		t.Errorf("the summary does not say the JPEGs too large to transcode were kept:\n%s", out)
+	}
+}
+
+// pageFittingJPEG writes a JPEG of noise, padded with a comment to
+// pageSize-margin bytes: it fits a page as it is and no longer with
+// restart markers (its scan grows about 1 %).
+func pageFittingJPEG(t *testing.T, py, path string, pageSize, margin int) {
+	t.Helper()
+	run(t, 0, py, "-c", `
+import io, random, sys
+from PIL import Image
+path, want = sys.argv[1], int(sys.argv[2])
+rnd = random.Random(5)
+side = 1000
+while True:
+    im = Image.frombytes("RGB", (side, side), rnd.randbytes(side * side * 3))
+    b = io.BytesIO()
+    im.save(b, "JPEG", quality=85, optimize=True)
+    data = b.getvalue()
+    if len(data) > want - 4 * 65533 - 200:
+        break
+    side += 100
+while len(data) > want - 4 * 65533 - 200:
+    side -= 4
+    im = im.crop((0, 0, side, side))
+    b = io.BytesIO()
+    im.save(b, "JPEG", quality=85, optimize=True)
+    data = b.getvalue()
+pad = want - len(data)
+coms = b""
+while pad > 0:
+    n = min(pad - 4, 65533) if pad > 4 + 65533 else pad - 4
+    n = max(n, 0)
+    coms += b"\xff\xfe" + (n + 2).to_bytes(2, "big") + b"x" * n
+    pad -= n + 4
+data = data[:2] + coms + data[2:]
+assert len(data) == want, (len(data), want)
+open(path, "wb").write(data)
+`, path, fmt.Sprint(pageSize-margin))
+}
+
+// TestWriteKeepsJPEGThatFitsAsItIs: a JPEG that fits its page as it is but
+// not with restart markers is stored as it was, and counted, by ffcvfs
+// write of an ImageFolder and by the DatasetWriter, as --from-beton does.
+// Both failed the whole write.
+func TestWriteKeepsJPEGThatFitsAsItIs(t *testing.T) {
+	py := debianPython(t, "PIL")
+	dir := t.TempDir()
+	tree := filepath.Join(dir, "tree", "a")
+	if err := os.MkdirAll(tree, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(tree, "big.jpg")
+	pageFittingJPEG(t, py, big, beton.MinPageSize, 300)
+	src, err := os.ReadFile(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "folder.beton")
+	stdout, _ := run(t, 0, binary(t, "ffcvfs"), "write", "--page-size", "2MiB", filepath.Join(dir, "tree"), out)
+	if !strings.Contains(stdout, "1 JPEGs stored as they were") && !strings.Contains(stdout, "1 JPEG stored as it was") {
+		t.Errorf("ffcvfs write does not count the JPEG kept:\n%s", stdout)
+	}
+	checkStoredAsItWas(t, out, src)
+
+	pyv := installedPython(t, "numpy")
+	ds := filepath.Join(dir, "ds.beton")
+	run(t, 0, pyv, "-c", `
+import sys
+from ffcvfs.fields import IntField, RGBImageField
+from ffcvfs.writer import DatasetWriter
+data = open(sys.argv[1], "rb").read()
+DatasetWriter(sys.argv[2], {"image": RGBImageField(write_mode="jpg"), "label": IntField()}, page_size=2 << 20, num_workers=1).from_indexed_dataset([(data, 0)])
+`, big, ds)
+	checkStoredAsItWas(t, ds, src)
+}
+
+// checkStoredAsItWas fails the test unless the beton's one sample holds
+// src as its image.
+func checkStoredAsItWas(t *testing.T, path string, src []byte) {
+	t.Helper()
+	f, err := beton.OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b, err := f.ReadData(0, 0, nil)
+	if err != nil || !bytes.Equal(b, src) {
+		t.Errorf("%s: its image is %d bytes (%v), not the source's %d as they were", path, len(b), err, len(src))
 	}
 }

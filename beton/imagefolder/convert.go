@@ -227,6 +227,14 @@ func convertLoop(ctx context.Context, w *beton.Writer, tree *Tree, names []strin
 				if r.err != nil {
 					return fmt.Errorf("sample %d (%s): %w", next, s.Path, r.err)
 				}
+				need := int64(len(r.p.Data))
+				if names != nil {
+					need += int64(len(names[next]))
+				}
+				if need > w.PageSize() {
+					// It may fit as it was: kept so, not refused.
+					r.p.Unmark(fmt.Errorf("with restart markers the sample takes %d bytes, more than a page of %d", need, w.PageSize()))
+				}
 				mode := r.p.Mode()
 				if r.p.JPEG {
 					res.JPEG++

@@ -126,6 +126,23 @@ type Prepared struct {
 	// cannot be transcoded is stored as it is, not refused.
 	Restarts   bool
 	NoRestarts error
+
+	// unmarked is the JPEG before restart markers were added, and
+	// unmarkedVerbatim whether it was the source file (see Unmark).
+	unmarked         []byte
+	unmarkedVerbatim bool
+}
+
+// Unmark stores p's JPEG as it was before restart markers were added
+// (transcoded, it may no longer fit a page that holds it as it was), with
+// why as NoRestarts, and reports whether it had been transcoded.
+func (p *Prepared) Unmark(why error) bool {
+	if p.unmarked == nil {
+		return false
+	}
+	p.Data, p.Verbatim, p.Restarts, p.NoRestarts = p.unmarked, p.unmarkedVerbatim, false, why
+	p.unmarked = nil
+	return true
 }
 
 // addRestarts gives p's JPEG restart markers every ri MCUs, where it
@@ -143,6 +160,7 @@ func (p *Prepared) addRestarts(ri int) {
 		p.NoRestarts = err
 		return
 	}
+	p.unmarked, p.unmarkedVerbatim = p.Data, p.Verbatim
 	p.Data, p.Verbatim, p.Restarts = data, false, true
 }
 

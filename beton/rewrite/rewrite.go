@@ -502,7 +502,7 @@ func transcode(ctx context.Context, src *beton.File, j *job, opts *Options, read
 			}
 		}
 		// The sample fit a page as it was; with markers it may not.
-		if size := sampleBytes(vals, fields); size > opts.PageSize {
+		if size := beton.SampleBytes(vals, fields); size > opts.PageSize {
 			for _, o := range origs {
 				j.st.out += int64(len(o.data)) - int64(len(vals[o.field].Data))
 				vals[o.field].Data = o.data
@@ -520,18 +520,6 @@ func (s *stats) keep(id int, field string, err error) {
 	if len(s.named) < MaxKeptNamed {
 		s.named = append(s.named, Kept{Sample: id, Field: field, Err: err})
 	}
-}
-
-// sampleBytes is what vals take in a page, as the Writer counts.
-func sampleBytes(vals []beton.Value, fields []beton.Field) int64 {
-	var n int64
-	for fi := range vals {
-		n += int64(len(vals[fi].Data))
-		if fields[fi].Type == beton.TypeJSON {
-			n++
-		}
-	}
-	return n
 }
 
 // dataOf returns allocation a's bytes: from pg, where it lies (always,

@@ -253,7 +253,7 @@ func run(ctx context.Context, w *beton.Writer, readers []*frameReader, fields []
 			var scratch imagefolder.Scratch
 			for j := range jobs {
 				for _, s := range j.samples {
-					prepareSample(s, fields, h.Seed, &scratch)
+					prepareSample(s, fields, h.Seed, w.PageSize(), &scratch)
 				}
 				select {
 				case results <- j:
@@ -451,8 +451,11 @@ func missing(next, n int64, readers []*frameReader, queues [][]*sample, ended []
 	return fmt.Errorf("no stream has sample %d of the %d the header says (%s): a producer stopped early or skipped it, or the header's count is wrong", next, n, strings.Join(at, "; "))
 }
 
-// prepareSample checks s's values and prepares its images.
-func prepareSample(s *sample, fields []field, seed int64, scratch *imagefolder.Scratch) {
+// prepareSample checks s's values and prepares its images, for pages of
+// pageSize bytes: images given restart markers that no longer let the
+// sample fit a page are stored as they were.
+func prepareSample(s *sample, fields []field, seed, pageSize int64, scratch *imagefolder.Scratch) {
+	var preps []imagefolder.Prepared // by field, for images
 	for i := range fields {
 		f := &fields[i]
 		v := &s.values[i]
@@ -480,15 +483,10 @@ func prepareSample(s *sample, fields []field, seed int64, scratch *imagefolder.S
 				return
 			}
 			*v = beton.Value{Mode: p.Mode(), Width: p.Width, Height: p.Height, Data: p.Data}
-			s.verbatim = s.verbatim || p.Verbatim
-			if p.Restarts {
-				s.restarts++
+			if preps == nil {
+				preps = make([]imagefolder.Prepared, len(fields))
 			}
-			if p.NoRestarts != nil {
-				if s.noRestartN++; s.noRestarts == "" {
-					s.noRestarts = fmt.Sprintf("%s: %v", name(), p.NoRestarts)
-				}
-			}
+			preps[i] = p
 		case beton.TypeJSON:
 			if !validJSON(v.Data) || slices.Contains(v.Data, 0) {
 				s.err = fmt.Errorf("%s: %d bytes that are not JSON text", name(), len(v.Data))
@@ -498,6 +496,34 @@ func prepareSample(s *sample, fields []field, seed int64, scratch *imagefolder.S
 			if uint64(len(v.Data)) != f.size {
 				s.err = fmt.Errorf("%s: %d bytes; shape %v of %s takes %d", name(), len(v.Data), f.spec.Shape, f.spec.DType, f.size)
 				return
+			}
+		}
+	}
+	if preps == nil {
+		return
+	}
+	var need int64
+	for i := range fields {
+		need += int64(len(s.values[i].Data))
+		if fields[i].beton.Type == beton.TypeJSON {
+			need++
+		}
+	}
+	for i := range preps {
+		p := &preps[i]
+		if need > pageSize && p.Unmark(fmt.Errorf("with restart markers the sample takes %d bytes, more than a page of %d", need, pageSize)) {
+			s.values[i].Data = p.Data
+		}
+		if fields[i].beton.Type != beton.TypeRGBImage {
+			continue
+		}
+		s.verbatim = s.verbatim || p.Verbatim
+		if p.Restarts {
+			s.restarts++
+		}
+		if p.NoRestarts != nil {
+			if s.noRestartN++; s.noRestarts == "" {
+				s.noRestarts = fmt.Sprintf("sample %d, field %q: %v", s.id, fields[i].spec.Name, p.NoRestarts)
 			}
 		}
 	}
