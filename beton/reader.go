@@ -6,9 +6,10 @@ import (
 	"io"
 	"math"
 	"math/bits"
-	"os"
 	"slices"
 	"strings"
+
+	"github.com/ffcvfs/ffcvfs/internal/readfile"
 )
 
 // NoPage is what SamplePage returns for a sample with no data in any page
@@ -182,16 +183,11 @@ func Open(r io.ReaderAt, size int64, name string) (*File, error) {
 
 // OpenFile opens a .beton on the local file system. Close releases it.
 func OpenFile(path string) (*File, error) {
-	fh, err := os.Open(path)
+	fh, size, err := readfile.Open(path) // a FIFO refused, not waited on
 	if err != nil {
 		return nil, err
 	}
-	st, err := fh.Stat()
-	if err != nil {
-		fh.Close()
-		return nil, err
-	}
-	f, err := Open(fh, st.Size(), path)
+	f, err := Open(fh, size, path)
 	if err != nil {
 		fh.Close()
 		return nil, err

@@ -1,8 +1,12 @@
 package integration
 
 import (
+	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -48,5 +52,40 @@ func TestWriteOnLoopbackFUSE(t *testing.T) {
 	ents, _ := os.ReadDir(under)
 	if len(ents) != 1 {
 		t.Errorf("left beside the beton: %v", ents)
+	}
+}
+
+// TestFIFOSourceRefused: a FIFO given as the beton is refused at once,
+// naming it, by every command that reads one; each blocked for ever in
+// its open (deaf to SIGINT and SIGTERM), waiting for a writer.
+func TestFIFOSourceRefused(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "in.beton")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mnt := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ffcvfs, ffcvfeed := binary(t, "ffcvfs"), binary(t, "ffcvfeed")
+	for _, args := range [][]string{
+		{ffcvfs, "write", "--from-beton", fifo, filepath.Join(dir, "out.beton")},
+		{ffcvfs, "info", fifo},
+		{ffcvfs, "mount", fifo, mnt},
+		{ffcvfs, "mount", "--classes", fifo, testenv.Fixture(t, "beton", "imagefolder-jpg.beton"), mnt},
+		{ffcvfeed, "bench", "--data", fifo},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience)
+		out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput()
+		blocked := ctx.Err() != nil
+		cancel()
+		if blocked {
+			t.Errorf("%s blocked on a FIFO", strings.Join(args[1:], " "))
+			continue
+		}
+		if err == nil || !strings.Contains(string(out), "FIFO") {
+			t.Errorf("%s: %v\n%s\nwant a refusal naming the FIFO", strings.Join(args[1:], " "), err, out)
+		}
 	}
 }

@@ -91,7 +91,9 @@ func OpenFile(path string, opts Options) (*FileSource, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	f, err := os.Open(path)
+	// O_NONBLOCK: a FIFO is refused below, not waited on for a writer
+	// (the open would block, deaf to signals). A regular file ignores it.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("opening the beton: %w", err)
 	}
@@ -106,7 +108,7 @@ func OpenFile(path string, opts Options) (*FileSource, error) {
 	}
 	if !st.Mode().IsRegular() {
 		f.Close()
-		return nil, fmt.Errorf("opening the beton %s: not a regular file (%v)", path, st.Mode().Type())
+		return nil, fmt.Errorf("opening the beton %s: it is %s, not a regular file; a beton is a file, or an s3:// or http(s):// URL", path, fileKind(st.Mode()))
 	}
 	rc, err := f.SyscallConn()
 	if err != nil {
@@ -273,4 +275,19 @@ func (s *FileSource) Close() error {
 		return fmt.Errorf("close %s: %w", s.name, err)
 	}
 	return nil
+}
+
+// fileKind names the type of a file that is not a regular one.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m&os.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&os.ModeCharDevice != 0:
+		return "a character device"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	}
+	return "a " + m.Type().String() + " file"
 }

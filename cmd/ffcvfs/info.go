@@ -8,6 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/ffcvfs/ffcvfs/internal/readfile"
+
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/internal/bytesize"
 	"github.com/urfave/cli/v2"
@@ -77,14 +79,12 @@ Examples:
 // reportSchemaOnFailure prints what can still be read of a file Open
 // refused (e.g. one with custom fields) and returns the error.
 func reportSchemaOnFailure(src string, err error) error {
-	if fh, ferr := os.Open(strings.TrimPrefix(src, "file://")); ferr == nil {
+	if fh, size, ferr := readfile.Open(strings.TrimPrefix(src, "file://")); ferr == nil {
 		defer fh.Close()
-		if st, serr := fh.Stat(); serr == nil {
-			if s, serr := beton.ReadSchema(fh, st.Size(), src); serr == nil {
-				fmt.Fprintf(os.Stderr, "%s: version %d, %d samples, page size %s; fields:\n", src, s.Header.Version, s.Header.NumSamples, bytesize.Format(int64(s.Header.PageSize)))
-				for _, fd := range s.Fields {
-					fmt.Fprintf(os.Stderr, "  %-16s %s\n", fd.Name, fd.Type)
-				}
+		if s, serr := beton.ReadSchema(fh, size, src); serr == nil {
+			fmt.Fprintf(os.Stderr, "%s: version %d, %d samples, page size %s; fields:\n", src, s.Header.Version, s.Header.NumSamples, bytesize.Format(int64(s.Header.PageSize)))
+			for _, fd := range s.Fields {
+				fmt.Fprintf(os.Stderr, "  %-16s %s\n", fd.Name, fd.Type)
 			}
 		}
 	}

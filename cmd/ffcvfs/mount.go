@@ -17,6 +17,7 @@ import (
 	"github.com/ffcvfs/ffcvfs/internal/cacheflags"
 	"github.com/ffcvfs/ffcvfs/internal/metrics"
 	"github.com/ffcvfs/ffcvfs/internal/profile"
+	"github.com/ffcvfs/ffcvfs/internal/readfile"
 	"github.com/ffcvfs/ffcvfs/pagecache"
 	"github.com/ffcvfs/ffcvfs/storage"
 	"github.com/urfave/cli/v2"
@@ -244,7 +245,7 @@ func runMount(c *cli.Context) error {
 }
 
 func readLines(path string) ([]string, error) {
-	fh, err := os.Open(path)
+	fh, _, err := readfile.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading class names: %w", err)
 	}
