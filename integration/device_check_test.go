@@ -35,8 +35,8 @@ func TestDeviceCheckCPUOnly(t *testing.T) {
 		}
 		ffcv = ffcv || e.Name() == "ffcv-photos.beton.xz"
 	}
-	if files := map[bool]int{false: 3, true: 4}[ffcv]; len(ents) != files || size > 40<<20 {
-		t.Errorf("%s holds %d files, %d bytes; want ffcvfs, ffcvfeed and readall (and an FFCV-written beton) in 40 MiB", dir, len(ents), size)
+	if files := map[bool]int{false: 4, true: 5}[ffcv]; len(ents) != files || size > 40<<20 {
+		t.Errorf("%s holds %d files, %d bytes; want its stamp, ffcvfs, ffcvfeed and readall (and an FFCV-written beton) in 40 MiB", dir, len(ents), size)
 	}
 	// The run needs no Go: a PATH without it.
 	run := exec.Command("bash", "scripts/device-check.sh", "--cpu-only")
@@ -64,5 +64,63 @@ func TestDeviceCheckCPUOnly(t *testing.T) {
 	}
 	if strings.Contains(text, "gpu") {
 		t.Errorf("--cpu-only ran GPU parts:\n%s", text)
+	}
+}
+
+// TestDeviceCheckHostile: --prepare empties only a folder it made: one of
+// the user's named by DEVICE_CHECK_DIR is refused and left as it was (it
+// deleted testdata/ so, and scripts/ itself); DEVICE_CHECK_LIMIT and
+// DEVICE_CHECK_IMAGES past their bounds are refused, 64-bit values too
+// (they wrapped into range); and the limit ends a run within a step (it
+// was checked between steps only): a run whose Python never returns is
+// stopped at DEVICE_CHECK_LIMIT, saying so.
+func TestDeviceCheckHostile(t *testing.T) {
+	script := func(env ...string) *exec.Cmd {
+		cmd := exec.Command("bash", "scripts/device-check.sh")
+		cmd.Dir = ".."
+		cmd.Env = append(os.Environ(), env...)
+		return cmd
+	}
+	users := t.TempDir()
+	precious := filepath.Join(users, "precious.txt")
+	if err := os.WriteFile(precious, []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	prep := script("DEVICE_CHECK_DIR=" + users)
+	prep.Args = append(prep.Args, "--prepare", "--cpu-only")
+	out, err := prep.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "did not make") {
+		t.Errorf("--prepare into a folder of the user's: %v\n%s", err, out)
+	}
+	if b, err := os.ReadFile(precious); err != nil || string(b) != "mine" {
+		t.Errorf("--prepare touched the user's file: %q, %v", b, err)
+	}
+	empty := t.TempDir()
+	for _, env := range []string{"DEVICE_CHECK_LIMIT=18446744073709551626", "DEVICE_CHECK_LIMIT=9", "DEVICE_CHECK_LIMIT=86401",
+		"DEVICE_CHECK_IMAGES=18446744073709551816", "DEVICE_CHECK_IMAGES=199"} {
+		cmd := script("DEVICE_CHECK_DIR="+empty, env)
+		cmd.Args = append(cmd.Args, "--cpu-only")
+		out, err := cmd.CombinedOutput()
+		name, _, _ := strings.Cut(env, "=")
+		if err == nil || !strings.Contains(string(out), name) {
+			t.Errorf("%s: %v\n%s\nwant it refused", env, err, out)
+		}
+	}
+	// Python that never returns, in the run's first step.
+	bin := t.TempDir()
+	stuck := filepath.Join(bin, "python3")
+	if err := os.WriteFile(stuck, []byte("#!/bin/sh\nexec sleep 100000\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"ffcvfs", "ffcvfeed", "readall"} {
+		if err := os.WriteFile(filepath.Join(empty, p+".xz"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := script("DEVICE_CHECK_DIR="+empty, "DEVICE_CHECK_LIMIT=10", "PYTHON="+stuck)
+	cmd.Args = append(cmd.Args, "--cpu-only")
+	out, err = cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "the run took its 10 s") {
+		t.Errorf("a run stuck in a step: %v\n%s\nwant it stopped at DEVICE_CHECK_LIMIT", err, out)
 	}
 }

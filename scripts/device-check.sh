@@ -68,10 +68,13 @@ for a in "$@"; do
 done
 dir=${DEVICE_CHECK_DIR:-device-check}
 images=${DEVICE_CHECK_IMAGES:-20000}
-[[ $images =~ ^[0-9]+$ ]] && ((images >= 200 && images <= 10000000)) ||
+[[ $images =~ ^[0-9]{1,8}$ ]] && ((10#$images >= 200 && 10#$images <= 10000000)) ||
 	die "DEVICE_CHECK_IMAGES=$images: want 200 to 10000000 images per run"
+images=$((10#$images))
 python=${PYTHON:-python3}
 max_folder=$((40 << 20))
+# stamp marks a folder --prepare made, the only kind it empties.
+stamp=.device-check-folder
 
 # pack FILE...: xz-compress each FILE into $dir as NAME.xz.
 pack() {
@@ -85,8 +88,17 @@ prepare() {
 	step "prepare $dir/ ($( ((cpu_only)) && echo 'CPU only' || echo 'CPU and GPU'))"
 	ensure_apt "${FFCVFS_APT_BUILD[@]}" xz-utils file
 	ensure_go
+	# Emptied only if this script made it: DEVICE_CHECK_DIR may name a
+	# folder of the user's.
+	if [[ -e $dir || -L $dir ]]; then
+		[[ -d $dir && ! -L $dir ]] || die "DEVICE_CHECK_DIR=$dir is not a folder; name a new folder (or one --prepare made)"
+		if [[ -n $(ls -A "$dir") && ! -f $dir/$stamp ]]; then
+			die "DEVICE_CHECK_DIR=$dir holds files that --prepare did not make (no $stamp in it); it empties only its own folder: name a new one"
+		fi
+	fi
 	rm -rf "$dir"
 	mkdir -p "$dir"
+	: >"$dir/$stamp"
 	local bin
 	bin=$(mktemp -d)
 	log "building static ffcvfs and ffcvfeed, and readall"
@@ -147,8 +159,18 @@ prepare() {
 [[ -d $dir ]] || die "no $dir/: run scripts/device-check.sh --prepare$( ((cpu_only)) && echo ' --cpu-only') first (where Go is), and carry $dir to this machine"
 start=$SECONDS
 limit=${DEVICE_CHECK_LIMIT:-480}
-[[ $limit =~ ^[0-9]+$ ]] && ((limit >= 10 && limit <= 86400)) ||
+# At most 5 digits before any arithmetic: bash's wraps past 2^63.
+[[ $limit =~ ^[0-9]{1,5}$ ]] && ((10#$limit >= 10 && 10#$limit <= 86400)) ||
 	die "DEVICE_CHECK_LIMIT=$limit: want 10 to 86400 seconds"
+limit=$((10#$limit))
+# The limit holds within a step too: the run goes on under timeout(1),
+# which ends it and every process it started (its process group) then.
+if [[ -z ${_DEVICE_CHECK_TIMED:-} ]]; then
+	rc=0
+	_DEVICE_CHECK_TIMED=1 timeout -k 10 "$limit" bash "$0" "$@" || rc=$?
+	((rc != 124)) || echo "device-check: the run took its $limit s (DEVICE_CHECK_LIMIT); stopped" >&2
+	exit "$rc"
+fi
 work=$(mktemp -d)
 mnt=
 cleanup() {
@@ -158,6 +180,7 @@ cleanup() {
 	rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT # the EXIT trap then cleans up
 
 # unpack NAME: $dir/NAME.xz into $work/NAME, executable.
 unpack() {
