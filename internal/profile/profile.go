@@ -9,8 +9,10 @@
 //
 // Every contention and every blocking event is recorded (fractions and
 // rates of 1): the figures are totals, at the price of some speed while
-// they are on. A FILE is created 0600, or truncated if it is a regular
-// file; a symbolic link, a FIFO or anything else is refused.
+// they are on. A FILE is created 0600, or written over if it is empty or
+// a profile already (gzip, as pprof writes them); any other file (the
+// beton being read, say), a symbolic link, a FIFO or anything else is
+// refused, as is one file named by two of the variables.
 package profile
 
 import (
@@ -45,6 +47,7 @@ func Start() (stop func() error, err error) {
 		runtime.SetBlockProfileRate(0)
 		return nil, err
 	}
+	named := map[string]string{} // env by file, for a file named twice
 	open := func(env string) (*os.File, error) {
 		path := os.Getenv(env)
 		if path == "" {
@@ -55,6 +58,13 @@ func Start() (stop func() error, err error) {
 			return nil, fmt.Errorf("%s: %w", env, err)
 		}
 		files = append(files, f)
+		if st, err := f.Stat(); err == nil {
+			id := fmt.Sprint(st.Sys().(*syscall.Stat_t).Dev, ":", st.Sys().(*syscall.Stat_t).Ino)
+			if other, ok := named[id]; ok {
+				return nil, fmt.Errorf("%s names the file %s names (%s): give each profile a file of its own", env, other, path)
+			}
+			named[id] = env
+		}
 		return f, nil
 	}
 	cpu, err := open(CPUEnv)
@@ -103,10 +113,11 @@ func Start() (stop func() error, err error) {
 }
 
 // create opens path for a profile: a new file (0600), or a regular file
-// truncated; never through a symbolic link, never a FIFO (its open would
-// wait) or a device.
+// that is empty or a profile already, truncated; never through a symbolic
+// link, never a FIFO (its open would wait) or a device, never another
+// file (a beton named by mistake would be lost).
 func create(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
 	switch {
 	case errors.Is(err, syscall.ELOOP):
 		return nil, fmt.Errorf("%s is a symbolic link: give the file it points to", path)
@@ -118,6 +129,12 @@ func create(path string) (*os.File, error) {
 	st, err := f.Stat()
 	if err == nil && !st.Mode().IsRegular() {
 		err = fmt.Errorf("%s is %s, not a regular file", path, readfile.Kind(st.Mode()))
+	}
+	if err == nil && st.Size() > 0 {
+		var magic [2]byte
+		if _, rerr := f.ReadAt(magic[:], 0); rerr != nil || magic != [2]byte{0x1f, 0x8b} {
+			err = fmt.Errorf("%s holds %d bytes that are not a profile (pprof's gzip); it is not written over: give a new file, or an empty one", path, st.Size())
+		}
 	}
 	if err == nil {
 		err = f.Truncate(0)

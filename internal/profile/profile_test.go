@@ -80,3 +80,50 @@ func TestStartRefuses(t *testing.T) {
 		t.Error("the link's target was created")
 	}
 }
+
+// TestStartKeepsOtherFiles: a variable naming a file that is not empty
+// and not a profile (the beton being read) is refused and leaves the file
+// as it was (a 134 MB beton was truncated to a profile's 537 bytes); a
+// profile already there is written over, and one file named by two
+// variables is refused.
+func TestStartKeepsOtherFiles(t *testing.T) {
+	dir := t.TempDir()
+	beton := filepath.Join(dir, "train.beton")
+	data := []byte("a beton's bytes, which are no profile")
+	if err := os.WriteFile(beton, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, env := range []string{CPUEnv, MutexEnv, BlockEnv} {
+		t.Setenv(env, beton)
+		stop, err := Start()
+		if err == nil {
+			stop()
+			t.Errorf("%s naming a beton: started", env)
+		} else if !strings.Contains(err.Error(), "not a profile") {
+			t.Errorf("%s naming a beton: %v", env, err)
+		}
+		t.Setenv(env, "")
+		if b, _ := os.ReadFile(beton); string(b) != string(data) {
+			t.Fatalf("%s naming a beton changed it to %q", env, b)
+		}
+	}
+	// A profile written over.
+	prof := filepath.Join(dir, "cpu.pprof")
+	t.Setenv(CPUEnv, prof)
+	for range 2 {
+		stop, err := Start()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv(MutexEnv, prof)
+	if stop, err := Start(); err == nil {
+		stop()
+		t.Error("one file for two profiles: started")
+	} else if !strings.Contains(err.Error(), "names the file") {
+		t.Errorf("one file for two profiles: %v", err)
+	}
+}
