@@ -11,8 +11,8 @@ import (
 )
 
 // writeBlobBeton writes a beton of n raw images of pseudo-random pixels,
-// one a page of ps bytes, for tests that need many pages.
-func writeBlobBeton(t *testing.T, path string, n int, ps int64) {
+// perPage of them in a page of ps bytes, for tests that need many pages.
+func writeBlobBeton(t *testing.T, path string, n int, ps int64, perPage int) {
 	t.Helper()
 	fields := []beton.Field{{Type: beton.TypeRGBImage, Name: "image"}, {Type: beton.TypeInt, Name: "label"}}
 	w, err := beton.Create(path, fields, n, beton.WriterOptions{PageSize: ps})
@@ -21,7 +21,7 @@ func writeBlobBeton(t *testing.T, path string, n int, ps int64) {
 	}
 	r := rand.NewChaCha8([32]byte{7})
 	side := 1
-	for int64(3*(side+1)*(side+1)) <= ps*3/4 {
+	for int64(3*(side+1)*(side+1)) <= ps*3/4/int64(perPage) {
 		side++
 	}
 	blob := make([]byte, 3*side*side)
@@ -45,7 +45,7 @@ func writeBlobBeton(t *testing.T, path string, n int, ps int64) {
 func TestPeerBurstBounded(t *testing.T) {
 	const ps = beton.MinPageSize
 	src := filepath.Join(t.TempDir(), "blobs.beton")
-	writeBlobBeton(t, src, 240, ps)
+	writeBlobBeton(t, src, 240, ps, 1)
 	secret := peerSecret(t)
 	peers := peerURL(1) + "," + peerURL(2)
 	node := startMount(t, nil, src, "--cache-size", "16MiB", "--peer-listen", peerAddr(1), "--peers", peers,

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/control"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 	"github.com/ffcvfs/ffcvfs/internal/toxitest"
@@ -633,5 +634,56 @@ func TestPeerBudgetTooSmall(t *testing.T) {
 	checkReadsAll(t, p.mnt, r.files, 2)
 	if strings.Contains(p.stderr.String(), "would hold them") {
 		t.Errorf("a node with room for its share warns:\n%s", p.stderr)
+	}
+}
+
+// TestPeerUndersizedReadsOncePerEpoch: a node whose --peer-cache-size holds
+// less than its share reads about its share's bytes from storage for an
+// epoch of another node's reads, as its warning says ("read from storage
+// again each epoch"): a range asked of a page it cannot keep is read as a
+// range, and a page asked again lately whole, kept, displacing the one it
+// owns that was used least lately. It kept no page once full, and read a
+// whole page from storage for every range asked (the owner of 166 pages
+// made 4,521 page reads for one epoch): here 70 pages for a share of 9.
+func TestPeerUndersizedReadsOncePerEpoch(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "blobs.beton")
+	const perPage = 8
+	writeBlobBeton(t, src, perPage*24, beton.MinPageSize, perPage) // 24 pages
+	secret := peerSecret(t)
+	peers := peerURL(1) + "," + peerURL(2)
+	owner := startMount(t, nil, src, "--cache-size", "4MiB", "--peer-listen", peerAddr(1), "--peers", peers,
+		"--peer-secret-file", secret, "--peer-cache-size", "2MiB")
+	reader := startMount(t, nil, src, "--cache-size", "4MiB", "--peer-listen", peerAddr(2), "--peers", peers,
+		"--peer-secret-file", secret, "--peer-cache-size", "64MiB")
+	owned := mustStorageStats(t, owner.mnt).Peers.PagesOwned
+	if owned < 4 {
+		t.Fatalf("node 1 owns %d pages: the test needs more than its --peer-cache-size holds", owned)
+	}
+	share := uint64(owned) * beton.MinPageSize
+	// By class, samples i, i+10, ...: from page to page, as a random
+	// order goes; then by sample, page after page, as orders by pages go.
+	byClass := mountedFiles(t, reader.mnt)
+	byPage := slices.Clone(byClass)
+	slices.SortFunc(byPage, func(a, b string) int { return strings.Compare(filepath.Base(a), filepath.Base(b)) })
+	for _, pass := range []struct {
+		name  string
+		files []string
+		bytes uint64 // at most, in 1/100 of the share
+		reads uint64 // at most, a page; 0: any (a range a read)
+	}{{"random", byClass, 100, 0}, {"by pages", byPage, 115, 2}} {
+		before := mustStorageStats(t, owner.mnt).Peers
+		for _, f := range pass.files {
+			if _, err := os.ReadFile(filepath.Join(reader.mnt, f)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		after := mustStorageStats(t, owner.mnt).Peers
+		reads := after.StorageReasons[peer.ReasonOwned] - before.StorageReasons[peer.ReasonOwned]
+		bytes := after.StorageBytes - before.StorageBytes
+		t.Logf("%s: the owner of %d pages read %d times from storage, %.2f× its share's bytes", pass.name, owned, reads, float64(bytes)/float64(share))
+		if bytes > share*pass.bytes/100 || pass.reads > 0 && reads > pass.reads*uint64(owned) {
+			t.Errorf("%s: the owner of %d pages, with room for one, read %d times from storage, %d bytes; want at most %d reads and %d%% of its share's %d bytes",
+				pass.name, owned, reads, bytes, pass.reads*uint64(owned), pass.bytes, share)
+		}
 	}
 }

@@ -129,7 +129,7 @@ func (t *tiered) below(ctx context.Context, p []byte, off int64) (int, error) {
 		// Its owner is down, and this node fills it for the others,
 		// who ask it: read once, kept.
 		if dp, lo, ok := t.locate(off, len(p)); ok {
-			if err := t.ownedRead(ctx, dp, lo, p, reasonOf(err)); err != nil {
+			if err := t.readOwned(ctx, dp, lo, p, reasonOf(err)); err != nil {
 				return 0, err
 			}
 			t.peerBytes.Add(uint64(len(p)))
@@ -149,6 +149,66 @@ func (t *tiered) storageFor(ctx context.Context, p []byte, off int64, why int) (
 	t.why[why].Add(1)
 	t.peerStorage.Add(uint64(n))
 	return n, err
+}
+
+// readOwned reads bytes [lo, lo+len(p)) of data page dp, which this node
+// owns (or fills for the cluster while its owner is down), for itself or a
+// peer. Where the node keeps its share, the whole page, kept (ownedRead).
+// Where it cannot (its share is larger than what keeps it), a page read
+// whole for one range would be gone before its next, and each range would
+// cost a page from storage (an epoch of random reads, as many pages as
+// samples): a range is read alone, unless its page is being read or was
+// asked among the last K pages asked, K the pages the node keeps: its next
+// ranges are then likely near (orders by pages), and the whole page is
+// read and kept. So an epoch reads about the share's bytes from storage,
+// whatever the order.
+func (t *tiered) readOwned(ctx context.Context, dp int32, lo int64, p []byte, why int) error {
+	if int64(len(p)) < t.pageSize {
+		if keep, all := t.keeps(); !all && !t.askedLately(dp, keep) {
+			n, err := t.storageFor(ctx, p, (int64(dp)+t.firstPage)*t.pageSize+lo, why)
+			if err == nil && n != len(p) {
+				err = fmt.Errorf("short read of %d bytes", n)
+			}
+			return err
+		}
+	}
+	return t.ownedRead(ctx, dp, lo, p, why)
+}
+
+// maxRecentOwned bounds askedLately's memory of pages.
+const maxRecentOwned = 1024
+
+// keeps returns the peer tier's Keeps: the pages this node keeps of those
+// it owns, and whether that is all of them (true without it).
+func (t *tiered) keeps() (int64, bool) {
+	k, ok := t.peers.(interface{ Keeps() (int64, bool) })
+	if !ok {
+		return -1, true
+	}
+	return k.Keeps()
+}
+
+// askedLately reports whether data page dp is being read for the cluster
+// or was asked a range of among the last k pages so asked; and notes it.
+func (t *tiered) askedLately(dp int32, k int64) bool {
+	k = min(max(k, 1), maxRecentOwned)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.owning[dp] != nil {
+		return true
+	}
+	if int64(len(t.recent)) > k {
+		t.recent = t.recent[int64(len(t.recent))-k:]
+	}
+	if slices.Contains(t.recent, dp) {
+		return true
+	}
+	if int64(len(t.recent)) == k {
+		copy(t.recent, t.recent[1:])
+		t.recent = t.recent[:k-1]
+	}
+	t.recent = append(t.recent, dp)
+	return false
 }
 
 // ownedRead reads bytes [lo, lo+len(p)) of data page dp for this node or
@@ -232,7 +292,7 @@ func (t *tiered) serve(ctx context.Context, dp int32, lo int64, p []byte) error 
 	if !t.owns(dp) {
 		why = reasonIndex(ReasonOwnerGone)
 	}
-	return t.ownedRead(ctx, dp, lo, p, why)
+	return t.readOwned(ctx, dp, lo, p, why)
 }
 
 // peerStats returns the peer tier's counters; nil without one.

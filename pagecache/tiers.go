@@ -86,6 +86,9 @@ type tiered struct {
 	peerStore *tier.Store
 	all       []*tier.Store
 	owning    map[int32]*fill // pages being read for the cluster; guarded by mu
+	// recent holds the last pages asked a range of where the node cannot
+	// keep its share (readOwned), oldest first; guarded by mu.
+	recent []int32
 	// Reads below the tiers and their bytes, those of storage, the
 	// values served to peers from the tiers and slots, and the storage
 	// reads by reason (peerReasons).
@@ -395,7 +398,7 @@ func (t *tiered) read(ctx context.Context, p []byte, off int64) (n int, fromTier
 func (t *tiered) fromBelow(ctx context.Context, dp int32, lo int64, p []byte, off int64) (int, error) {
 	if t.owns(dp) {
 		t.peerReads.Add(1)
-		if err := t.ownedRead(ctx, dp, lo, p, reasonIndex(ReasonOwned)); err != nil {
+		if err := t.readOwned(ctx, dp, lo, p, reasonIndex(ReasonOwned)); err != nil {
 			return 0, err
 		}
 		t.peerBytes.Add(uint64(len(p)))

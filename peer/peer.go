@@ -201,6 +201,19 @@ func (o *Object) replace(r *ring) (moved int64) {
 	return moved
 }
 
+// Keeps returns how many pages this node keeps of those it owns
+// (Info.KeepBytes in pages) and whether that is all of them now; -1 and
+// true where Info.KeepBytes is not given. A node that cannot keep them all
+// reads a range asked of a page it owns from storage as a range, not the
+// whole page it could not keep until the page's next range (see package
+// pagecache).
+func (o *Object) Keeps() (pages int64, all bool) {
+	if o.info.KeepBytes <= 0 {
+		return -1, true
+	}
+	return o.info.KeepBytes / o.info.PageSize, o.place.Load().count(node.opts.Self)*o.info.PageSize <= o.info.KeepBytes
+}
+
 // checkShare logs, once per placement, a share larger than Info.KeepBytes.
 func (o *Object) checkShare(pl *placement) {
 	if o.info.KeepBytes <= 0 || o.info.KeepFlag == "" {

@@ -33,7 +33,10 @@
 // later than all of them is not stored. Without announced orders, the
 // least recently used goes. The pages SetKeep names (those a node owns for
 // its cluster) come before all others: each displaces any other page, and
-// goes only when no other is left and it is no longer named.
+// goes only when no other is left and it is no longer named, or when all
+// the room is theirs and another of them needs it (the least recently used
+// goes, or the one needed last): a share larger than the budget is read
+// once a pass over it, not once a read.
 //
 // # Concurrency
 //

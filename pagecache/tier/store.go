@@ -175,7 +175,9 @@ func (s *Store) SetRank(rank func(dp int32) int) {
 // SetKeep names the pages to keep before any other (those a node owns for
 // its cluster: package peer): a page keep names displaces any other,
 // however far its next use, and its entry goes only when no other is left
-// and keep no longer names it. Without it, no page is kept so.
+// and keep no longer names it, or for another page keep names when all the
+// room is theirs (the least recently used, or needed last, goes). Without
+// it, no page is kept so.
 func (s *Store) SetKeep(keep func(dp int32) bool) {
 	s.mu.Lock()
 	s.keep = keep
@@ -496,7 +498,8 @@ func (s *Store) stopStoring(err error) {
 // false if page dp should not be stored (bigger than the budget, needed
 // later than every candidate for eviction, or all the room is the pages
 // SetKeep names). kept says whether SetKeep names dp: then it displaces
-// any page it does not name.
+// any page it does not name, and, where all the room is such pages, the
+// least recently used (or needed last) of them.
 func (s *Store) makeRoom(dp int32, need int64, kept bool) bool {
 	refuse := func() bool {
 		s.mu.Lock()
@@ -542,10 +545,17 @@ func (s *Store) makeRoom(dp int32, need int64, kept bool) bool {
 			}
 		}
 		if len(others) == 0 {
-			if fromKept {
+			if !fromKept {
+				continue // promoted: look again
+			}
+			if !kept {
 				return refuse() // every page here is one to keep
 			}
-			continue // promoted: look again
+			// All the room is pages to keep, and dp is one too: it
+			// displaces the one used least lately (or needed last), so
+			// that a share larger than the budget is read from storage
+			// once a pass, not once a read of it.
+			others = cand
 		}
 		victim, far := others[0], Never
 		if rank != nil {
