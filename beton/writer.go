@@ -70,7 +70,7 @@ type Writer struct {
 
 	pageSize  uint64
 	dataStart uint64 // file offset of the first data page
-	page      []byte // the page being filled
+	page      []byte // the page being filled: its bytes so far, grown as they come
 	pageNo    int64  // index of the page being filled from dataStart, -1 before the first
 	pageOff   uint64 // bytes used in page
 	written   uint64 // bytes written after the metadata region (padding + pages)
@@ -315,9 +315,9 @@ func (w *Writer) alloc(id int, data []byte, nul bool) uint64 {
 	var ptr uint64
 	if w.pageNo >= 0 {
 		ptr = w.dataStart + uint64(w.pageNo)*w.pageSize + w.pageOff
-		copy(w.page[w.pageOff:], data)
+		w.page = append(w.page, data...)
 		if nul {
-			w.page[w.pageOff+size-1] = 0
+			w.page = append(w.page, 0)
 		}
 		w.pageOff += size
 	} else {
@@ -331,34 +331,33 @@ func (w *Writer) alloc(id int, data []byte, nul bool) uint64 {
 // flushPage writes the current page, if any, and starts a new one.
 func (w *Writer) flushPage() error {
 	if w.pageNo < 0 {
-		w.page = make([]byte, w.pageSize)
 		// Zero padding between the metadata and the first page.
 		metaEnd := uint64(HeaderSize+len(w.fields)*DescriptorSize) + w.metaSize
-		if err := writeZeros(w.out, w.dataStart-metaEnd); err != nil {
+		if err := w.out.pad(w.dataStart - metaEnd); err != nil {
 			return err
 		}
 		w.written += w.dataStart - metaEnd
-	} else {
-		if _, err := w.out.Write(w.page); err != nil {
-			return err
-		}
-		w.written += w.pageSize
-		clear(w.page)
+	} else if err := w.writePage(); err != nil {
+		return err
 	}
 	w.pageNo++
 	w.pageOff = 0
 	return nil
 }
 
-func writeZeros(out io.Writer, n uint64) error {
-	var zero [64 << 10]byte
-	for n > 0 {
-		k := min(n, uint64(len(zero)))
-		if _, err := out.Write(zero[:k]); err != nil {
-			return err
-		}
-		n -= k
+// writePage writes the page being filled, its bytes and zeros to its end,
+// and empties it. A page holds only the bytes given it: a beton of pages of
+// 2 GiB and samples of kilobytes takes kilobytes of memory, and, on a
+// local file, of disk (its zeros are a hole).
+func (w *Writer) writePage() error {
+	if _, err := w.out.Write(w.page); err != nil {
+		return err
 	}
+	if err := w.out.pad(w.pageSize - uint64(len(w.page))); err != nil {
+		return err
+	}
+	w.written += w.pageSize
+	w.page = w.page[:0]
 	return nil
 }
 
@@ -396,10 +395,9 @@ func (w *Writer) finish() error {
 	metaStart := uint64(HeaderSize + len(w.fields)*DescriptorSize)
 	tablePtr := metaStart + w.metaSize
 	if w.pageNo >= 0 {
-		if _, err := w.out.Write(w.page); err != nil {
+		if err := w.writePage(); err != nil {
 			return err
 		}
-		w.written += w.pageSize
 		tablePtr += w.written
 	}
 	if w.names != nil {
@@ -457,17 +455,48 @@ func (w *Writer) Pages() int { return int(w.pageNo + 1) }
 // countingWriter buffers writes to a Destination and counts them.
 type countingWriter struct {
 	*bufio.Writer
+	dst   io.Writer
 	count int
 }
 
 func newCountingWriter(dst io.Writer) *countingWriter {
-	return &countingWriter{Writer: bufio.NewWriterSize(dst, 1<<20)}
+	return &countingWriter{Writer: bufio.NewWriterSize(dst, 1<<20), dst: dst}
 }
 
 func (c *countingWriter) Write(p []byte) (int, error) {
 	n, err := c.Writer.Write(p)
 	c.count += n
 	return n, err
+}
+
+// Skipper is a Destination that can pass over bytes, which read as zeros
+// (a hole in a local file): Skip(n) is Write of n zeros.
+type Skipper interface {
+	Skip(n int64) error
+}
+
+// pad writes n zero bytes: skipped where the destination can (Skipper),
+// else written from a small buffer.
+func (c *countingWriter) pad(n uint64) error {
+	if s, ok := c.dst.(Skipper); ok && n >= 64<<10 {
+		if err := c.Flush(); err != nil {
+			return err
+		}
+		if err := s.Skip(int64(n)); err != nil {
+			return err
+		}
+		c.count += int(n)
+		return nil
+	}
+	var zero [64 << 10]byte
+	for n > 0 {
+		k := min(n, uint64(len(zero)))
+		if _, err := c.Write(zero[:k]); err != nil {
+			return err
+		}
+		n -= k
+	}
+	return nil
 }
 
 // PageSize returns the page size the file is written with.
