@@ -41,6 +41,9 @@ var (
 	ErrNotBeton = errors.New("not a beton file")
 	// ErrUnsupported marks a field this package cannot decode (custom fields).
 	ErrUnsupported = errors.New("unsupported field")
+	// ErrTooLarge marks a file whose tables would take more memory than
+	// this machine has free.
+	ErrTooLarge = errors.New("too large for this machine's memory")
 )
 
 // TypeID identifies the type of a field, as stored in its descriptor.

@@ -142,11 +142,6 @@ func Open(r io.ReaderAt, size int64, name string) (*File, error) {
 			name, h.NumSamples, satMul(h.NumSamples, uint64(layout.RecordSize)), avail, ErrCorrupt)
 	}
 	metaEnd := metaStart + int64(h.NumSamples)*int64(layout.RecordSize)
-	f.meta = make([]byte, metaEnd-metaStart)
-	if err := readAt(r, f.meta, metaStart); err != nil {
-		return nil, fmt.Errorf("%s: reading metadata table: %w", name, err)
-	}
-
 	if h.AllocTablePtr > uint64(size) {
 		return nil, fmt.Errorf("%s: allocation table pointer %d is past the end of the file (%d bytes): %w", name, h.AllocTablePtr, size, ErrCorrupt)
 	}
@@ -156,6 +151,16 @@ func Open(r io.ReaderAt, size int64, name string) (*File, error) {
 	tableLen := uint64(size) - h.AllocTablePtr
 	if tableLen%AllocEntrySize != 0 {
 		return nil, fmt.Errorf("%s: allocation table of %d bytes is not a whole number of %d-byte entries (file truncated or pointer wrong): %w", name, tableLen, AllocEntrySize, ErrCorrupt)
+	}
+	// What the tables take in memory, checked before any of it is given:
+	// a header may claim billions of samples of a file that is all zeros.
+	if need := tableMemory(h.NumSamples, uint64(metaEnd-metaStart), tableLen/AllocEntrySize); need > maxTableMemory() {
+		return nil, fmt.Errorf("%s: its metadata and allocation tables (%d samples, %d allocations) would take %d MiB of memory, more than half of what this machine has free (%d MiB): %w",
+			name, h.NumSamples, tableLen/AllocEntrySize, need>>20, maxTableMemory()*2>>20, ErrTooLarge)
+	}
+	f.meta = make([]byte, metaEnd-metaStart)
+	if err := readAt(r, f.meta, metaStart); err != nil {
+		return nil, fmt.Errorf("%s: reading metadata table: %w", name, err)
 	}
 	f.dataEnd = h.AllocTablePtr
 	if ix, ok := findNameIndex(f.fields); ok {

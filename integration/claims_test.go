@@ -1,0 +1,115 @@
+package integration
+
+import (
+	"bytes"
+	enc "encoding/binary"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ffcvfs/ffcvfs/beton"
+)
+
+// claimed is an io.ReadSeeker of a file of size bytes: head, then zeros.
+type claimed struct {
+	head      []byte
+	size, off int64
+}
+
+func (c *claimed) Read(p []byte) (int, error) {
+	if c.off >= c.size {
+		return 0, io.EOF
+	}
+	p = p[:min(int64(len(p)), c.size-c.off)]
+	clear(p)
+	if c.off < int64(len(c.head)) {
+		copy(p, c.head[c.off:])
+	}
+	c.off += int64(len(p))
+	return len(p), nil
+}
+
+func (c *claimed) Seek(off int64, whence int) (int64, error) {
+	switch whence {
+	case io.SeekStart:
+		c.off = off
+	case io.SeekCurrent:
+		c.off += off
+	case io.SeekEnd:
+		c.off = c.size + off
+	}
+	return c.off, nil
+}
+
+// TestHTTPSourceClaimsTooMuch: an HTTP source whose header claims 300
+// million samples, in a file of zeros as long as their metadata, or four
+// billion with tables that would fit the file, is refused with a sentence
+// naming it, by info and mount, within little memory. They read gigabytes
+// of metadata into memory first, and ran out of it with no sentence.
+func TestHTTPSourceClaimsTooMuch(t *testing.T) {
+	// A real beton's head (header, descriptors), its counts patched.
+	dir := t.TempDir()
+	small := filepath.Join(dir, "one.beton")
+	fields := []beton.Field{{Type: beton.TypeRGBImage, Name: "image"}, {Type: beton.TypeInt, Name: "label"}}
+	w, err := beton.Create(small, fields, 1, beton.WriterOptions{PageSize: beton.MinPageSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteSample([]beton.Value{{Mode: beton.ModeRaw, Width: 1, Height: 1, Data: []byte{1, 2, 3}}, {Int: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := beton.OpenFile(small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	record := int64(f.RecordLayout().RecordSize)
+	f.Close()
+	b, err := os.ReadFile(small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metaStart := int64(beton.HeaderSize + len(fields)*beton.DescriptorSize)
+	head := b[:metaStart]
+	files := map[string]*claimed{}
+	for name, samples := range map[string]uint64{"zeros": 300_000_000, "tables": 1<<32 - 2} {
+		h := bytes.Clone(head)
+		enc.LittleEndian.PutUint64(h[8:], samples)
+		size := metaStart + int64(samples)*record
+		if name == "tables" {
+			enc.LittleEndian.PutUint64(h[16:], uint64(size)) // an empty table at the end
+		}
+		files["/"+name+".beton"] = &claimed{head: h, size: size}
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		c, ok := files[r.URL.Path]
+		if !ok {
+			http.NotFound(rw, r)
+			return
+		}
+		rw.Header().Set("ETag", `"claims"`)
+		http.ServeContent(rw, r, r.URL.Path, time.Unix(1e9, 0), &claimed{head: c.head, size: c.size})
+	}))
+	defer srv.Close()
+	for _, name := range []string{"zeros", "tables"} {
+		url := srv.URL + "/" + name + ".beton"
+		for _, args := range [][]string{{"info", url}, {"mount", url, t.TempDir()}} {
+			cmd := exec.Command(binary(t, "ffcvfs"), args...)
+			out, err := cmd.CombinedOutput()
+			peak := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10
+			if err == nil || !strings.Contains(string(out), name+".beton") || peak > 256<<20 {
+				t.Errorf("%s: %v, peak RSS %d MiB\n%s\nwant a sentence naming it, in less than 256 MiB", strings.Join(args, " "), err, peak>>20, out)
+			}
+			t.Logf("%s: %s", args[0], strings.TrimSpace(string(out)))
+		}
+	}
+}
