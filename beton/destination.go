@@ -1,14 +1,19 @@
 package beton
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	"github.com/ffcvfs/ffcvfs/internal/readfile"
 )
@@ -97,16 +102,43 @@ func NewFileDestination(path string) (*FileDestination, error) {
 var namedTemps = false
 
 // tempPattern is the name of a temporary file of base, for
-// os.CreateTemp: tempPrefix and a random number.
-func tempPattern(base string) string { return tempPrefix(base) + "*" }
+// os.CreateTemp: tempPrefix, this machine's token and process id (see
+// removeStaleTemps), and a random number.
+func tempPattern(base string) string { return tempOwner(base) + "*" }
 
 func tempPrefix(base string) string { return "." + base + ".tmp-" }
 
+// tempOwner is the start of this process's temporary files' names of base.
+func tempOwner(base string) string {
+	return tempPrefix(base) + hostToken() + "-" + strconv.Itoa(os.Getpid()) + "-"
+}
+
+// hostToken names this machine's boot in temporary files' names: a hash
+// of its host name and boot id, for removeStaleTemps to tell its own
+// writers' files from other machines'.
+var hostToken = sync.OnceValue(func() string {
+	h := sha256.New()
+	name, _ := os.Hostname()
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	h.Write([]byte(name + "\x00" + strings.TrimSpace(string(boot))))
+	return hex.EncodeToString(h.Sum(nil)[:6])
+})
+
+// staleAfter is how long another machine's temporary file (or one of a
+// name without a machine) must have been left unchanged before a write
+// removes it: a live writer changes its file all along.
+const staleAfter = 24 * time.Hour
+
 // removeStaleTemps removes dir's temporary files of base whose writer is
-// gone: those that no process holds locked. Errors are no matter: a file
-// left is removed by a later write.
+// gone: those this machine's processes wrote whose process has ended, and
+// others left unchanged for staleAfter; none that a process holds locked.
+// Another machine's live writer's file is not locked here where locks are
+// per mount (a network or FUSE filesystem), and its process id means
+// nothing here: only its age tells. Errors are no matter: a file left is
+// removed by a later write.
 func removeStaleTemps(dir, base string) {
 	ents, _ := os.ReadDir(dir)
+	mine := tempPrefix(base) + hostToken() + "-"
 	for _, e := range ents {
 		if !strings.HasPrefix(e.Name(), tempPrefix(base)) || !e.Type().IsRegular() {
 			continue
@@ -116,7 +148,15 @@ func removeStaleTemps(dir, base string) {
 		if err != nil {
 			continue
 		}
-		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() && tryLock(f) {
+		st, err := f.Stat()
+		gone := err == nil && st.Mode().IsRegular() && time.Since(st.ModTime()) > staleAfter
+		if rest, ok := strings.CutPrefix(e.Name(), mine); ok && err == nil && st.Mode().IsRegular() {
+			pid, _, _ := strings.Cut(rest, "-")
+			if n, err := strconv.Atoi(pid); err == nil && n > 0 && syscall.Kill(n, 0) == syscall.ESRCH {
+				gone = true
+			}
+		}
+		if gone && tryLock(f) {
 			os.Remove(name)
 		}
 		f.Close()

@@ -33,7 +33,7 @@ func linkUnnamed(fh *os.File, dir, base string) (string, error) {
 	for range 100 {
 		var r [6]byte
 		rand.Read(r[:])
-		name := filepath.Join(dir, tempPrefix(base)+hex.EncodeToString(r[:]))
+		name := filepath.Join(dir, tempOwner(base)+hex.EncodeToString(r[:]))
 		err := unix.Linkat(unix.AT_FDCWD, proc, unix.AT_FDCWD, name, unix.AT_SYMLINK_FOLLOW)
 		if err == nil {
 			return name, nil

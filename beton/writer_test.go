@@ -10,9 +10,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ffcvfs/ffcvfs/beton"
 )
@@ -521,4 +523,57 @@ func TestWriteSampleAtTwiceAndMissing(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "a.beton")); !os.IsNotExist(err) {
 		t.Fatalf("a beton missing a sample appeared: %v", err)
 	}
+}
+
+// TestStaleTempsOfOtherMachines: a write removes the temporary files of
+// its path whose writer is gone, and only those: another machine's (its
+// lock unseen where locks are per mount, its process id meaningless here)
+// once left unchanged for a day; this machine's once its process has
+// ended. Any unlocked one was removed, a live writer's on another node
+// included.
+func TestStaleTempsOfOtherMachines(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "x.beton")
+	mine := ".x.beton.tmp-" + beton.HostToken() + "-"
+	files := map[string]bool{ // name: removed
+		".x.beton.tmp-0123456789ab-1-fresh":        false, // another machine's, live
+		".x.beton.tmp-0123456789ab-1-old":          true,  // another machine's, left a day
+		mine + strconv.Itoa(os.Getpid()) + "-live": false, // this process's
+		mine + strconv.Itoa(deadPid(t)) + "-dead":  true,  // an ended process's
+		".x.beton.tmp-noowner":                     false, // a name without a machine, fresh
+		".x.beton.tmp-noowner-old":                 true,
+	}
+	for name := range files {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("partial"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(name, "old") {
+			old := time.Now().Add(-25 * time.Hour)
+			if err := os.Chtimes(p, old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	d, err := beton.NewFileDestination(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Abort()
+	for name, removed := range files {
+		_, err := os.Stat(filepath.Join(dir, name))
+		if gone := os.IsNotExist(err); gone != removed {
+			t.Errorf("%s: removed %v, want %v", name, gone, removed)
+		}
+	}
+}
+
+// deadPid returns the id of a process that has ended.
+func deadPid(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd.Process.Pid
 }
