@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -88,4 +89,57 @@ func TestFIFOSourceRefused(t *testing.T) {
 			t.Errorf("%s: %v\n%s\nwant a refusal naming the FIFO", strings.Join(args[1:], " "), err, out)
 		}
 	}
+}
+
+// hupAtStart is the Python that runs a program with a SIGHUP pending from
+// its first instruction: blocked and sent, then exec (both survive it), so
+// that it is delivered as soon as the program unblocks it, in the Go
+// runtime's start.
+const hupAtStart = `import os, signal, sys
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+os.kill(os.getpid(), signal.SIGHUP)
+os.execv(sys.argv[1], sys.argv[1:])`
+
+// TestSIGHUPAtStart: a SIGHUP that comes while a mount or a feed server
+// starts (pending from its exec, delivered in the Go runtime's start, before
+// the program catches SIGHUP) does not end it: it serves. Go's default
+// ended it (a terminal closed as it started).
+func TestSIGHUPAtStart(t *testing.T) {
+	needFUSE(t)
+	py := debianPython(t)
+	src := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
+	ffcvfs, ffcvfeed := binary(t, "ffcvfs"), binary(t, "ffcvfeed")
+	mnt := filepath.Join(t.TempDir(), "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := launchMount(t, exec.Command(py, "-c", hupAtStart, ffcvfs, "mount", src, mnt), mnt)
+	p.waitServing(t) // fails if SIGHUP ended it
+	p.stop(t)
+
+	sock := filepath.Join(t.TempDir(), "feed.sock")
+	serve := exec.Command(py, "-c", hupAtStart, ffcvfeed, "serve", "--data", src, "--socket", sock)
+	var out testenv.OutputBuffer
+	serve.Stdout, serve.Stderr = &out, &out
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- serve.Wait() }()
+	deadline := time.Now().Add(testenv.Patience)
+	for {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("ffcvfeed serve, with a SIGHUP at its start, ended: %v\n%s", err, &out)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ffcvfeed serve made no socket:\n%s", &out)
+		}
+	}
+	serve.Process.Signal(syscall.SIGTERM)
+	<-exited
 }

@@ -3,7 +3,10 @@
 // mount ended so leaves its mountpoint dead (ENOTCONN). Catch, called
 // while the program initializes, holds a SIGHUP that comes before the
 // program knows what it reloads; Handle then runs a function for it and
-// for every later one.
+// for every later one. Before Catch (the Go runtime's start and the
+// packages' initialization, a few milliseconds), early.c keeps SIGHUP
+// ignored for the commands "mount" and "serve", from the process's first
+// instruction.
 package hangup
 
 import (
