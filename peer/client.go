@@ -11,6 +11,9 @@ import (
 	"net/http/httptrace"
 	"net/textproto"
 	"net/url"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -85,20 +88,23 @@ func (o *Object) Read(ctx context.Context, p, off int64, b []byte) error {
 
 // get returns the value of key in group from owner, or, when owner fails,
 // from the node that owns key among the nodes that have not failed lately,
-// unless that is this node (which then reads storage).
+// unless that is this node (which then reads storage); at most maxAsked
+// nodes in all, each that fails left alone for a while.
 func get(ctx context.Context, owner, group, key string) ([]byte, error) {
 	v, err := askNode(ctx, owner, group, key)
-	if err == nil || ctx.Err() != nil {
-		return v, err
+	asked := []string{owner}
+	for err != nil && ctx.Err() == nil {
+		alt := node.members.successor(key, isDown)
+		switch {
+		case alt == node.opts.Self:
+			return nil, fmt.Errorf("%w: %w", errFill, err)
+		case slices.Contains(asked, alt) || len(asked) == maxAsked:
+			return nil, err
+		}
+		asked = append(asked, alt)
+		v, err = askNode(ctx, alt, group, key)
 	}
-	alt := node.members.successor(key, isDown)
-	switch alt {
-	case node.opts.Self:
-		return nil, fmt.Errorf("%w: %w", errFill, err)
-	case owner:
-		return nil, err
-	}
-	return askNode(ctx, alt, group, key)
+	return v, err
 }
 
 // askNode asks the node at base (SCHEME://HOST:PORT) for the value of key
@@ -156,7 +162,17 @@ func ask(r *http.Request) (int, []byte, error) {
 		noteFailure(r.Context(), ownerError)
 	}
 	if err != nil {
+		var refused *refusedError
 		switch {
+		case errors.As(err, &refused):
+			noteFailure(r.Context(), ownerError)
+			// Another secret or a clock far off: said once, for the
+			// peer and the cause; it is asked again after downHold.
+			holdDown(base)
+			if warnOnce("refusing " + refused.cause + " " + base) {
+				node.opts.Logger.Warn("peer tier: a peer refuses this node's requests; its pages are read from storage", "peer", redact(base), "why", refused.Error())
+			}
+			return 0, nil, err
 		case errors.Is(err, errCorruptValue):
 			noteFailure(r.Context(), corruptValue)
 		case ctx.Err() != nil && r.Context().Err() == nil:
@@ -168,11 +184,54 @@ func ask(r *http.Request) (int, []byte, error) {
 			// Down, silent, slow, or sending what fails its check:
 			// its pages go elsewhere for a while, without a wait per
 			// read.
-			node.down.Store(base, time.Now().Add(downHold))
-			node.opts.Logger.Warn("peer tier: a peer failed; its pages are asked of the next node, or read from storage, for a while", "peer", r.URL.Host, "for", downHold, "err", err)
+			hold := holdDown(base)
+			if more, ok := node.warns.allow(time.Now()); ok {
+				args := []any{"peer", r.URL.Host, "for", hold, "err", err}
+				if more > 0 {
+					args = append(args, "more_failed_meanwhile", more)
+				}
+				node.opts.Logger.Warn("peer tier: a peer failed; its pages are asked of the next node, or read from storage, for a while", args...)
+			}
 		}
 		return 0, nil, err
 	}
 	node.down.Delete(base)
+	node.fails.Delete(base)
 	return status, v, nil
+}
+
+// holdDown leaves the node at base alone for downHold, twice as long for
+// each failure in a row before, up to maxDownHold; it returns how long.
+func holdDown(base string) time.Duration {
+	c, _ := node.fails.LoadOrStore(base, new(atomic.Int32))
+	n := c.(*atomic.Int32).Add(1)
+	hold := downHold << min(max(n-1, 0), 6)
+	hold = min(hold, maxDownHold)
+	node.down.Store(base, time.Now().Add(hold))
+	return hold
+}
+
+// warnLimit lets through failedWarnings warnings a minute and counts the
+// others.
+type warnLimit struct {
+	mu         sync.Mutex
+	start      time.Time
+	n, dropped int
+}
+
+// allow reports whether a warning may be logged now, and how many were not
+// since the last one.
+func (w *warnLimit) allow(now time.Time) (dropped int, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if now.Sub(w.start) > time.Minute {
+		w.start, w.n = now, 0
+	}
+	if w.n >= failedWarnings {
+		w.dropped++
+		return 0, false
+	}
+	w.n++
+	dropped, w.dropped = w.dropped, 0
+	return dropped, true
 }

@@ -66,8 +66,20 @@ const fillWait = 12
 
 // downHold is how long a peer that failed to answer is not asked: its
 // pages are read from storage meanwhile, and one read then tries it
-// again.
-const downHold = 10 * time.Second
+// again. A peer that fails again is left twice as long each time, up to
+// maxDownHold, so that a list of many dead peers costs few tries.
+const (
+	downHold    = 10 * time.Second
+	maxDownHold = 10 * time.Minute
+)
+
+// maxAsked bounds the nodes one read asks: the owner, and the next nodes
+// on the ring that have not failed lately.
+const maxAsked = 3
+
+// failedWarnings bounds the warnings of peers that failed, a minute; the
+// others are counted in the next one.
+const failedWarnings = 5
 
 // maxPeers bounds the peer list.
 const maxPeers = 4096
@@ -147,7 +159,7 @@ func (o *Options) Validate() error {
 			return fmt.Errorf("--peers dns:%s with --peer-listen %s: give --peer-self, this node's URL as the name resolves to it (%s://IP:%s)", o.PeersDNS, o.Listen, scheme, port)
 		}
 	} else if !slices.Contains(o.Peers, o.Self) {
-		return fmt.Errorf("this node (%s) is not among the peers", o.Self)
+		return fmt.Errorf("this node (%s) is not among the peers", redact(o.Self))
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout

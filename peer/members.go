@@ -78,18 +78,34 @@ func normalizePeers(list []string, scheme string) ([]string, error) {
 			if strings.HasPrefix(p, "dns:") {
 				hint = " (dns:NAME:PORT is given to --peers itself, not listed in a file)"
 			}
-			return nil, fmt.Errorf("peer %s: want %s://HOST:PORT%s", short(p), scheme, hint)
+			if u != nil && u.User != nil {
+				hint = " (without credentials: the tier's secret is its authentication)"
+			}
+			return nil, fmt.Errorf("peer %s: want %s://HOST:PORT%s", short(redact(p)), scheme, hint)
 		}
 		if u.Scheme != scheme {
 			if scheme == "https" {
-				return nil, fmt.Errorf("peer %s: with --peer-tls-cert, --peer-tls-key and --peer-tls-ca every peer is https://HOST:PORT", short(p))
+				return nil, fmt.Errorf("peer %s: with --peer-tls-cert, --peer-tls-key and --peer-tls-ca every peer is https://HOST:PORT", short(redact(p)))
 			}
-			return nil, fmt.Errorf("peer %s: https:// needs --peer-tls-cert, --peer-tls-key and --peer-tls-ca", short(p))
+			return nil, fmt.Errorf("peer %s: https:// needs --peer-tls-cert, --peer-tls-key and --peer-tls-ca", short(redact(p)))
 		}
 		out = append(out, scheme+"://"+u.Host)
 	}
 	slices.Sort(out)
 	return slices.Compact(out), nil
+}
+
+// redact returns a peer's URL without what may be credentials: anything
+// between its scheme and an @.
+func redact(p string) string {
+	i := strings.Index(p, "://")
+	if j := strings.LastIndexByte(p, '@'); i >= 0 && j > i {
+		return p[:i+3] + "***" + p[j:]
+	}
+	if j := strings.LastIndexByte(p, '@'); i < 0 && j >= 0 {
+		return "***" + p[j:]
+	}
+	return p
 }
 
 // SplitPeers splits a list of peers separated by commas, white space or
@@ -294,12 +310,51 @@ func (m *members) refresh(ctx context.Context) {
 
 // withSelf returns nodes (sorted) with this node among them.
 func (m *members) withSelf(nodes []string) []string {
+	if i := slices.IndexFunc(nodes, func(n string) bool { return n != m.self && sameNode(n, m.self) }); i >= 0 {
+		// This node under another name (localhost for 127.0.0.1): it
+		// would own pages under that name and ask itself for them.
+		if warnOnce("alias " + nodes[i]) {
+			m.logger.Warn("peer tier: a peer listed is this node under another name; it counts once, as "+m.self, "peer", nodes[i])
+		}
+		nodes = slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return n != m.self && sameNode(n, m.self) })
+	}
 	if slices.Contains(nodes, m.self) {
 		return nodes
 	}
 	nodes = append(slices.Clone(nodes), m.self)
 	slices.Sort(nodes)
 	return nodes
+}
+
+// sameNode reports whether base URLs a and b name one node without asking
+// DNS: the same scheme and port, and hosts that are the same address
+// (localhost is 127.0.0.1 and ::1).
+func sameNode(a, b string) bool {
+	ua, err1 := url.Parse(a)
+	ub, err2 := url.Parse(b)
+	if err1 != nil || err2 != nil || ua.Scheme != ub.Scheme || ua.Port() != ub.Port() {
+		return false
+	}
+	for _, x := range hostIPs(ua.Hostname()) {
+		for _, y := range hostIPs(ub.Hostname()) {
+			if x.Equal(y) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// hostIPs returns a host's addresses: itself, or 127.0.0.1 and ::1 for
+// localhost; none for other names.
+func hostIPs(h string) []net.IP {
+	if strings.EqualFold(h, "localhost") {
+		return []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+	}
+	if ip := net.ParseIP(h); ip != nil {
+		return []net.IP{ip}
+	}
+	return nil
 }
 
 // same reports whether nodes are the members now, this node among them.

@@ -94,6 +94,11 @@ var node struct {
 	// down holds the nodes (base URLs) that failed lately, with the time
 	// until which they are not asked.
 	down sync.Map
+	// fails counts each node's failures in a row (*atomic.Int32), which
+	// lengthen its hold (holdFor).
+	fails sync.Map
+	// warns limits the warnings of failed peers (failedWarnings a minute).
+	warns warnLimit
 
 	// reqKey signs requests, valueKey tags values; both derive from the
 	// secret.

@@ -10,10 +10,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -51,6 +53,9 @@ func fetch(ctx context.Context, tr http.RoundTripper, r *http.Request) (int, []b
 		return 0, nil, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusUnauthorized {
+		return 0, nil, refusal(resp)
+	}
 	if resp.StatusCode != http.StatusOK {
 		return resp.StatusCode, nil, nil
 	}
@@ -123,21 +128,35 @@ func responseValue(b []byte) ([]byte, error) {
 	return value, nil
 }
 
+// refusedHeader says why a request was refused (401): refusedClock, its
+// time more than maxSkew from the server's (the answer's Date is the
+// server's); refusedSecret, its MAC wrong (another secret).
+const (
+	refusedHeader = "X-Ffcvfs-Refused"
+	refusedClock  = "clock"
+	refusedSecret = "secret"
+)
+
 // authorize refuses requests whose MAC is wrong or whose time is more than
-// maxSkew from the server's.
+// maxSkew from the server's, saying which (refusedHeader), and logs it once
+// per asker and cause.
 func authorize(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ts, mac, _ := strings.Cut(r.Header.Get(authHeader), ".")
 		sec, err := strconv.ParseInt(ts, 10, 64)
-		if err != nil || time.Since(time.Unix(sec, 0)).Abs() > maxSkew {
-			http.Error(w, "not a peer", http.StatusUnauthorized)
+		if err != nil || sec < -1<<40 || sec > 1<<40 {
+			refuse(w, r, refusedSecret, "its requests are not signed as a peer's")
+			return
+		}
+		if skew := time.Since(time.Unix(sec, 0)); skew.Abs() > maxSkew {
+			refuse(w, r, refusedClock, fmt.Sprintf("its clock is %v off this node's (more than %v): set both by NTP", skew.Round(time.Second), maxSkew))
 			return
 		}
 		got, err := hex.DecodeString(mac)
 		want := signRequest(r.Method, r.URL.Path, time.Unix(sec, 0))
 		wantMAC, _ := hex.DecodeString(want[strings.IndexByte(want, '.')+1:])
 		if err != nil || !hmac.Equal(got, wantMAC) {
-			http.Error(w, "not a peer", http.StatusUnauthorized)
+			refuse(w, r, refusedSecret, "its secret is not this node's (--peer-secret-file)")
 			return
 		}
 		// At once, before the value, which may come from storage: the
@@ -145,6 +164,65 @@ func authorize(next http.Handler) http.Handler {
 		w.WriteHeader(http.StatusProcessing)
 		next.ServeHTTP(w, r)
 	})
+}
+
+// refuse answers 401 saying why, and logs it the first time for the
+// asker's host and cause.
+func refuse(w http.ResponseWriter, r *http.Request, cause, why string) {
+	w.Header().Set(refusedHeader, cause)
+	http.Error(w, "not a peer", http.StatusUnauthorized)
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	if warnOnce("refused " + cause + " " + host) {
+		node.opts.Logger.Warn("peer tier: refused the requests of a node: "+why+"; it reads this node's pages from storage", "from", host)
+	}
+}
+
+// refusedError is an answer of 401: the owner refused this node's request.
+type refusedError struct {
+	cause string
+	skew  time.Duration // this node's clock minus the owner's, for refusedClock
+}
+
+func (e *refusedError) Error() string {
+	if e.cause == refusedClock {
+		return fmt.Sprintf("refused: this node's clock is %v off the peer's (more than %v): set both by NTP", e.skew.Round(time.Second), maxSkew)
+	}
+	return "refused: this node's secret is not the peer's (--peer-secret-file)"
+}
+
+// refusal returns the error of resp, a 401.
+func refusal(resp *http.Response) error {
+	e := &refusedError{cause: refusedSecret}
+	if resp.Header.Get(refusedHeader) == refusedClock {
+		e.cause = refusedClock
+		if t, err := http.ParseTime(resp.Header.Get("Date")); err == nil {
+			e.skew = time.Since(t)
+		}
+	}
+	return e
+}
+
+// warned holds the causes logged once (warnOnce); at most maxWarned.
+var (
+	warnedMu sync.Mutex
+	warned   = map[string]bool{}
+)
+
+// maxWarned bounds warned: past it, nothing more is logged once.
+const maxWarned = 4096
+
+// warnOnce reports whether key is logged for the first time.
+func warnOnce(key string) bool {
+	warnedMu.Lock()
+	defer warnedMu.Unlock()
+	if warned[key] || len(warned) >= maxWarned {
+		return false
+	}
+	warned[key] = true
+	return true
 }
 
 // sealed returns b, the value of key, with its tag appended.
