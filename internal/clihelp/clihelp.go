@@ -12,7 +12,9 @@ package clihelp
 
 import (
 	"fmt"
+	"os"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -27,7 +29,11 @@ func Apply(app *cli.App) {
 	}
 	app.Action = func(c *cli.Context) error {
 		if c.NArg() == 0 {
-			return cli.ShowAppHelp(c)
+			if slices.Contains(commandLine()[1:], "--") {
+				// "--" ends the options: a command must follow.
+				return cli.Exit(fmt.Sprintf("no command after --; give one of %s (see %s --help)", names(app.Commands), app.Name), 2)
+			}
+			return cli.ShowAppHelp(c) // the program alone: its help
 		}
 		return cli.Exit(unknownCommand(app.Name, "", app.Commands, c.Args().First()), 2)
 	}
@@ -35,6 +41,10 @@ func Apply(app *cli.App) {
 		apply(app.Name, "", cmd)
 	}
 }
+
+// commandLine returns the program's arguments, its name first (tests set
+// it).
+var commandLine = func() []string { return os.Args }
 
 // unknownCommand is the line for a command that command path of prog
 // (path "" for prog itself), whose commands are cmds, does not have.
@@ -85,7 +95,7 @@ func apply(prog, parent string, cmd *cli.Command) {
 	if len(cmd.Subcommands) > 0 && cmd.Action == nil {
 		cmd.Action = func(c *cli.Context) error {
 			if c.NArg() == 0 {
-				return cli.ShowSubcommandHelp(c)
+				return cli.Exit(fmt.Sprintf("%s needs one of its commands: %s (see %s %s --help)", path, names(cmd.Subcommands), prog, path), 2)
 			}
 			return cli.Exit(unknownCommand(prog, path, cmd.Subcommands, c.Args().First()), 2)
 		}
@@ -93,6 +103,21 @@ func apply(prog, parent string, cmd *cli.Command) {
 	for _, sub := range cmd.Subcommands {
 		apply(prog, path, sub)
 	}
+}
+
+// names lists the commands of cmds that are not hidden, but help: "a, b
+// or c".
+func names(cmds []*cli.Command) string {
+	var ns []string
+	for _, c := range cmds {
+		if !c.Hidden && c.Name != "help" {
+			ns = append(ns, c.Name)
+		}
+	}
+	if len(ns) < 2 {
+		return strings.Join(ns, "")
+	}
+	return strings.Join(ns[:len(ns)-1], ", ") + " or " + ns[len(ns)-1]
 }
 
 // flagLine is the line for a flag parse error of command path of prog

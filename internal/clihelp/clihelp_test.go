@@ -28,7 +28,11 @@ func run(t *testing.T, args ...string) (msg string, code int, printed string) {
 		ExitErrHandler:  func(*cli.Context, error) {},
 	}
 	Apply(app)
-	err := app.Run(append([]string{"prog"}, args...))
+	line := append([]string{"prog"}, args...)
+	held := commandLine
+	commandLine = func() []string { return line }
+	defer func() { commandLine = held }()
+	err := app.Run(line)
 	if ran && err != nil {
 		t.Fatalf("%v ran its action and failed: %v", args, err)
 	}
@@ -57,6 +61,9 @@ func TestOneLine(t *testing.T) {
 		{[]string{"--verbos", "mount"}, `no flag "--verbos"; did you mean --verbose? (see prog --help)`},
 		{[]string{"cache", "lss"}, `cache has no command "lss"; did you mean "ls"? (see prog cache --help)`},
 		{[]string{strings.Repeat("x", 5000)}, `no command "xxxxxxxx`},
+		// Printed their help and exited 0.
+		{[]string{"--"}, `no command after --; give one of mount, umount or cache (see prog --help)`},
+		{[]string{"cache"}, `cache needs one of its commands: ls (see prog cache --help)`},
 	} {
 		msg, code, printed := run(t, c.args...)
 		if code != 2 || !strings.Contains(msg, c.want) || strings.Contains(msg, "\n") || printed != "" || len(msg) > 300 {
