@@ -444,7 +444,7 @@ DatasetWriter("slow.beton", {"image": RGBImageField(), "label": IntField()}, num
 // until it catches them. Unheld, either killed it silently.
 func TestDatasetWriterCtrlCAtStart(t *testing.T) {
 	py := installedPython(t, "numpy")
-	for run := range 5 {
+	for run := range 3 {
 		dir := t.TempDir()
 		script := `
 import os, signal, time
