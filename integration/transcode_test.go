@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -272,12 +271,10 @@ im.save(sys.argv[1], "JPEG", quality=80)
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command(binary(t, "ffcvfs"), "write", "--workers", "2", filepath.Join(dir, "tree"), filepath.Join(dir, "huge.beton"))
-	out, err := cmd.CombinedOutput()
+	out, err, peak := runPeak(t, binary(t, "ffcvfs"), "write", "--workers", "2", filepath.Join(dir, "tree"), filepath.Join(dir, "huge.beton"))
 	if err != nil {
 		t.Fatalf("ffcvfs write: %v\n%s", err, out)
 	}
-	peak := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10
 	t.Logf("peak RSS %d MiB\n%s", peak>>20, out)
 	if peak > 1<<30 {
 		t.Errorf("ffcvfs write of four 13376² JPEGs with 2 workers peaked at %d MiB, more than 1 GiB", peak>>20)
