@@ -103,7 +103,7 @@ func TestHTTPSourceClaimsTooMuch(t *testing.T) {
 	for _, name := range []string{"zeros", "tables"} {
 		url := srv.URL + "/" + name + ".beton"
 		for _, args := range [][]string{{"info", url}, {"mount", url, t.TempDir()}} {
-			out, err, peak := runPeak(t, binary(t, "ffcvfs"), args...)
+			out, peak, err := runPeak(t, binary(t, "ffcvfs"), args...)
 			if err == nil || !strings.Contains(string(out), name+".beton") || peak > 256<<20 {
 				t.Errorf("%s: %v, peak RSS %d MiB\n%s\nwant a sentence naming it, in less than 256 MiB", strings.Join(args, " "), err, peak>>20, out)
 			}
@@ -128,9 +128,9 @@ with open(os.environ["PEAK_FILE"], "w") as f:
 code = os.waitstatus_to_exitcode(status)
 sys.exit(code if code >= 0 else 128 - code)`
 
-// runPeak runs name with args and returns its output, its error and its
-// peak resident size in bytes.
-func runPeak(t *testing.T, name string, args ...string) ([]byte, error, int64) {
+// runPeak runs name with args and returns its output, its peak resident
+// size in bytes and its error.
+func runPeak(t *testing.T, name string, args ...string) ([]byte, int64, error) {
 	t.Helper()
 	peak := filepath.Join(t.TempDir(), "peak")
 	cmd := exec.Command(debianPython(t), append([]string{"-c", peakLauncher, name}, args...)...)
@@ -144,5 +144,5 @@ func runPeak(t *testing.T, name string, args ...string) ([]byte, error, int64) {
 	if perr != nil {
 		t.Fatalf("%s: peak %q: %v", name, b, perr)
 	}
-	return out, err, kb << 10
+	return out, kb << 10, err
 }

@@ -271,7 +271,7 @@ im.save(sys.argv[1], "JPEG", quality=80)
 			t.Fatal(err)
 		}
 	}
-	out, err, peak := runPeak(t, binary(t, "ffcvfs"), "write", "--workers", "2", filepath.Join(dir, "tree"), filepath.Join(dir, "huge.beton"))
+	out, peak, err := runPeak(t, binary(t, "ffcvfs"), "write", "--workers", "2", filepath.Join(dir, "tree"), filepath.Join(dir, "huge.beton"))
 	if err != nil {
 		t.Fatalf("ffcvfs write: %v\n%s", err, out)
 	}
