@@ -1,3 +1,5 @@
+//go:build cgo && linux
+
 #include <signal.h>
 #include <string.h>
 
