@@ -44,4 +44,5 @@ def sigint_ignored():
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, held)
+        if held is not None:  # None: a handler set outside Python, left as it is
+            signal.signal(signal.SIGINT, held)
