@@ -35,14 +35,18 @@ def sigint_ignored():
     """Ignores SIGINT while a program is started from this (the main)
     thread: the program inherits it ignored, which Go keeps until the
     program catches it, so that a Ctrl-C in its first milliseconds does not
-    kill it unheard. Elsewhere than the main thread, nothing."""
+    kill it unheard. Elsewhere than the main thread, or where SIGINT's
+    handler was set outside Python (it could not be put back), nothing."""
+    held = signal.getsignal(signal.SIGINT)
+    if held is None:
+        yield
+        return
     try:
-        held = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     except ValueError:  # not the main thread
         yield
         return
     try:
         yield
     finally:
-        if held is not None:  # None: a handler set outside Python, left as it is
-            signal.signal(signal.SIGINT, held)
+        signal.signal(signal.SIGINT, held)
