@@ -24,6 +24,8 @@ struct ffj_decoder {
 	char warn[JMSG_LENGTH_MAX];
 	unsigned char *row; /* one scanline of the (widened) cropped output */
 	size_t rowcap;
+	unsigned char *raw; /* one iMCU row of every component (ffj_decode_planes) */
+	size_t rawcap;
 	int libjpeg_idct; /* use libjpeg's IDCT at every scale (idct.c's otherwise) */
 	int libjpeg_entropy; /* use libjpeg's Huffman decoder (huff.c's otherwise) */
 	int huff_hooked;     /* the last decode used huff.c's */
@@ -89,6 +91,7 @@ void ffj_free(ffj_decoder *d) {
 	}
 	jpeg_destroy_decompress(&d->d);
 	free(d->row);
+	free(d->raw);
 	free(d);
 }
 
@@ -337,5 +340,161 @@ int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
 	out->off = off;
 	out->stride = stride;
 	/* The rows below the region are never decoded. */
+	return ffj_end(d, FFJ_OK);
+}
+
+/* ffj_read_planes_header reads src's header and checks it as
+ * ffj_decode_region does, then fills *p; FFJ_ERR_NOPLANES for a layout
+ * ffj_planes_rgb does not convert. The decompression is left started at
+ * the header (the caller ends it). */
+static int ffj_read_planes_header(ffj_decoder *d, const unsigned char *src, size_t n,
+                                  int frame_w, int frame_h, long long max_pixels, ffj_planes *p) {
+	struct jpeg_decompress_struct *c = &d->d;
+	int ci;
+
+	jpeg_mem_src(c, src, (unsigned long)n);
+	jpeg_read_header(c, TRUE);
+	if (max_pixels > 0 && (long long)c->image_width * c->image_height > max_pixels) {
+		snprintf(d->msg, sizeof(d->msg), "the image is %ux%u, more than %lld pixels",
+		         c->image_width, c->image_height, max_pixels);
+		return FFJ_ERR_CORRUPT;
+	}
+	if (frame_w > 0 && ((long)c->image_width != frame_w || (long)c->image_height != frame_h)) {
+		snprintf(d->msg, sizeof(d->msg), "the JPEG's frame header says %ux%u, the sample's metadata %dx%d",
+		         c->image_width, c->image_height, frame_w, frame_h);
+		return FFJ_ERR_CORRUPT;
+	}
+	memset(p, 0, sizeof(*p));
+	p->w = (int)c->image_width;
+	p->h = (int)c->image_height;
+	p->n = c->num_components;
+	if (!(c->jpeg_color_space == JCS_GRAYSCALE && c->num_components == 1) &&
+	    !(c->jpeg_color_space == JCS_YCbCr && c->num_components == 3)) {
+		snprintf(d->msg, sizeof(d->msg), "colour space %d with %d components", (int)c->jpeg_color_space, c->num_components);
+		return FFJ_ERR_NOPLANES;
+	}
+	for (ci = 0; ci < c->num_components; ci++) {
+		const jpeg_component_info *comp = &c->comp_info[ci];
+		int hr = c->max_h_samp_factor / comp->h_samp_factor;
+		int vr = c->max_v_samp_factor / comp->v_samp_factor;
+		if (c->max_h_samp_factor % comp->h_samp_factor != 0 || c->max_v_samp_factor % comp->v_samp_factor != 0 ||
+		    hr > 2 || vr > 2 || (ci == 0 && (hr != 1 || vr != 1))) {
+			snprintf(d->msg, sizeof(d->msg), "component %d sampled %dx%d of %dx%d", ci,
+			         comp->h_samp_factor, comp->v_samp_factor, c->max_h_samp_factor, c->max_v_samp_factor);
+			return FFJ_ERR_NOPLANES;
+		}
+		p->hr[ci] = hr;
+		p->vr[ci] = vr;
+		/* libjpeg's downsampled_width and _height at 8/8. */
+		p->pw[ci] = (int)(((long long)c->image_width * comp->h_samp_factor + c->max_h_samp_factor - 1) / c->max_h_samp_factor);
+		p->ph[ci] = (int)(((long long)c->image_height * comp->v_samp_factor + c->max_v_samp_factor - 1) / c->max_v_samp_factor);
+		/* libjpeg upsamples a plane of 2 columns or fewer by replication,
+		 * not its fancy filter. */
+		if (hr == 2 && p->pw[ci] <= 2) {
+			snprintf(d->msg, sizeof(d->msg), "component %d is %d columns wide", ci, p->pw[ci]);
+			return FFJ_ERR_NOPLANES;
+		}
+	}
+	return FFJ_OK;
+}
+
+int ffj_planes_info(ffj_decoder *d, const unsigned char *src, size_t n,
+                    int frame_w, int frame_h, long long max_pixels, ffj_planes *p) {
+	volatile int rc;
+	ffj_reset(d);
+	if (n == 0) {
+		snprintf(d->msg, sizeof(d->msg), "empty input");
+		return FFJ_ERR_ARG;
+	}
+	if (setjmp(d->jb)) {
+		return ffj_end(d, FFJ_ERR_LIBJPEG);
+	}
+	rc = ffj_read_planes_header(d, src, n, frame_w, frame_h, max_pixels, p);
+	return ffj_end(d, rc);
+}
+
+int ffj_decode_planes(ffj_decoder *d, const unsigned char *src, size_t n,
+                      const ffj_planes *want, unsigned char *dst, size_t dst_len) {
+	struct jpeg_decompress_struct *c = &d->d;
+	JSAMPROW rows[3][4 * DCTSIZE];
+	JSAMPARRAY arrays[3];
+	ffj_planes p;
+	size_t need = 0, raw = 0, off[3], plane[3], rowlen[3];
+	int ci, r, rc, rowsper[3];
+	JDIMENSION k;
+
+	ffj_reset(d);
+	d->huff_hooked = 0;
+	if (n == 0) {
+		snprintf(d->msg, sizeof(d->msg), "empty input");
+		return FFJ_ERR_ARG;
+	}
+	if (setjmp(d->jb)) {
+		return ffj_end(d, FFJ_ERR_LIBJPEG);
+	}
+	rc = ffj_read_planes_header(d, src, n, want->w, want->h, 0, &p);
+	if (rc != FFJ_OK) {
+		return ffj_end(d, rc);
+	}
+	if (memcmp(&p, want, sizeof(p)) != 0) {
+		snprintf(d->msg, sizeof(d->msg), "the JPEG's layout changed since its header was read");
+		return ffj_end(d, FFJ_ERR_ARG);
+	}
+	for (ci = 0; ci < p.n; ci++) {
+		plane[ci] = need;
+		need += (size_t)p.pw[ci] * (size_t)p.ph[ci];
+	}
+	if (need > dst_len) {
+		snprintf(d->msg, sizeof(d->msg), "destination of %zu bytes too small for %zu bytes of planes", dst_len, need);
+		return ffj_end(d, FFJ_ERR_ARG);
+	}
+	c->raw_data_out = TRUE;
+	c->dct_method = JDCT_ISLOW;
+	jpeg_start_decompress(c);
+	/* One iMCU row of each component: v_samp * 8 rows of its blocks. */
+	for (ci = 0; ci < p.n; ci++) {
+		jpeg_component_info *comp = &c->comp_info[ci];
+		rowsper[ci] = comp->v_samp_factor * comp->DCT_scaled_size;
+		rowlen[ci] = (size_t)comp->width_in_blocks * (size_t)comp->DCT_scaled_size;
+		if (rowsper[ci] > 4 * DCTSIZE || rowlen[ci] < (size_t)p.pw[ci]) {
+			snprintf(d->msg, sizeof(d->msg), "component %d: %d rows of %zu bytes an iMCU row", ci, rowsper[ci], rowlen[ci]);
+			return ffj_end(d, FFJ_ERR_ARG);
+		}
+		off[ci] = raw;
+		raw += (size_t)rowsper[ci] * rowlen[ci];
+	}
+	if (raw > d->rawcap) {
+		unsigned char *q = realloc(d->raw, raw);
+		if (q == NULL) {
+			return ffj_end(d, FFJ_ERR_NOMEM);
+		}
+		d->raw = q;
+		d->rawcap = raw;
+	}
+	for (ci = 0; ci < p.n; ci++) {
+		for (r = 0; r < rowsper[ci]; r++) {
+			rows[ci][r] = d->raw + off[ci] + (size_t)r * rowlen[ci];
+		}
+		arrays[ci] = rows[ci];
+	}
+	if (!d->libjpeg_idct) {
+		ffj_hook_idct(c, &d->quant);
+	}
+	d->huff_hooked = !d->libjpeg_entropy && ffh_hook(c, &d->huff);
+	for (k = 0; k < c->total_iMCU_rows; k++) {
+		if (jpeg_read_raw_data(c, arrays, (JDIMENSION)(c->max_v_samp_factor * DCTSIZE)) == 0) {
+			snprintf(d->msg, sizeof(d->msg), "read no data at iMCU row %u", k);
+			return ffj_end(d, FFJ_ERR_LIBJPEG);
+		}
+		for (ci = 0; ci < p.n; ci++) {
+			for (r = 0; r < rowsper[ci]; r++) {
+				size_t y = (size_t)k * (size_t)rowsper[ci] + (size_t)r;
+				if (y >= (size_t)p.ph[ci]) {
+					break;
+				}
+				memcpy(dst + plane[ci] + y * (size_t)p.pw[ci], rows[ci][r], (size_t)p.pw[ci]);
+			}
+		}
+	}
 	return ffj_end(d, FFJ_OK);
 }

@@ -12,6 +12,7 @@
 #define FFJ_ERR_CORRUPT 4   /* the image is not what it should be; message in ffj_message */
 #define FFJ_ERR_INEXACT 5   /* a transcode would not keep the pixels; message in msg */
 #define FFJ_ERR_TOOBIG 6    /* a transcode would take more memory than allowed; message in msg */
+#define FFJ_ERR_NOPLANES 7  /* a layout ffj_planes_rgb does not convert; message in ffj_message */
 
 typedef struct ffj_decoder ffj_decoder;
 
@@ -83,6 +84,50 @@ int ffj_add_restarts(const unsigned char *src, size_t n, int target,
  * returns how many, *how saying where it stopped. len is at most INT32_MAX. */
 int ffj_rst_scan(const unsigned char *src, size_t len, size_t scan, int n,
                  int32_t *starts, int32_t *ends, int *how);
+
+/* A JPEG image as its component planes after entropy decoding and the
+ * inverse DCT, at full resolution: n planes (1: grayscale, 3: Y, Cb, Cr),
+ * plane c pw[c] x ph[c] bytes, one after another, rows packed; hr[c] and
+ * vr[c] (1 or 2) are what libjpeg upsamples it by to the image's w x h. */
+typedef struct ffj_planes {
+	int w, h, n;
+	int pw[3], ph[3], hr[3], vr[3];
+} ffj_planes;
+
+/* Reads the header of src into *p. FFJ_ERR_NOPLANES for a layout
+ * ffj_planes_rgb cannot turn into libjpeg's RGB (not grayscale or YCbCr,
+ * other sampling ratios than 1 and 2, chroma too narrow for libjpeg's
+ * fancy upsampling); frame_w, frame_h and max_pixels as in
+ * ffj_decode_region. */
+int ffj_planes_info(ffj_decoder *d, const unsigned char *src, size_t n,
+                    int frame_w, int frame_h, long long max_pixels, ffj_planes *p);
+
+/* Decodes src, whose layout ffj_planes_info gave as *p, into its planes
+ * (dst_len bytes at least the planes' sum). Damage anywhere in the image is
+ * an error. */
+int ffj_decode_planes(ffj_decoder *d, const unsigned char *src, size_t n,
+                      const ffj_planes *p, unsigned char *dst, size_t dst_len);
+
+/* Writes the region [x, x+w) x [y, y+h) of the image whose planes are data
+ * as packed RGB into dst, rows stride bytes apart: the pixels libjpeg's
+ * full decode gives there, byte for byte (its fancy upsampling and
+ * YCbCr-to-RGB conversion). FFJ_ERR_ARG for a region outside the image or
+ * buffers too small. */
+int ffj_planes_rgb(const ffj_planes *p, const unsigned char *data, size_t data_len,
+                   int x, int y, int w, int h, unsigned char *dst, size_t dst_len, size_t stride);
+
+/* Writes the region [x, x+w) x [y, y+h) of the image at half its
+ * resolution ((w+1)/2 x (h+1)/2 pixels: each the mean of a 2x2 block, the
+ * last odd column or row alone) as packed RGB into dst, rows stride bytes
+ * apart: each plane's samples averaged to that resolution, then converted
+ * to RGB as libjpeg converts. */
+int ffj_planes_rgb_half(const ffj_planes *p, const unsigned char *data, size_t data_len,
+                        int x, int y, int w, int h, unsigned char *dst, size_t dst_len, size_t stride);
+
+/* Chooses ffj_planes_rgb's colour conversion: with avx2 set, the AVX2
+ * one where the CPU has AVX2; the portable one otherwise. Call it before
+ * the first conversion. */
+void ffj_planes_init(int avx2);
 
 /* The code used on this CPU: 1 x86-64-v3 (AVX2: the entropy decoder's and
  * IDCT's clones, the restart scan), 0 portable. */

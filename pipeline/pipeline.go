@@ -48,6 +48,7 @@ import (
 	"github.com/ffcvfs/ffcvfs/pagecache"
 	"github.com/ffcvfs/ffcvfs/pipeline/augment"
 	"github.com/ffcvfs/ffcvfs/pipeline/decode"
+	"github.com/ffcvfs/ffcvfs/pipeline/decoded"
 )
 
 // ImageNet's per-channel mean and standard deviation, on the 0–1 scale.
@@ -95,6 +96,11 @@ type Options struct {
 	// float dtypes.
 	Normalize bool
 	Mean, Std [3]float64
+	// Decoded, when set, is the decoded-image tier (package decoded) the
+	// JPEG samples are held in and made from after their first decode;
+	// made from it, an image has the pixels Op.Exact gives. The caller
+	// owns it, and may share it between pipelines over the same beton.
+	Decoded *decoded.Tier
 	// Workers is the number of goroutines that decode (default: all cores).
 	Workers int
 	// OnError is Skip (replace a sample that cannot be decoded by another
@@ -267,6 +273,9 @@ func New(c *pagecache.Cache, opts Options, announce func([]uint32) error) (*Pipe
 		return nil, err
 	}
 	f := c.File()
+	if opts.Decoded != nil && opts.Decoded.Samples() < f.NumSamples() {
+		return nil, fmt.Errorf("%s: the decoded-image cache indexes %d samples; the beton has %d", f.Name(), opts.Decoded.Samples(), f.NumSamples())
+	}
 	p := &Pipeline{c: c, f: f, opts: opts, image: -1, announce: announce, idle: make(chan *workerState, opts.Workers)}
 	// The image field decoded: the one Options.Fields names (outputs
 	// refuses two), or else Options.ImageField's.
@@ -540,12 +549,13 @@ func (p *Pipeline) run(ctx context.Context, epoch int, all []uint32, start int, 
 	// The mount first: once its own cache has the plan, prefetches read
 	// through the mount at once, and reads the mount's plan does not yet
 	// know would not advance it.
+	reads := p.pageReads(ids)
 	if p.announce != nil {
-		if err := p.announce(ids); err != nil {
+		if err := p.announce(reads); err != nil {
 			return 0, err
 		}
 	}
-	if err := p.c.Announce("ffcvfeed", ids); err != nil {
+	if err := p.c.Announce("ffcvfeed", reads); err != nil {
 		return 0, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -638,6 +648,23 @@ func (p *Pipeline) run(ctx context.Context, epoch int, all []uint32, start int, 
 	return delivered, runErr
 }
 
+// pageReads returns the samples of ids whose pages an epoch reads: all of
+// them, but those whose image the decoded-image tier holds when no other
+// field needs their page (held images stay held).
+func (p *Pipeline) pageReads(ids []uint32) []uint32 {
+	t := p.opts.Decoded
+	if t == nil || p.image < 0 || p.data {
+		return ids
+	}
+	reads := make([]uint32, 0, len(ids))
+	for _, s := range ids {
+		if !t.Held(int(s)) {
+			reads = append(reads, s)
+		}
+	}
+	return reads
+}
+
 // checkBuffers checks that a slot's buffers are those of a batch's fields.
 func (p *Pipeline) checkBuffers(slot int, bufs [][]byte) error {
 	if len(bufs) != len(p.outs) {
@@ -686,6 +713,7 @@ type workerState struct {
 	dec     *decode.Decoder
 	scratch []byte
 	aug     []byte // the translate's copy of the image
+	planes  []byte // a JPEG's planes, decoded or read from the tier's disk
 }
 
 // getWorkerState returns a worker state left by an earlier epoch, or a new
@@ -771,8 +799,22 @@ func (p *Pipeline) sample(ctx context.Context, dec *decode.Decoder, rng *rand.Ra
 			return fmt.Errorf("%s: sample %d: empty image (%dx%d, %d bytes): %w", p.f.Name(), s, img.Width, img.Height, img.Size, beton.ErrCorrupt)
 		}
 	}
+	// A JPEG the decoded-image tier holds needs no page (unless other
+	// fields do).
+	tier := o.Decoded
+	if p.image < 0 || img.Mode != beton.ModeJPEG {
+		tier = nil
+	}
+	var planes jpeg.Planes
+	var held []byte
+	if tier != nil {
+		var ok bool
+		if planes, held, ok = tier.Get(s, &ws.planes); !ok {
+			held = nil
+		}
+	}
 	var pg *pagecache.Page
-	if p.image >= 0 || p.data {
+	if p.image >= 0 && held == nil || p.data {
 		var err error
 		if pg, err = p.c.AcquireSample(ctx, s); err != nil {
 			return err
@@ -790,10 +832,6 @@ func (p *Pipeline) sample(ctx context.Context, dec *decode.Decoder, rng *rand.Ra
 		data, off = pg.Data, pg.Off
 	}
 	if p.image >= 0 {
-		mode := decode.JPEG
-		if img.Mode == beton.ModeRaw {
-			mode = decode.Raw
-		}
 		pix := o.Op.OutW * o.Op.OutH * 3
 		per := p.sampleBytes()
 		out := b.bufs[p.imageOut][j*per : (j+1)*per]
@@ -801,17 +839,7 @@ func (p *Pipeline) sample(ctx context.Context, dec *decode.Decoder, rng *rand.Ra
 		if dst == nil {
 			dst = out[:pix]
 		}
-		src := data[int64(img.Ptr)-off:][:img.Size]
-		if mode == decode.JPEG {
-			n := p.JPEGs.Add(1)
-			if jpeg.HasCropRestarts(src) {
-				p.Restarts.Add(1)
-			}
-			if n == restartProbe {
-				p.AdviseRestarts()
-			}
-		}
-		if err := dec.Apply(src, mode, img.Width, img.Height, o.Op, rng, dst); err != nil {
+		if err := p.image1(dec, rng, ws, s, img, tier, planes, held, data, off, dst); err != nil {
 			return err
 		}
 		if p.augment {
@@ -825,6 +853,54 @@ func (p *Pipeline) sample(ctx context.Context, dec *decode.Decoder, rng *rand.Ra
 		}
 	}
 	return p.fill(b, j, s, data, off)
+}
+
+// image1 makes sample s's image into dst: from the planes the tier holds
+// (held), or from the stored image in the sample's page (data, at offset
+// off of the beton), putting a JPEG's planes in the tier while it has
+// room.
+func (p *Pipeline) image1(dec *decode.Decoder, rng *rand.Rand, ws *workerState, s int, img beton.Image,
+	tier *decoded.Tier, planes jpeg.Planes, held, data []byte, off int64, dst []byte) error {
+	o := p.opts
+	if held != nil {
+		return dec.ApplyPlanes(planes, held, o.Op, rng, dst)
+	}
+	mode := decode.JPEG
+	if img.Mode == beton.ModeRaw {
+		mode = decode.Raw
+	}
+	src := data[int64(img.Ptr)-off:][:img.Size]
+	if mode == decode.JPEG {
+		n := p.JPEGs.Add(1)
+		if jpeg.HasCropRestarts(src) {
+			p.Restarts.Add(1)
+		}
+		if n == restartProbe {
+			p.AdviseRestarts()
+		}
+	}
+	if tier == nil {
+		return dec.Apply(src, mode, img.Width, img.Height, o.Op, rng, dst)
+	}
+	j := dec.JPEG()
+	pl, err := j.PlanesOf(src, jpeg.Size{W: img.Width, H: img.Height})
+	if err != nil || !tier.Room(pl.Bytes()) {
+		// A layout the planes do not convert, no room, or a damaged
+		// JPEG (which Apply reports as it would without the tier).
+		tier.NotHeld()
+		return dec.Apply(src, mode, img.Width, img.Height, o.Op, rng, dst)
+	}
+	if n := pl.Bytes(); cap(ws.planes) < n {
+		ws.planes = make([]byte, n)
+	}
+	if o.Op.LibjpegEntropy != j.LibjpegEntropy() {
+		j.UseLibjpegEntropy(o.Op.LibjpegEntropy)
+	}
+	if err := j.DecodePlanes(src, pl, ws.planes); err != nil {
+		return fmt.Errorf("%s: sample %d: %w", p.f.Name(), s, err)
+	}
+	tier.Put(s, pl, ws.planes)
+	return dec.ApplyPlanes(pl, ws.planes, o.Op, rng, dst)
 }
 
 // convert writes the HWC uint8 pixels src into out in the output dtype and

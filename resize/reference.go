@@ -32,16 +32,25 @@ func Reference(src []byte, stride, sw, sh, ow, oh int) []byte {
 		return m
 	}
 	wx, wy := wts(sw, ow), wts(sh, oh)
+	// span is the range of an output's nonzero weights: the terms outside
+	// it add nothing.
+	span := func(w []float64) (lo, hi int) {
+		for lo < len(w) && w[lo] == 0 {
+			lo++
+		}
+		for hi = len(w); hi > lo && w[hi-1] == 0; hi-- {
+		}
+		return lo, hi
+	}
 	out := make([]byte, ow*oh*3)
 	for oy := 0; oy < oh; oy++ {
+		y0, y1 := span(wy[oy])
 		for ox := 0; ox < ow; ox++ {
+			x0, x1 := span(wx[ox])
 			for c := 0; c < 3; c++ {
 				var s float64
-				for y := 0; y < sh; y++ {
-					if wy[oy][y] == 0 {
-						continue
-					}
-					for x := 0; x < sw; x++ {
+				for y := y0; y < y1; y++ {
+					for x := x0; x < x1; x++ {
 						s += wy[oy][y] * wx[ox][x] * float64(src[y*stride+x*3+c])
 					}
 				}

@@ -15,9 +15,11 @@ import (
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/fields"
+	"github.com/ffcvfs/ffcvfs/internal/bytesize"
 	"github.com/ffcvfs/ffcvfs/internal/profile"
 	"github.com/ffcvfs/ffcvfs/jpeg"
 	"github.com/ffcvfs/ffcvfs/pipeline"
+	"github.com/ffcvfs/ffcvfs/pipeline/decoded"
 )
 
 // benchCommand is `ffcvfeed bench`: the pipeline with no consumer, its
@@ -53,6 +55,7 @@ func benchCommand() *cli.Command {
 			}
 			defer stopProfiles()
 			total, start, cpu0 := 0, time.Now(), profile.CPUTime()
+			var last decoded.Stats
 			for e := 0; e < c.Int("epochs"); e++ {
 				t := time.Now()
 				n, err := p.RunEpoch(c.Context, e, sink)
@@ -66,6 +69,12 @@ func benchCommand() *cli.Command {
 					fmt.Printf(" (%s)", m)
 				}
 				fmt.Println()
+				if fd.decoded != nil {
+					st := fd.decoded.Stats()
+					fmt.Printf("epoch %d: decoded-image cache: %d hits, %d misses (%d not held); holds %d images, %s in RAM, %d images, %s on disk\n",
+						e, st.Hits-last.Hits, st.Misses-last.Misses, st.NotHeld-last.NotHeld, st.RAMImages, bytesize.Format(st.RAMBytes), st.DiskImages, bytesize.Format(st.DiskBytes))
+					last = st
+				}
 			}
 			el := time.Since(start).Seconds()
 			cpu := (profile.CPUTime() - cpu0).Seconds()

@@ -11,6 +11,7 @@ import (
 	"github.com/ffcvfs/ffcvfs/internal/cacheflags"
 	"github.com/ffcvfs/ffcvfs/pagecache"
 	"github.com/ffcvfs/ffcvfs/pipeline"
+	"github.com/ffcvfs/ffcvfs/pipeline/decoded"
 	"github.com/ffcvfs/ffcvfs/storage"
 )
 
@@ -45,10 +46,16 @@ func openData(c *cli.Context) (*cacheflags.Opened, func([]uint32) error, error) 
 type fed struct {
 	p *pipeline.Pipeline
 	*cacheflags.Opened
+	decoded *decoded.Tier // or nil
 }
 
-// close releases the cache and the source.
-func (f *fed) close() { f.Opened.Close() }
+// close releases the cache, the source and the decoded-image tier.
+func (f *fed) close() {
+	f.Opened.Close()
+	if f.decoded != nil {
+		f.decoded.Close()
+	}
+}
 
 // openPipeline builds the pipeline the flags describe.
 func openPipeline(c *cli.Context) (*fed, error) {
@@ -61,6 +68,19 @@ func openPipeline(c *cli.Context) (*fed, error) {
 		return nil, err
 	}
 	f := &fed{Opened: data}
+	do, err := decodedOptions(c)
+	if err != nil {
+		f.close()
+		return nil, err
+	}
+	if do.RAM > 0 || do.Disk > 0 {
+		do.Samples = data.Cache.File().NumSamples()
+		if f.decoded, err = decoded.New(do); err != nil {
+			f.close()
+			return nil, cli.Exit(err.Error(), 2)
+		}
+		opts.Decoded = f.decoded
+	}
 	if f.p, err = pipeline.New(data.Cache, opts, announce); err != nil {
 		f.close()
 		return nil, err

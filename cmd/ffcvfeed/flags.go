@@ -9,10 +9,12 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ffcvfs/ffcvfs/internal/bytesize"
 	"github.com/ffcvfs/ffcvfs/internal/cacheflags"
 	"github.com/ffcvfs/ffcvfs/order"
 	"github.com/ffcvfs/ffcvfs/pipeline"
 	"github.com/ffcvfs/ffcvfs/pipeline/decode"
+	"github.com/ffcvfs/ffcvfs/pipeline/decoded"
 )
 
 // pipelineFlags are the flags of serve and bench: the data, the batches,
@@ -62,7 +64,45 @@ func pipelineFlags() []cli.Flag {
 		&cli.StringFlag{Name: "indices", Usage: "read only these samples (FFCV's Loader's indices): `IDS` as 1,5,9 or @FILE (.npy, or ids in text);\n\ta sequential order takes them as given, other orders as the whole beton's order without the rest", Category: "batches"},
 		&cli.BoolFlag{Name: "drop-last", Usage: "leave out an epoch's last batch when it is incomplete, as FFCV's Loader does with drop_last", Category: "batches"},
 		&cli.StringFlag{Name: "on-error", Value: "skip", Usage: "skip (replace an undecodable sample by another of its batch) or fail", Category: "batches"},
+		&cli.StringFlag{Name: "decoded-cache-size", Value: "0", Usage: "RAM `SIZE` for JPEG images kept decoded (their planes after the inverse DCT, at full resolution:\n\t1.5 bytes a pixel for 4:2:0, 3 for 4:4:4; 0.28 MB for a 500x375 photo), so that epochs after the\n\tfirst make their crops without decoding them: as many images as fit, kept for the run, filled in\n\tthe first epoch; crops made from them have the pixels of --exact (0: off)", Category: "decoded-image cache"},
+		&cli.StringFlag{Name: "decoded-cache-dir", Usage: "a folder `DIR` on a local disk for decoded images beyond --decoded-cache-size, in one file of at\n\tmost --decoded-cache-disk-size, deleted when ffcvfeed ends", Category: "decoded-image cache"},
+		&cli.StringFlag{Name: "decoded-cache-disk-size", Usage: "the most bytes `SIZE` --decoded-cache-dir takes", Category: "decoded-image cache"},
 	}, append(append(cacheflags.Flags("data"), cacheflags.PeerFlags("peers")...), cacheflags.SourceFlags("storage")...)...)
+}
+
+// decodedOptions reads the decoded-image cache's flags: the tier's sizes
+// (both 0: no tier).
+func decodedOptions(c *cli.Context) (decoded.Options, error) {
+	var o decoded.Options
+	size := func(name string) (int64, error) {
+		v := c.String(name)
+		if v == "" {
+			return 0, nil
+		}
+		n, err := bytesize.Parse(v)
+		if err == nil && n > decoded.MaxSize {
+			err = fmt.Errorf("more than %s", bytesize.Format(decoded.MaxSize))
+		}
+		if err != nil {
+			return 0, cli.Exit(fmt.Sprintf("--%s %q: want a size such as 8GiB (0: none): %v", name, v, err), 2)
+		}
+		return n, nil
+	}
+	var err error
+	if o.RAM, err = size("decoded-cache-size"); err != nil {
+		return o, err
+	}
+	if o.Disk, err = size("decoded-cache-disk-size"); err != nil {
+		return o, err
+	}
+	o.Dir = c.String("decoded-cache-dir")
+	switch {
+	case o.Dir != "" && !c.IsSet("decoded-cache-disk-size"):
+		return o, cli.Exit("--decoded-cache-dir needs --decoded-cache-disk-size SIZE, the most bytes it may take", 2)
+	case o.Disk > 0 && o.Dir == "":
+		return o, cli.Exit("--decoded-cache-disk-size needs --decoded-cache-dir DIR, a folder on a local disk", 2)
+	}
+	return o, nil
 }
 
 // splitList splits a comma-separated list, dropping empty items.

@@ -142,6 +142,14 @@ func TestFlagsBounded(t *testing.T) {
 		{[]string{"decode-bench", "--entropy-decoder", "x"}, `--entropy-decoder "x": want ffcvfeed or libjpeg`},
 		{[]string{"decode-bench", "--passes", "99999999999"}, "--passes 99999999999: want 1 to 1000"},
 		{[]string{"decode-bench", "--passes", "0"}, "--passes 0: want 1 to 1000"},
+		{[]string{"bench", "--decoded-cache-size", "-1"}, `--decoded-cache-size "-1": want a size such as 8GiB`},
+		{[]string{"bench", "--decoded-cache-size", "lots"}, `--decoded-cache-size "lots": want a size such as 8GiB`},
+		{[]string{"bench", "--decoded-cache-size", "1e30"}, `--decoded-cache-size "1e30": want a size such as 8GiB (0: none): "1e30" is too large`},
+		{[]string{"bench", "--decoded-cache-size", "65TiB"}, `--decoded-cache-size "65TiB": want a size such as 8GiB (0: none): more than 64 TiB`},
+		{[]string{"bench", "--decoded-cache-dir", "/tmp"}, "--decoded-cache-dir needs --decoded-cache-disk-size SIZE"},
+		{[]string{"bench", "--decoded-cache-disk-size", "1GiB"}, "--decoded-cache-disk-size needs --decoded-cache-dir DIR"},
+		{[]string{"bench", "--decoded-cache-disk-size", "1GiB", "--decoded-cache-dir", "/nonexistent/x"}, "decoded-image cache folder: stat /nonexistent/x: no such file or directory"},
+		{[]string{"bench", "--decoded-cache-disk-size", "NaN", "--decoded-cache-dir", "/tmp"}, `--decoded-cache-disk-size "NaN": want a size`},
 	} {
 		out, code := runFfcvfeed(t, append(tc.args, "--data", beton)...)
 		if code != 2 || !strings.Contains(out, tc.want) {

@@ -246,15 +246,75 @@ func (d *Decoder) whole(src []byte, mode Mode, w, h int, flip bool, dst []byte) 
 	default:
 		return fmt.Errorf("apply: unknown mode %d: %w", mode, ErrArgument)
 	}
-	if flip {
-		for y := range h {
-			r := dst[y*row : (y+1)*row]
-			for a, b := 0, w-1; a < b; a, b = a+1, b-1 {
-				r[3*a], r[3*b] = r[3*b], r[3*a]
-				r[3*a+1], r[3*b+1] = r[3*b+1], r[3*a+1]
-				r[3*a+2], r[3*b+2] = r[3*b+2], r[3*a+2]
-			}
+	flipRows(dst, w, h, flip)
+	return nil
+}
+
+// flipRows mirrors each row of a w×h RGB image when flip is set.
+func flipRows(dst []byte, w, h int, flip bool) {
+	if !flip {
+		return
+	}
+	row := w * 3
+	for y := range h {
+		r := dst[y*row : (y+1)*row]
+		for a, b := 0, w-1; a < b; a, b = a+1, b-1 {
+			r[3*a], r[3*b] = r[3*b], r[3*a]
+			r[3*a+1], r[3*b+1] = r[3*b+1], r[3*a+1]
+			r[3*a+2], r[3*b+2] = r[3*b+2], r[3*a+2]
 		}
 	}
+}
+
+// ApplyPlanes is Apply for a JPEG already decoded to its planes (package
+// jpeg's Planes, as DecodePlanes made them into data), without entropy
+// decoding or inverse DCT: the same crop and flip drawn from rng. A crop
+// Apply decodes at 5/8 or more (all with Op.Exact) has the pixels of
+// Apply with Op.Exact, byte for byte: identical wherever Apply decodes at
+// full scale. A crop Apply decodes at 4/8 or less is made from the planes
+// at half resolution (jpeg.Planes.RGBHalf) and resized. Both are closer to
+// the exact pixels than Apply's (TestPlanesFidelity).
+func (d *Decoder) ApplyPlanes(p jpeg.Planes, data []byte, op Op, rng *rand.Rand, dst []byte) error {
+	if err := op.Validate(); err != nil {
+		return err
+	}
+	if need := op.OutW * op.OutH * 3; len(dst) < need {
+		return fmt.Errorf("apply: destination has %d bytes, need %d: %w", len(dst), need, ErrArgument)
+	}
+	w, h := p.W, p.H
+	if w <= 0 || h <= 0 {
+		return fmt.Errorf("apply: image size %dx%d: %w", w, h, ErrArgument)
+	}
+	if op.Kind == Whole && (w != op.OutW || h != op.OutH) {
+		return fmt.Errorf("apply: a %dx%d image, decoded whole, cannot make %dx%d: %w", w, h, op.OutW, op.OutH, ErrArgument)
+	}
+	x, y, cw, ch, flip := op.Crop(rng, w, h)
+	if op.Kind == Whole {
+		if err := p.RGB(data, 0, 0, w, h, dst, w*3); err != nil {
+			return fmt.Errorf("apply: %w", err)
+		}
+		flipRows(dst, w, h, flip)
+		return nil
+	}
+	// A crop that shrinks to half its size or less (one the JPEG path
+	// decodes at 4/8 or below) is made from the planes at half
+	// resolution; any other at full resolution, as Exact.
+	m := 8
+	if !op.Exact && ChooseScale(cw, ch, op.OutW, op.OutH) <= 4 {
+		m = 4
+	}
+	win := jpeg.ScaledWindow(x, y, cw, ch, w, h, m)
+	if n := win.W * win.H * 3; cap(d.region) < n {
+		d.region = make([]byte, n)
+	}
+	rgb := p.RGB
+	if m == 4 {
+		rgb = p.RGBHalf
+	}
+	if err := rgb(data, win.X0, win.Y0, win.W, win.H, d.region[:cap(d.region)], win.W*3); err != nil {
+		return fmt.Errorf("apply: %w", err)
+	}
+	d.resizer.ResizeWindow(dst, op.OutW*3, op.OutW, op.OutH, d.region, win.W*3, win.W, win.H,
+		win.FX, win.FY, win.FW, win.FH, flip)
 	return nil
 }

@@ -1,0 +1,149 @@
+package decoded
+
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ffcvfs/ffcvfs/jpeg"
+)
+
+// planes returns a grayscale layout of n bytes and its data.
+func planes(n int, fill byte) (jpeg.Planes, []byte) {
+	return jpeg.Planes{W: n, H: 1, Comps: 1, PW: [3]int{n}, PH: [3]int{1}, HR: [3]int{1}, VR: [3]int{1}},
+		bytes.Repeat([]byte{fill}, n)
+}
+
+func TestOptionsRefused(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		o    Options
+		want string
+	}{
+		{Options{RAM: -1}, "must be 0 to"},
+		{Options{RAM: MaxSize + 1}, "must be 0 to"},
+		{Options{Disk: -5, Dir: t.TempDir()}, "must be 0 to"},
+		{Options{Samples: -1}, "samples"},
+		{Options{Disk: 1 << 20}, "needs a folder"},
+		{Options{Disk: 1 << 20, Dir: filepath.Join(t.TempDir(), "missing")}, "no such file"},
+		{Options{Disk: 1 << 20, Dir: file}, "is not a folder"},
+	} {
+		tier, err := New(c.o)
+		if err == nil {
+			tier.Close()
+			t.Errorf("%+v: no error", c.o)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%+v: %q, want one line with %q", c.o, err, c.want)
+		}
+	}
+}
+
+// TestBounded: the tier never holds more than its sizes: an entry the size
+// of the RAM fits, the next goes to disk until it is full, then none; ids
+// out of range are refused; held entries read back as put.
+func TestBounded(t *testing.T) {
+	const n = 3000
+	tier, err := New(Options{RAM: n, Disk: 2 * n, Dir: t.TempDir(), Samples: 10, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tier.Close()
+	p, data := planes(n, 7)
+	for s, want := range []bool{true, true, true, false} {
+		if got := tier.Put(s, p, data); got != want {
+			t.Errorf("put %d: %v, want %v", s, got, want)
+		}
+	}
+	big, bigData := planes(n+1, 1)
+	if tier.Put(5, big, bigData) || tier.Room(n+1) {
+		t.Error("an entry larger than any room was taken")
+	}
+	for _, s := range []int{-1, 10, 1 << 40} {
+		if tier.Put(s, p, data) || tier.Held(s) {
+			t.Errorf("sample %d out of range taken", s)
+		}
+		var buf []byte
+		if _, _, ok := tier.Get(s, &buf); ok {
+			t.Errorf("sample %d out of range read", s)
+		}
+	}
+	st := tier.Stats()
+	if st.RAMBytes != n || st.RAMImages != 1 || st.DiskBytes != 2*n || st.DiskImages != 2 || st.NotHeld != 2 {
+		t.Errorf("%+v", st)
+	}
+	var buf []byte
+	for s := range 3 {
+		got, b, ok := tier.Get(s, &buf)
+		if !ok || got != p || !bytes.Equal(b, data) {
+			t.Errorf("sample %d: %v, %d bytes", s, ok, len(b))
+		}
+	}
+}
+
+// TestDiskDamage: an entry whose bytes on disk changed is a miss, counted
+// and logged once, and is decoded from its JPEG from then on.
+func TestDiskDamage(t *testing.T) {
+	var log bytes.Buffer
+	tier, err := New(Options{Disk: 1 << 20, Dir: t.TempDir(), Samples: 2, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tier.Close()
+	p, data := planes(4096, 9)
+	if !tier.Put(1, p, data) {
+		t.Fatal("not held")
+	}
+	if _, err := tier.disk.WriteAt([]byte{0}, 100); err != nil {
+		t.Fatal(err)
+	}
+	var buf []byte
+	for range 2 {
+		if _, _, ok := tier.Get(1, &buf); ok {
+			t.Fatal("a damaged entry was served")
+		}
+	}
+	if st := tier.Stats(); st.Corrupt != 1 || st.DiskImages != 0 || st.Misses != 2 {
+		t.Errorf("%+v", st)
+	}
+	if c := strings.Count(log.String(), "damaged"); c != 1 {
+		t.Errorf("logged %d times:\n%s", c, log.String())
+	}
+}
+
+// TestFullDisk: a disk that takes no more (a write fails) stops the disk
+// tier's filling, said once; RAM and what was held stay.
+func TestFullDisk(t *testing.T) {
+	var log bytes.Buffer
+	tier, err := New(Options{Disk: 1 << 20, Dir: t.TempDir(), Samples: 4, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tier.Close()
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tier.disk.Close()
+	tier.disk = full
+	p, data := planes(100, 1)
+	for s := range 3 {
+		if tier.Put(s, p, data) {
+			t.Errorf("sample %d held on a full disk", s)
+		}
+	}
+	if c := strings.Count(log.String(), "takes no more"); c != 1 {
+		t.Errorf("logged %d times:\n%s", c, log.String())
+	}
+	if st := tier.Stats(); st.NotHeld != 3 || st.DiskImages != 0 {
+		t.Errorf("%+v", st)
+	}
+}
