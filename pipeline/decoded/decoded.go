@@ -102,7 +102,7 @@ type Tier struct {
 	diskOff int64
 	diskErr bool // a write failed: the disk takes no more
 
-	hits, misses, filled, notHeld, corrupt atomic.Uint64
+	hits, misses, filled, notHeld, corrupt     atomic.Uint64
 	ramBytes, ramImages, diskBytes, diskImages atomic.Int64
 }
 
