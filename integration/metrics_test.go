@@ -192,7 +192,7 @@ func TestMetricsPrometheus(t *testing.T) {
 	const bsz, epochs, slots = 16, 2, 4
 	feedAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	feed := startFeed(t, beton, "--batch-size", strconv.Itoa(bsz), "--resolution", "32", "--epochs", strconv.Itoa(epochs),
-		"--slots", strconv.Itoa(slots), "--workers", "2", "--metrics-addr", feedAddr)
+		"--slots", strconv.Itoa(slots), "--workers", "2", "--metrics-addr", feedAddr, "--decoded-cache-size", "64MiB")
 
 	prom := startPrometheus(t, map[string]string{"mount": mountAddr, "feed": feedAddr})
 	prom.waitQuery(t, `up{job="mount"}`, 1)
@@ -260,6 +260,14 @@ func TestMetricsPrometheus(t *testing.T) {
 	prom.waitQuery(t, `ffcvfeed_ring_slots_in_use`, slots)
 	prom.waitQuery(t, `ffcvfeed_decode_errors_total`, 0)
 	prom.waitQuery(t, `ffcvfeed_epoch`, 1)
+	// Every image held after epoch 0; epoch 1's batches made from them.
+	prom.waitQuery(t, `ffcvfeed_decoded_cache_images{where="ram"}`, float64(len(files)))
+	prom.waitQuery(t, `ffcvfeed_decoded_cache_hits_total`, float64(slots*bsz))
+	prom.waitQuery(t, `ffcvfeed_decoded_cache_misses_total`, float64(len(files)))
+	prom.waitQuery(t, `ffcvfeed_decoded_cache_size_bytes{where="ram"}`, 64<<20)
+	if v, err := prom.query(`ffcvfeed_decoded_cache_bytes{where="ram"} <= ffcvfeed_decoded_cache_size_bytes{where="ram"}`); err != nil || v == 0 {
+		t.Errorf("the decoded-image cache holds %v bytes (err %v), more than its size or none", v, err)
+	}
 	if v, err := prom.query(`ffcvfeed_cache_loads_total{kind="page"}`); err != nil || v < 1 {
 		t.Errorf("ffcvfeed's cache loads: %v (err %v), want ≥ 1", v, err)
 	}

@@ -253,3 +253,61 @@ func TestLoaderFFCVEveryField(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 }
+
+// decodedScript reads two epochs of exact crops through a Loader that
+// starts its server, with the flags of ffcvfeed serve given as JSON
+// (argv[2]), and prints a SHA-256 of the batches; with "bad" it prints the
+// FeedError of a bad size.
+const decodedScript = `
+import hashlib, json, sys
+from ffcvfs import FeedError, Loader
+
+beton, flags = sys.argv[1], json.loads(sys.argv[2])
+try:
+    loader = Loader(beton, batch_size=16, resolution=48, workers=2, epochs=2, exact=True, **flags)
+except FeedError as e:
+    print("error:", e, flush=True)
+    sys.exit(0)
+h = hashlib.sha256()
+with loader:
+    for e in range(loader.epochs):
+        for images, labels in loader:
+            h.update(images.tobytes())
+            h.update(labels.tobytes())
+print("sum", h.hexdigest(), flush=True)
+`
+
+// TestLoaderDecodedCache: the Python Loader passes the decoded-image
+// cache's options to the server it starts: two epochs of exact crops with
+// the cache in RAM, or on a disk, are the batches without it, byte for
+// byte; a bad size is the server's one-line error, as a FeedError.
+func TestLoaderDecodedCache(t *testing.T) {
+	py := installedPython(t, "numpy")
+	beton := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
+	env := []string{"PATH=/usr/bin:/bin", "HOME=" + os.Getenv("HOME"), "LANG=C.UTF-8"}
+	run := func(flags string) string {
+		t.Helper()
+		cmd := exec.Command(py, "-c", decodedScript, beton, flags)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("Loader with %s: %v\n%s", flags, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	want := run(`{}`)
+	if !strings.HasPrefix(want, "sum ") {
+		t.Fatalf("without the cache: %q", want)
+	}
+	for _, flags := range []string{
+		`{"decoded_cache_size": "64MiB"}`,
+		fmt.Sprintf(`{"decoded_cache_size": "1MiB", "decoded_cache_dir": %q, "decoded_cache_disk_size": "64MiB"}`, t.TempDir()),
+	} {
+		if got := run(flags); got != want {
+			t.Errorf("with %s: %q, want %q (the batches without the cache)", flags, got, want)
+		}
+	}
+	if got := run(`{"decoded_cache_size": "-1"}`); !strings.Contains(got, `error: `) || !strings.Contains(got, `--decoded-cache-size "-1": want a size such as 8GiB`) {
+		t.Errorf("a bad size: %q, want a FeedError with the server's sentence", got)
+	}
+}

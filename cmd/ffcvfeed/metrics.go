@@ -28,6 +28,22 @@ func serveMetrics(addr string, fd *fed, s *feed.Stream) (*metrics.Server, error)
 		e.Gauge("clients_connected", "Clients connected to the socket (at most 1).", float64(st.Connected))
 		e.Counter("client_connections_total", "Clients served since the start.", float64(st.Connections))
 		e.Counter("client_refused_total", "Clients turned away because another was connected.", float64(st.Refused))
+		if fd.decoded != nil {
+			d := fd.decoded.Stats()
+			e.Counter("decoded_cache_hits_total", "JPEG images made from the decoded-image cache (--decoded-cache-size), not decoded.", float64(d.Hits))
+			e.Counter("decoded_cache_misses_total", "JPEG images decoded while the decoded-image cache was on (the first epoch's, and those it does not hold).", float64(d.Misses))
+			e.Counter("decoded_cache_not_held_total", "JPEG images the decoded-image cache did not take: no room, or a sampling layout it does not hold.", float64(d.NotHeld))
+			e.Counter("decoded_cache_corrupt_total", "Images on the decoded-image cache's disk that failed their checksum (each decoded from its JPEG instead).", float64(d.Corrupt))
+			const where = "Bytes of planes the decoded-image cache holds, in RAM or on disk."
+			e.Gauge("decoded_cache_bytes", where, float64(d.RAMBytes), "where", "ram")
+			e.Gauge("decoded_cache_bytes", where, float64(d.DiskBytes), "where", "disk")
+			const images = "Images the decoded-image cache holds, in RAM or on disk."
+			e.Gauge("decoded_cache_images", images, float64(d.RAMImages), "where", "ram")
+			e.Gauge("decoded_cache_images", images, float64(d.DiskImages), "where", "disk")
+			const size = "The decoded-image cache's sizes (--decoded-cache-size, --decoded-cache-disk-size)."
+			e.Gauge("decoded_cache_size_bytes", size, float64(d.RAMSize), "where", "ram")
+			e.Gauge("decoded_cache_size_bytes", size, float64(d.DiskSize), "where", "disk")
+		}
 	})
 	reg, err := metrics.NewRegistry(m, metrics.Cache("ffcvfeed", fd.Cache, fd.Source, fd.Peers))
 	if err != nil {
