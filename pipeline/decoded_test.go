@@ -3,9 +3,13 @@ package pipeline
 import (
 	"bytes"
 	"context"
+	"io"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"testing"
 
+	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 	"github.com/ffcvfs/ffcvfs/jpeg"
 	"github.com/ffcvfs/ffcvfs/order"
@@ -222,5 +226,67 @@ func TestDecodedTierDisk(t *testing.T) {
 	}
 	if st.Hits != uint64(st.RAMImages+st.DiskImages) {
 		t.Errorf("the second epoch made %d images from the tier, which holds %d", st.Hits, st.RAMImages+st.DiskImages)
+	}
+}
+
+// TestDecodedTierRanks: one tier per process serves a rank all its images
+// in later epochs when the order gives the rank the same samples every
+// epoch (node-affine, each rank its own node: --nodes equal to
+// --world-size); under the default order a rank's share changes every
+// epoch, and its tier serves only the part of it that it decoded before.
+func TestDecodedTierRanks(t *testing.T) {
+	photos := testenv.Photos(t, 0)
+	fields := []beton.Field{{Type: beton.TypeRGBImage, Name: "image"}, {Type: beton.TypeInt, Name: "label"}}
+	path := filepath.Join(t.TempDir(), "ranks.beton")
+	w, err := beton.Create(path, fields, len(photos), beton.WriterOptions{PageSize: beton.MinPageSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range photos {
+		iw, ih, err := jpeg.Header(p.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.WriteSample([]beton.Value{{Mode: beton.ModeJPEG, Width: iw, Height: ih, Data: p.Data}, {Int: int64(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	const world = 2
+	for _, nodes := range []int{world, 0} {
+		var hits, read uint64
+		for rank := range world {
+			c := openCache(t, path)
+			opts := tierOpts(order.Random, false)
+			opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+			opts.BatchSize = 4
+			opts.Order.WorldSize, opts.Order.Rank, opts.Order.Nodes = world, rank, nodes
+			tier := newTier(t, c, decoded.Options{RAM: 1 << 30})
+			opts.Decoded = tier
+			p, err := New(c, opts, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sink := newCollectSink(p, 3)
+			if _, err = p.RunEpoch(context.Background(), 0, sink); err != nil {
+				t.Fatal(err)
+			}
+			before := tier.Stats().Hits // a share padded repeats samples
+			n, err := p.RunEpoch(context.Background(), 1, sink)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hits += tier.Stats().Hits - before
+			read += uint64(n)
+		}
+		t.Logf("--nodes %d: the second epoch made %d of its %d images from the ranks' tiers", nodes, hits, read)
+		if nodes == world && hits != read {
+			t.Errorf("node-affine order, each rank its own node: %d of %d images from the tiers, want all", hits, read)
+		}
+		if nodes == 0 && hits >= read {
+			t.Errorf("the default order: %d of %d images from the tiers; a rank's share should change", hits, read)
+		}
 	}
 }

@@ -29,7 +29,12 @@
 #                                 own writer made, and that beton converted by
 #                                 ffcvfs write --from-beton) and vs torchvision
 #                                 ImageFolder + DataLoader (2 workers) doing the same;
-#                                 then ffcvfeed's peak RSS after epochs 1, 2 and 5
+#                                 then ffcvfeed's peak RSS after epochs 1, 2 and 5, and
+#                                 the rows of decoded (DECODED=0 leaves them out)
+#   scripts/bench.sh decoded [N]  ffcvfeed's decoded-image cache on N bench photos
+#                                 (default 5000): epoch 1 and epochs 2-4 holding every
+#                                 image and half of them, vs no cache, a full decode and
+#                                 FFCV's Loader, alternating
 #   scripts/bench.sh cifar [N]    FFCV's CIFAR-10 training pipeline on N raw 32x32
 #                                 images cut from those photos (default 50000): FFCV's
 #                                 Loader vs ffcvfeed vs the limit, a plain loop that
@@ -336,10 +341,8 @@ bench_feed() {
 	# The same images with restart markers every ~4 MCUs (ffcvfs write
 	# --restart-interval 4): the same pixels, crops entropy-decoded only
 	# where they lie.
-	local rbeton=$dir/bench-restart4.beton
-	if [[ ! -f $rbeton || $rbeton -ot $beton ]]; then
-		bin/ffcvfs write --restart-interval 4 "$folder" "$rbeton.tmp" >&2 && mv "$rbeton.tmp" "$rbeton" || die "ffcvfs write --restart-interval failed"
-	fi
+	local rbeton
+	rbeton=$(restart_beton "$dir" "$folder")
 	local base r i b b2 p x q k e l
 	local -a bases pipes exacts rsts rp rx rq ents ltrs re rl
 	# The output options, each run beside the uint8 NHWC pipeline.
@@ -409,6 +412,33 @@ bench_feed() {
 	for e in 2 5; do
 		printf '%-52s %10.1f %-9s %8.3f\n' "ffcvfeed bench peak RSS after epoch $e" "${peaks[e - 1]}" "MiB" "$(echo "${peaks[e - 1]} / ${peaks[0]}" | bc -l)"
 	done
+	[[ ${DECODED:-1} == 0 ]] || bench_feed_decoded "$dir" "$rbeton" "$folder"
+}
+
+# restart_beton DIR FOLDER: prints the path of DIR/bench-restart4.beton, the
+# photos of FOLDER written with restart markers every ~4 MCUs (ffcvfs write
+# --restart-interval 4), written first when missing or older than
+# DIR/bench.beton.
+restart_beton() {
+	local rbeton=$1/bench-restart4.beton
+	if [[ ! -f $rbeton || $rbeton -ot $1/bench.beton ]]; then
+		bin/ffcvfs write --restart-interval 4 "$2" "$rbeton.tmp" >&2 && mv "$rbeton.tmp" "$rbeton" || die "ffcvfs write --restart-interval failed"
+	fi
+	echo "$rbeton"
+}
+
+# bench_decoded [N]: bench_feed_decoded alone, on N bench photos (5000).
+bench_decoded() {
+	local n=${1:-5000}
+	[[ $n =~ ^[0-9]+$ ]] || die "N must be a whole number, got '$n'"
+	local dir=${BENCH_DIR:-${FFCVFS_CACHE:-$HOME/.cache/ffcvfs}/bench}/feed-$n
+	scripts/make-bench-data.sh "$n" "$dir" >&2 || die "make-bench-data.sh failed"
+	go build -o bin/ffcvfeed ./cmd/ffcvfeed || die "go build ./cmd/ffcvfeed failed"
+	local rbeton
+	rbeton=$(restart_beton "$dir" "$dir/imagefolder")
+	bin/ffcvfeed decode-bench --data "$rbeton" --workers 2 >/dev/null || die "ffcvfeed decode-bench failed" # warm the page cache
+	echo "ffcvfeed: $n real-photo JPEGs (shorter side 300-500 px), 2 workers, $(nproc) cores ($(cpu_model)), median of $RUNS runs"
+	bench_feed_decoded "$dir" "$rbeton" "$dir/imagefolder"
 }
 
 # bench_feed_ffcv_written DIR FOLDER FFCV BASE: the betons people have. FOLDER
@@ -420,13 +450,9 @@ bench_feed() {
 # the original, median of each run's. BASE: the decode baseline above.
 bench_feed_ffcv_written() {
 	local dir=$1 folder=$2 ffcv=$3 base=$4 i f p q
-	local fbeton=$dir/bench-ffcv.beton cbeton=$dir/bench-ffcv-converted.beton
+	local fbeton cbeton=$dir/bench-ffcv-converted.beton
 	local pipe=(--resolution 160 --crop random-resized --flip 0.5 --dtype uint8 --workers 2 --batch-size 256)
-	if [[ ! -f $fbeton || $fbeton -ot $dir/bench.beton ]]; then
-		rm -f "$fbeton.tmp"
-		/usr/bin/python3 scripts/ffcv_write_imagefolder.py --ffcv "$ffcv" --workers 2 "$folder" "$fbeton.tmp" >&2 &&
-			mv "$fbeton.tmp" "$fbeton" || die "FFCV's DatasetWriter failed"
-	fi
+	fbeton=$(ffcv_written "$dir" "$folder" "$ffcv")
 	if [[ ! -f $cbeton || $cbeton -ot $fbeton ]]; then
 		bin/ffcvfs write --from-beton "$fbeton" "$cbeton" >&2 || die "ffcvfs write --from-beton failed"
 	fi
@@ -446,6 +472,87 @@ bench_feed_ffcv_written() {
 	printf '%-52s %10.0f %-9s %8.3f\n' "FFCV-written beton, converted: ffcvfeed bench" "$(printf '%s\n' "${qs[@]}" | median)" "images/s" "$(printf '%s\n' "${rq[@]}" | median)"
 	echo "  per run, FFCV's Loader / ffcvfeed / ffcvfeed converted images/s: $(for ((i = 0; i < RUNS; i++)); do printf '%.0f/%.0f/%.0f ' "${fs[i]}" "${ps[i]}" "${qs[i]}"; done)"
 	echo "  the converted beton's ffcvfeed over the decode baseline above: $(echo "$(printf '%s\n' "${qs[@]}" | median) / $base" | bc -l | xargs printf '%.3f')"
+}
+
+# ffcv_written DIR FOLDER FFCV: prints the path of DIR/bench-ffcv.beton, the
+# photos of FOLDER as FFCV's own DatasetWriter writes them (jpg, quality 90:
+# every image encoded again by OpenCV, no restart markers), written first
+# when missing or older than DIR/bench.beton.
+ffcv_written() {
+	local dir=$1 folder=$2 ffcv=$3 fbeton=$1/bench-ffcv.beton
+	if [[ ! -f $fbeton || $fbeton -ot $dir/bench.beton ]]; then
+		rm -f "$fbeton.tmp"
+		/usr/bin/python3 scripts/ffcv_write_imagefolder.py --ffcv "$ffcv" --workers 2 "$folder" "$fbeton.tmp" >&2 &&
+			mv "$fbeton.tmp" "$fbeton" || die "FFCV's DatasetWriter failed"
+	fi
+	echo "$fbeton"
+}
+
+# bench_feed_decoded DIR BETON FOLDER: the decoded-image cache
+# (--decoded-cache-size) on BETON, the photos of FOLDER with restart markers.
+# Alternating, RUNS times: the full decode (the baseline, before and after
+# the run's other rows, their mean); ffcvfeed bench without the cache
+# (epochs 2-3 of 3); with a cache the size of every image's planes and with
+# one of half that, 4 epochs each: epoch 1 (which fills the cache) and
+# epochs 2-4; and FFCV's Loader on a beton FFCV's writer made of FOLDER
+# (epochs 2-3 of 3), when FFCV builds here. Ratios: medians of each run's.
+bench_feed_decoded() {
+	local dir=$1 beton=$2 folder=$3 i out b b2 p e1 all h1 half f held fbeton= ffcv
+	local pipe=(--resolution 160 --crop random-resized --flip 0.5 --dtype uint8 --workers 2 --batch-size 256)
+	local -a bs ps e1s alls h1s halfs fs r_all_b r_all_e1 r_half_e1 r_all_p r_all_f r_p_b r_e1_b r_e1_p
+	ffcv=$(ffcv_src)
+	[[ -z $ffcv ]] || fbeton=$(ffcv_written "$dir" "$folder" "$ffcv")
+	out=$(bin/ffcvfeed bench --data "$beton" "${pipe[@]}" --epochs 1 --decoded-cache-size 1TiB) || die "ffcvfeed bench --decoded-cache-size failed"
+	held=$(sed -n 's|.*holds [0-9]* images, .* (\([0-9]*\) bytes) in RAM.*|\1|p' <<<"$out" | tail -n 1)
+	[[ -n $held && $held -gt 0 ]] || die "no bytes held in the output of ffcvfeed bench --decoded-cache-size:"$'\n'"$out"
+	# epoch_rates CMD...: epoch 1's images/s, then the median of the later epochs'.
+	epoch_rates() {
+		local o
+		o=$("$@") || die "$* failed"
+		sed -n 's|^epoch 0:.* \([0-9.][0-9.]*\) images/s.*|\1|p' <<<"$o"
+		sed -n 's|^epoch \([0-9]*\):.* \([0-9.][0-9.]*\) images/s.*|\1 \2|p' <<<"$o" | awk '$1 > 0 {print $2}' | median
+	}
+	for ((i = 0; i < RUNS; i++)); do
+		b=$(decode_rate "$beton")
+		p=$(steady_rate bin/ffcvfeed bench --data "$beton" "${pipe[@]}" --epochs 3)
+		{ read -r e1; read -r all; } < <(epoch_rates bin/ffcvfeed bench --data "$beton" "${pipe[@]}" --epochs 4 --decoded-cache-size "$held")
+		{ read -r h1; read -r half; } < <(epoch_rates bin/ffcvfeed bench --data "$beton" "${pipe[@]}" --epochs 4 --decoded-cache-size "$((held / 2))")
+		f=
+		[[ -z $fbeton ]] || f=$(steady_rate /usr/bin/python3 scripts/ffcv_loader_bench.py "$fbeton" --ffcv "$ffcv" --workers 2 --batch-size 256 --resolution 160 --epochs 3)
+		b2=$(decode_rate "$beton")
+		[[ -n $b && -n $b2 && -n $p && -n $e1 && -n $all && -n $h1 && -n $half ]] || die "no images/s figure from ffcvfeed decode-bench or bench"
+		b=$(echo "($b + $b2) / 2" | bc -l)
+		bs+=("$b") ps+=("$p") e1s+=("$e1") alls+=("$all") h1s+=("$h1") halfs+=("$half")
+		r_p_b+=("$(echo "$p / $b" | bc -l)") r_e1_b+=("$(echo "$e1 / $b" | bc -l)") r_e1_p+=("$(echo "$e1 / $p" | bc -l)")
+		r_all_b+=("$(echo "$all / $b" | bc -l)") r_all_e1+=("$(echo "$all / $e1" | bc -l)") r_all_p+=("$(echo "$all / $p" | bc -l)")
+		r_half_e1+=("$(echo "$half / $h1" | bc -l)")
+		if [[ -n $f ]]; then
+			fs+=("$f") r_all_f+=("$(echo "$all / $f" | bc -l)")
+		fi
+	done
+	med() { printf '%s\n' "$@" | median; }
+	echo
+	echo "the decoded-image cache (--decoded-cache-size): $(bin/ffcvfs info "$beton" | awk '$1 == "samples" {print $2; exit}') photos with restart markers, the pipeline as above;"
+	echo "every image's planes: $held bytes ($(echo "$held / 1048576" | bc) MiB); ratios: medians of each run's"
+	printf '%-52s %10.0f %-9s %8s\n' "ffcvfeed decode-bench --workers 2 (baseline)" "$(med "${bs[@]}")" "images/s" "1.00"
+	printf '%-52s %10.0f %-9s %8.3f\n' "ffcvfeed bench, no cache, epochs 2-3" "$(med "${ps[@]}")" "images/s" "$(med "${r_p_b[@]}")"
+	printf '%-52s %10.0f %-9s %8.3f\n' "cache holding every image: epoch 1 (fills it)" "$(med "${e1s[@]}")" "images/s" "$(med "${r_e1_b[@]}")"
+	printf '%-52s %10.0f %-9s %8.3f\n' "cache holding every image: epochs 2-4" "$(med "${alls[@]}")" "images/s" "$(med "${r_all_b[@]}")"
+	printf '%-52s %10s %-9s %8.3f\n' "  epochs 2-4 over epoch 1" "" "" "$(med "${r_all_e1[@]}")"
+	printf '%-52s %10s %-9s %8.3f\n' "  epochs 2-4 over no cache" "" "" "$(med "${r_all_p[@]}")"
+	printf '%-52s %10s %-9s %8.3f\n' "  epoch 1 over no cache" "" "" "$(med "${r_e1_p[@]}")"
+	printf '%-52s %10.0f %-9s %8s\n' "cache of half the bytes: epoch 1" "$(med "${h1s[@]}")" "images/s" ""
+	printf '%-52s %10.0f %-9s %8.3f\n' "cache of half the bytes: epochs 2-4 (over its epoch 1)" "$(med "${halfs[@]}")" "images/s" "$(med "${r_half_e1[@]}")"
+	if ((${#fs[@]} > 0)); then
+		printf '%-52s %10.0f %-9s %8s\n' "FFCV 1.0 Loader, FFCV-written beton, epochs 2-3" "$(med "${fs[@]}")" "images/s" ""
+		printf '%-52s %10s %-9s %8.3f\n' "  the cache's epochs 2-4 over FFCV's Loader" "" "" "$(med "${r_all_f[@]}")"
+	else
+		echo "FFCV's Loader: not built here (FFCV=0, or it did not build)"
+	fi
+	echo "  per run, decode / no cache / epoch 1 / epochs 2-4 / half: epoch 1, 2-4 / FFCV images/s:"
+	for ((i = 0; i < RUNS; i++)); do
+		printf '    %.0f / %.0f / %.0f / %.0f / %.0f, %.0f / %s\n' "${bs[i]}" "${ps[i]}" "${e1s[i]}" "${alls[i]}" "${h1s[i]}" "${halfs[i]}" "${fs[i]:-}"
+	done
 }
 
 # What bench_legacy started, for legacy_cleanup.
@@ -1430,6 +1537,11 @@ feed)
 	ensure_go
 	shift
 	bench_feed "$@"
+	;;
+decoded)
+	ensure_go
+	shift
+	bench_decoded "$@"
 	;;
 cifar)
 	ensure_go

@@ -71,8 +71,9 @@ func benchCommand() *cli.Command {
 				fmt.Println()
 				if fd.decoded != nil {
 					st := fd.decoded.Stats()
-					fmt.Printf("epoch %d: decoded-image cache: %d hits, %d misses (%d not held); holds %d images, %s in RAM, %d images, %s on disk\n",
-						e, st.Hits-last.Hits, st.Misses-last.Misses, st.NotHeld-last.NotHeld, st.RAMImages, bytesize.Format(st.RAMBytes), st.DiskImages, bytesize.Format(st.DiskBytes))
+					fmt.Printf("epoch %d: decoded-image cache: %d hits, %d misses (%d not held); holds %d images, %s (%d bytes) in RAM, %d images, %s on disk\n",
+						e, st.Hits-last.Hits, st.Misses-last.Misses, st.NotHeld-last.NotHeld, st.RAMImages, bytesize.Format(st.RAMBytes), st.RAMBytes,
+						st.DiskImages, bytesize.Format(st.DiskBytes))
 					last = st
 				}
 			}
