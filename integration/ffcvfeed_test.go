@@ -9,11 +9,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ffcvfs/ffcvfs/internal/bytesize"
 
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
@@ -293,4 +296,56 @@ func TestFeedServeMount(t *testing.T) {
 	if len(s.Cache.Plans) != 0 {
 		t.Errorf("stats.json still lists plans %+v after the epoch: reads of dataset.beton did not advance the announced order", s.Cache.Plans)
 	}
+}
+
+// TestDecodedCacheRSS: the decoded-image cache costs the resident size its
+// size says and no more: ffcvfeed bench over three epochs with a cache of
+// half the planes' bytes peaks at most 10 % above the run without it plus
+// the cache's size, and holds no more than that size; the cache holding
+// every image does likewise with its bytes held.
+func TestDecodedCacheRSS(t *testing.T) {
+	beton := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
+	bench := []string{"bench", "--data", beton, "--resolution", "64", "--workers", "2", "--epochs", "3", "--batch-size", "32"}
+	_, without, err := runPeak(t, binary(t, "ffcvfeed"), bench...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := regexp.MustCompile(`epoch 2: decoded-image cache: (\d+) hits, \d+ misses \(\d+ not held\); holds (\d+) images, .* \((\d+) bytes\) in RAM`)
+	check := func(size string) int64 {
+		t.Helper()
+		out, peak, err := runPeak(t, binary(t, "ffcvfeed"), append(bench, "--decoded-cache-size", size)...)
+		if err != nil {
+			t.Fatalf("--decoded-cache-size %s: %v\n%s", size, err, out)
+		}
+		m := held.FindSubmatch(out)
+		if m == nil {
+			t.Fatalf("--decoded-cache-size %s: no figures of the cache:\n%s", size, out)
+		}
+		hits, images, bytes := atoi(t, string(m[1])), atoi(t, string(m[2])), int64(atoi(t, string(m[3])))
+		limit, err := bytesize.Parse(size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes > limit || hits != images || images == 0 {
+			t.Errorf("--decoded-cache-size %s: holds %d images, %d bytes; the last epoch made %d from it", size, images, bytes, hits)
+		}
+		if max := (without + bytes) * 11 / 10; peak > max {
+			t.Errorf("--decoded-cache-size %s: peak RSS %d MiB holding %d MiB; without the cache %d MiB: more than 10 %% over their sum",
+				size, peak>>20, bytes>>20, without>>20)
+		}
+		t.Logf("--decoded-cache-size %s: peak RSS %.1f MiB holding %d images, %.1f MiB; without the cache %.1f MiB",
+			size, float64(peak)/(1<<20), images, float64(bytes)/(1<<20), float64(without)/(1<<20))
+		return bytes
+	}
+	all := check("1GiB")
+	check(strconv.FormatInt(all/2, 10))
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
