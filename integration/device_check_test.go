@@ -48,7 +48,8 @@ func TestDeviceCheckCPUOnly(t *testing.T) {
 	}
 	text := string(out)
 	want := []string{"ffcvfeed workers=1 images/s=[0-9.]+ beton=plain", "ffcvfeed workers=1 images/s=[0-9.]+ beton=restarts",
-		"decode workers=1 images/s=[0-9.]+$", "mount readers=1 files/s=[0-9.]+ MB/s=[0-9.]+"}
+		"decode workers=1 images/s=[0-9.]+$", "mount readers=1 files/s=[0-9.]+ MB/s=[0-9.]+",
+		"decoded workers=1 epoch1=[0-9.]+ later=[0-9.]+ images/s held=[0-9]+$"}
 	if ffcv {
 		want = append(want, "ffcvfeed workers=1 images/s=[0-9.]+ beton=ffcv-written", "ffcvfeed workers=1 images/s=[0-9.]+ beton=ffcv-converted")
 	} else {

@@ -25,6 +25,10 @@
 #   decode workers=N images/s=X
 #       the baseline: ffcvfeed decode-bench, full libjpeg-turbo decodes of
 #       the plain beton's JPEGs, as many images, at the same counts;
+#   decoded workers=N epoch1=X later=Y images/s held=H
+#       ffcvfeed bench over the restarts beton with the decoded-image cache
+#       holding every image, at 1 worker and at the most: epoch 1 (which
+#       fills it) and the median of the later epochs;
 #   ffcvfeed workers=N images/s=X beton=ffcv-written|ffcv-converted
 #       where --prepare found FFCV's source (bench.sh feed fetches it): the
 #       fixture's photos written by FFCV's own DatasetWriter (jpg, quality
@@ -246,6 +250,19 @@ for w in "${counts[@]}"; do
 	rate=$(sed -n 's/^decode-only: .* \([0-9.]*\) images\/s.*/\1/p' <<<"$out")
 	[[ -n $rate ]] || die "no figure in ffcvfeed decode-bench's output: $out"
 	echo "decode workers=$w images/s=$rate"
+done
+
+step "the decoded-image cache (--decoded-cache-size): epoch 1 fills it, the later ones read it"
+depochs=$((epochs > 2 ? epochs : 2))
+for w in 1 "${counts[-1]}"; do
+	in_time
+	out=$("$work/ffcvfeed" bench --data "$work/restarts.beton" --workers "$w" --epochs "$depochs" --resolution 160 --decoded-cache-size 8GiB 2>&1) ||
+		die "ffcvfeed bench --decoded-cache-size --workers $w failed: $out"
+	first=$(sed -n 's/^epoch 0: ffcvfeed bench: .* \([0-9.]*\) images\/s.*/\1/p' <<<"$out")
+	later=$(sed -n 's/^epoch [1-9][0-9]*: ffcvfeed bench: .* \([0-9.]*\) images\/s.*/\1/p' <<<"$out" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+	held=$(sed -n 's/^epoch 0: decoded-image cache: .*holds \([0-9]*\) images.*/\1/p' <<<"$out")
+	[[ -n $first && -n $later ]] || die "no epoch figures in ffcvfeed bench's output: $out"
+	echo "decoded workers=$w epoch1=$first later=$later images/s held=$held"
 done
 
 if [[ -f $dir/ffcv-photos.beton.xz ]]; then
