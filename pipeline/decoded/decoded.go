@@ -101,6 +101,7 @@ type Tier struct {
 	disk    *os.File
 	diskOff int64
 	diskErr bool // a write failed: the disk takes no more
+	full    bool // an image found no room (logged once)
 
 	hits, misses, filled, notHeld, corrupt     atomic.Uint64
 	ramBytes, ramImages, diskBytes, diskImages atomic.Int64
@@ -214,11 +215,27 @@ func (t *Tier) Get(s int, buf *[]byte) (jpeg.Planes, []byte, bool) {
 	return e.p, b, true
 }
 
-// Room reports whether an entry of n bytes would be taken now.
+// Room reports whether an entry of n bytes would be taken now. The first
+// time there is none, the log says so.
 func (t *Tier) Room(n int) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.roomRAM(int64(n)) || t.roomDisk(int64(n))
+	if t.roomRAM(int64(n)) || t.roomDisk(int64(n)) {
+		return true
+	}
+	t.fullOnce(int64(n))
+	return false
+}
+
+// fullOnce logs, the first time, that an image of n bytes found no room;
+// t.mu is held.
+func (t *Tier) fullOnce(n int64) {
+	if t.full {
+		return
+	}
+	t.full = true
+	t.log.Info("the decoded-image cache has no room for an image: the images it does not hold are decoded every epoch",
+		"image_bytes", n, "images", t.ramImages.Load()+t.diskImages.Load(), "ram_bytes", t.ramBytes.Load(), "disk_bytes", t.diskBytes.Load())
 }
 
 func (t *Tier) roomRAM(n int64) bool {
@@ -267,6 +284,7 @@ func (t *Tier) Put(s int, p jpeg.Planes, data []byte) bool {
 		t.diskImages.Add(1)
 	default:
 		t.notHeld.Add(1)
+		t.fullOnce(int64(n))
 		return false
 	}
 	t.entries[s].Store(e)
