@@ -180,3 +180,112 @@ func BenchmarkPlanes(b *testing.B) {
 		}
 	})
 }
+
+// FuzzPlanes: any bytes as a JPEG's planes: PlanesOf and DecodePlanes
+// return errors and never crash, and planes that decode convert, whole
+// and at half size, to images of the layout's size.
+func FuzzPlanes(f *testing.F) {
+	for _, fx := range layoutFixtures(f, 1) {
+		f.Add(fx.data)
+	}
+	d, err := NewDecoder()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := d.PlanesOf(b, Size{})
+		if err != nil || p.Bytes() > 1<<24 {
+			return
+		}
+		planes := make([]byte, p.Bytes())
+		if err := d.DecodePlanes(b, p, planes); err != nil {
+			return
+		}
+		if err := p.RGB(planes, 0, 0, p.W, p.H, make([]byte, p.W*p.H*3), p.W*3); err != nil {
+			t.Fatalf("%+v: %v", p, err)
+		}
+		w2, h2 := (p.W+1)/2, (p.H+1)/2
+		if err := p.RGBHalf(planes, 0, 0, w2, h2, make([]byte, w2*h2*3), w2*3); err != nil {
+			t.Fatalf("%+v: %v", p, err)
+		}
+	})
+}
+
+// TestPlanesHalf checks RGBHalf against its definition, computed here: each
+// plane's samples under a 2×2 block of the image averaged (rounded), the
+// last odd column or row alone, then jdcolor.c's YCbCr-to-RGB conversion;
+// for every layout the planes hold, whole and in random regions, with the
+// AVX2 conversion and without.
+func TestPlanesHalf(t *testing.T) {
+	d := newDecoder(t)
+	fix := func(x float64) int32 { return int32(x*65536 + 0.5) }
+	clamp := func(v int32) byte { return byte(min(max(v, 0), 255)) }
+	for _, avx2 := range []bool{true, false} {
+		usePlanesAVX2(avx2)
+		for _, f := range layoutFixtures(t, 1) {
+			p, err := d.PlanesOf(f.data, Size{})
+			if err != nil {
+				continue
+			}
+			planes := make([]byte, p.Bytes())
+			if err := d.DecodePlanes(f.data, p, planes); err != nil {
+				t.Fatal(err)
+			}
+			var off [3]int
+			for c := 1; c < p.Comps; c++ {
+				off[c] = off[c-1] + p.PW[c-1]*p.PH[c-1]
+			}
+			// sample returns plane c's mean under the image's 2×2 block at
+			// half-size pixel (x, y).
+			sample := func(c, x, y int) int32 {
+				fx, fy := 2/p.HR[c], 2/p.VR[c]
+				sum, n := 0, 0
+				for dy := range fy {
+					for dx := range fx {
+						px, py := x*fx+dx, y*fy+dy
+						if px >= p.PW[c] || py >= p.PH[c] {
+							px, py = min(px, p.PW[c]-1), min(py, p.PH[c]-1)
+						}
+						sum += int(planes[off[c]+py*p.PW[c]+px])
+						n++
+					}
+				}
+				return int32((sum + n/2) / n)
+			}
+			w2, h2 := (p.W+1)/2, (p.H+1)/2
+			want := make([]byte, w2*h2*3)
+			for y := range h2 {
+				for x := range w2 {
+					o := want[(y*w2+x)*3:]
+					yy := sample(0, x, y)
+					if p.Comps == 1 {
+						o[0], o[1], o[2] = byte(yy), byte(yy), byte(yy)
+						continue
+					}
+					cb, cr := sample(1, x, y)-128, sample(2, x, y)-128
+					o[0] = clamp(yy + (fix(1.402)*cr+32768)>>16)
+					o[1] = clamp(yy + (-fix(0.34414)*cb+32768-fix(0.71414)*cr)>>16)
+					o[2] = clamp(yy + (fix(1.772)*cb+32768)>>16)
+				}
+			}
+			rng := rand.New(rand.NewPCG(3, uint64(len(f.data))))
+			regions := [][4]int{{0, 0, w2, h2}}
+			for range 20 {
+				rw, rh := 1+rng.IntN(w2), 1+rng.IntN(h2)
+				regions = append(regions, [4]int{rng.IntN(w2 - rw + 1), rng.IntN(h2 - rh + 1), rw, rh})
+			}
+			for _, r := range regions {
+				got := make([]byte, r[2]*r[3]*3)
+				if err := p.RGBHalf(planes, r[0], r[1], r[2], r[3], got, r[2]*3); err != nil {
+					t.Fatal(err)
+				}
+				for row := range r[3] {
+					if !bytes.Equal(got[row*r[2]*3:][:r[2]*3], want[((r[1]+row)*w2+r[0])*3:][:r[2]*3]) {
+						t.Fatalf("%s (avx2 %v, %+v): half-size region %v, row %d differs from the definition", f.name, avx2, p, r, row)
+					}
+				}
+			}
+		}
+	}
+	usePlanesAVX2(true)
+}
