@@ -101,9 +101,10 @@ type Options struct {
 	Normalize bool
 	Mean, Std [3]float64
 	// Decoded, when set, is the decoded-image tier (package decoded) the
-	// JPEG samples are held in and made from after their first decode;
-	// made from it, an image has the pixels Op.Exact gives. The caller
-	// owns it, and may share it between pipelines over the same beton.
+	// JPEG samples are held in and made from after their first decode
+	// (decode.Decoder.ApplyPlanes: the pixels of Op.Exact wherever the
+	// JPEG path decodes at 5/8 or more). The caller owns it, and may share
+	// it between pipelines over the same beton.
 	Decoded *decoded.Tier
 	// Workers is the number of goroutines that decode (default: all cores).
 	Workers int
