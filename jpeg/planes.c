@@ -64,15 +64,16 @@ FFP_CLONES static void ffp_colsum(const unsigned char *a, const unsigned char *b
 	}
 }
 
-/* ffp_upsample writes columns [x0, x0+n) of output row y of plane c into
- * out, as libjpeg's upsampler makes them: h2v1 (3/4 of the nearer sample
+/* ffp_upsample returns columns [x0, x0+n) of output row y of plane c, made
+ * in out (FFP_STRIP + 2 bytes) or read from the plane itself, as libjpeg's
+ * upsampler makes them: h2v1 (3/4 of the nearer sample
  * and 1/4 of the farther, +1 and +2 before >> 2), h1v2 (the same across
  * rows: +1 for an even row, +2 for an odd one), h2v2 (column sums 3·near +
  * far across rows, then across columns, +8 and +7 before >> 4). The
  * neighbour of an edge sample is the sample itself, as libjpeg's edge
  * cases make it. */
-static void ffp_upsample(const ffj_planes *p, int c, const unsigned char *plane, int y, int x0, int n,
-                         unsigned char *out) {
+static const unsigned char *ffp_upsample(const ffj_planes *p, int c, const unsigned char *plane, int y, int x0,
+                                         int n, unsigned char *out) {
 	const int pw = p->pw[c], ph = p->ph[c];
 	int i;
 	const unsigned char *in0, *in1;
@@ -88,19 +89,19 @@ static void ffp_upsample(const ffj_planes *p, int c, const unsigned char *plane,
 	}
 	if (p->hr[c] == 1) {
 		if (p->vr[c] == 1) {
-			memcpy(out, in0 + x0, (size_t)n);
-		} else {
+			return in0 + x0;
+		}
+		{
 			const int bias = 1 + (y & 1);
 			for (i = 0; i < n; i++) {
 				out[i] = (unsigned char)((in0[x0 + i] * 3 + in1[x0 + i] + bias) >> 2);
 			}
 		}
-		return;
+		return out;
 	}
 	{
 		/* Columns c0..c1 of the plane make outputs 2·c0 .. 2·c1+1. */
 		int16_t sum[FFP_STRIP / 2 + 4];
-		unsigned char pair[FFP_STRIP + 4];
 		const int c0 = x0 >> 1, c1 = (x0 + n - 1) >> 1, k = c1 - c0 + 1;
 		const int v = p->vr[c] == 2;
 		/* sum[1 + i] for column c0 + i, i in [-1, k]; beyond the
@@ -114,11 +115,11 @@ static void ffp_upsample(const ffj_planes *p, int c, const unsigned char *plane,
 			sum[k + 1] = sum[k];
 		}
 		if (v) {
-			ffp_h2(sum + 1, k, 8, 7, 4, pair);
+			ffp_h2(sum + 1, k, 8, 7, 4, out);
 		} else {
-			ffp_h2(sum + 1, k, 1, 2, 2, pair);
+			ffp_h2(sum + 1, k, 1, 2, 2, out);
 		}
-		memcpy(out, pair + (x0 & 1), (size_t)n);
+		return out + (x0 & 1);
 	}
 }
 
@@ -301,11 +302,10 @@ int ffj_planes_rgb(const ffj_planes *p, const unsigned char *data, size_t data_l
 			continue;
 		}
 		for (x0 = 0; x0 < w; x0 += FFP_STRIP) {
-			unsigned char cb[FFP_STRIP], cr[FFP_STRIP];
+			unsigned char cb[FFP_STRIP + 2], cr[FFP_STRIP + 2];
 			int n = w - x0 < FFP_STRIP ? w - x0 : FFP_STRIP;
-			ffp_upsample(p, 1, plane[1], y + r, x + x0, n, cb);
-			ffp_upsample(p, 2, plane[2], y + r, x + x0, n, cr);
-			ffp_ycc(yrow + x0, cb, cr, n, out + (size_t)x0 * 3);
+			ffp_ycc(yrow + x0, ffp_upsample(p, 1, plane[1], y + r, x + x0, n, cb),
+			        ffp_upsample(p, 2, plane[2], y + r, x + x0, n, cr), n, out + (size_t)x0 * 3);
 		}
 	}
 	return FFJ_OK;
