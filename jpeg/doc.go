@@ -35,6 +35,12 @@
 //     JPEG losslessly into one with a restart marker every few MCUs, whose
 //     intervals form columns; a region of such a JPEG is decoded from a
 //     smaller JPEG made of the intervals around it, with the same pixels.
+//   - Planes (planes.go, planes.c): a whole JPEG decoded to its component
+//     planes after the inverse DCT (libjpeg's raw data), and regions made
+//     from them as RGB with libjpeg-turbo's fancy upsampling and colour
+//     conversion computed for the region alone, byte for byte a full
+//     decode's (TestPlanesMatchDecode), or at half resolution
+//     (Planes.RGBHalf): ffcvfeed's decoded-image tier.
 //   - Whole images for writing (codec.go): DecodeRGB and DecodeCMYK decode
 //     as PIL does, EncodeRGB encodes as OpenCV's imencode does, through
 //     go-libjpeg and the standard library.
@@ -42,8 +48,10 @@
 //     and the writer of betons apply.
 //
 // No library offers a Huffman decoder or an IDCT that plugs into
-// libjpeg-turbo's pipeline, nor crops from restart intervals: those are
-// written here, in C beside libjpeg-turbo.
+// libjpeg-turbo's pipeline, nor crops from restart intervals, nor
+// libjpeg-turbo's upsampling and colour conversion for a region of planes
+// (its own are internal to a decompression): those are written here, in C
+// beside libjpeg-turbo.
 //
 // # Concurrency
 //
