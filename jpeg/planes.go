@@ -105,21 +105,7 @@ func (d *Decoder) DecodePlanes(src []byte, p Planes, dst []byte) error {
 // decode (DecodeRegion at 8/8) gives there, byte for byte, libjpeg's
 // upsampling and colour conversion computed for the region alone.
 func (p Planes) RGB(data []byte, x, y, w, h int, dst []byte, stride int) error {
-	if p.Comps != 1 && p.Comps != 3 || p.W <= 0 || p.H <= 0 || p.W > maxCInt || p.H > maxCInt {
-		return fmt.Errorf("planes: layout %+v: %w", p, ErrArgument)
-	}
-	if x < 0 || y < 0 || w <= 0 || h <= 0 || x > p.W-w || y > p.H-h || stride < 3*w || len(dst) < (h-1)*stride+3*w {
-		return fmt.Errorf("planes: region %dx%d+%d+%d of a %dx%d image into %d bytes, rows %d apart: %w", w, h, x, y, p.W, p.H, len(dst), stride, ErrArgument)
-	}
-	cp := p.c()
-	rc := C.ffj_planes_rgb(&cp, (*C.uchar)(unsafe.Pointer(unsafe.SliceData(data))), C.size_t(len(data)),
-		C.int(x), C.int(y), C.int(w), C.int(h), bytesPtr(dst), C.size_t(len(dst)), C.size_t(stride))
-	runtime.KeepAlive(data)
-	runtime.KeepAlive(dst)
-	if rc != C.FFJ_OK {
-		return fmt.Errorf("planes: the layout %+v does not fit %d bytes of planes: %w", p, len(data), ErrArgument)
-	}
-	return nil
+	return p.rgb(false, data, x, y, w, h, dst, stride)
 }
 
 // RGBHalf is RGB at half the image's resolution: the region [x, x+w) ×
@@ -128,16 +114,28 @@ func (p Planes) RGB(data []byte, x, y, w, h int, dst []byte, stride int) error {
 // column or row alone), converted as libjpeg converts. It makes a quarter
 // of the pixels RGB makes, for crops resized to half their size or less.
 func (p Planes) RGBHalf(data []byte, x, y, w, h int, dst []byte, stride int) error {
+	return p.rgb(true, data, x, y, w, h, dst, stride)
+}
+
+func (p Planes) rgb(half bool, data []byte, x, y, w, h int, dst []byte, stride int) error {
 	if p.Comps != 1 && p.Comps != 3 || p.W <= 0 || p.H <= 0 || p.W > maxCInt || p.H > maxCInt {
 		return fmt.Errorf("planes: layout %+v: %w", p, ErrArgument)
 	}
-	w2, h2 := (p.W+1)/2, (p.H+1)/2
-	if x < 0 || y < 0 || w <= 0 || h <= 0 || x > w2-w || y > h2-h || stride < 3*w || len(dst) < (h-1)*stride+3*w {
-		return fmt.Errorf("planes: half-size region %dx%d+%d+%d of a %dx%d image into %d bytes, rows %d apart: %w", w, h, x, y, w2, h2, len(dst), stride, ErrArgument)
+	iw, ih, what := p.W, p.H, "region"
+	if half {
+		iw, ih, what = (p.W+1)/2, (p.H+1)/2, "half-size region"
+	}
+	if x < 0 || y < 0 || w <= 0 || h <= 0 || x > iw-w || y > ih-h || stride < 3*w || len(dst) < (h-1)*stride+3*w {
+		return fmt.Errorf("planes: %s %dx%d+%d+%d of a %dx%d image into %d bytes, rows %d apart: %w", what, w, h, x, y, iw, ih, len(dst), stride, ErrArgument)
 	}
 	cp := p.c()
-	rc := C.ffj_planes_rgb_half(&cp, (*C.uchar)(unsafe.Pointer(unsafe.SliceData(data))), C.size_t(len(data)),
-		C.int(x), C.int(y), C.int(w), C.int(h), bytesPtr(dst), C.size_t(len(dst)), C.size_t(stride))
+	src, n := (*C.uchar)(unsafe.Pointer(unsafe.SliceData(data))), C.size_t(len(data))
+	var rc C.int
+	if half {
+		rc = C.ffj_planes_rgb_half(&cp, src, n, C.int(x), C.int(y), C.int(w), C.int(h), bytesPtr(dst), C.size_t(len(dst)), C.size_t(stride))
+	} else {
+		rc = C.ffj_planes_rgb(&cp, src, n, C.int(x), C.int(y), C.int(w), C.int(h), bytesPtr(dst), C.size_t(len(dst)), C.size_t(stride))
+	}
 	runtime.KeepAlive(data)
 	runtime.KeepAlive(dst)
 	if rc != C.FFJ_OK {

@@ -45,20 +45,8 @@ func TestFidelity(t *testing.T) {
 	d := newDecoder(t)
 	p2 := newDecoder(t)
 	p2.scale = powerOfTwoScale
-	type stat struct {
-		sum, worst float64
-		n          int
-	}
-	add := func(s *stat, p float64) {
-		p = min(p, 99)
-		if s.n == 0 || p < s.worst {
-			s.worst = p
-		}
-		s.sum += p
-		s.n++
-	}
-	var m8, pow2 stat
-	var byScale [9]stat
+	var m8, pow2 psnrStat
+	var byScale [9]psnrStat
 	want := make([]byte, 160*160*3)
 	got := make([]byte, len(want))
 	n := 0
@@ -90,18 +78,18 @@ func TestFidelity(t *testing.T) {
 			if p < 30 {
 				t.Errorf("%s crop %d,%d %dx%d at %d/8: PSNR %.1f dB < 30", f.name, x, y, cw, ch, m, p)
 			}
-			add(&m8, p)
-			add(&byScale[m], p)
+			m8.add(p)
+			byScale[m].add(p)
 
 			if err := p2.Apply(f.data, JPEG, w, h, op, rand.New(rand.NewPCG(seed, 3)), got); err != nil {
 				t.Fatalf("%s: %v", f.name, err)
 			}
-			add(&pow2, testenv.PSNR(got, want))
+			pow2.add(testenv.PSNR(got, want))
 		}
 	}
 	// Crops equal to the reference count as 99 dB in the means; the mean
 	// over the scaled crops alone leaves them out.
-	var scaled stat
+	var scaled psnrStat
 	for m := 1; m < 8; m++ {
 		if s := byScale[m]; s.n > 0 {
 			scaled.sum += s.sum

@@ -47,3 +47,21 @@ func fullDecode(t testing.TB, b []byte) (pix []byte, stride, w, h int) {
 	}
 	return pix, w * 3, w, h
 }
+
+// psnrStat sums PSNRs: their mean and the worst, each capped at 99 dB (an
+// identical image).
+type psnrStat struct {
+	sum, worst float64
+	n          int
+}
+
+func (s *psnrStat) add(p float64) {
+	p = min(p, 99)
+	if s.n == 0 || p < s.worst {
+		s.worst = p
+	}
+	s.sum += p
+	s.n++
+}
+
+func (s *psnrStat) mean() float64 { return s.sum / float64(s.n) }

@@ -81,22 +81,10 @@ func TestPlanesFidelity(t *testing.T) {
 	fromJPEG := make([]byte, len(fromPlanes))
 	fromPlanes2 := make([]byte, len(fromPlanes))
 	scaled := make([]byte, len(fromPlanes))
-	type stat struct {
-		sum, worst float64
-		n          int
-	}
-	add := func(s *stat, p float64) {
-		p = min(p, 99)
-		if s.n == 0 || p < s.worst {
-			s.worst = p
-		}
-		s.sum += p
-		s.n++
-	}
-	tiers, jpegs := map[string]*stat{}, map[string]*stat{}
+	tiers, jpegs := map[string]*psnrStat{}, map[string]*psnrStat{}
 	layouts := []string{"420", "444", "422", "gray"}
 	for _, l := range append(layouts, "half") {
-		tiers[l], jpegs[l] = &stat{}, &stat{}
+		tiers[l], jpegs[l] = &psnrStat{}, &psnrStat{}
 	}
 	for _, photo := range loadFixtures(t, photos) {
 		for li, f := range layoutVariants(t, photo) {
@@ -134,11 +122,11 @@ func TestPlanesFidelity(t *testing.T) {
 				}
 				ref := resize.Reference(pix[y*stride+x*3:], stride, cw, ch, 160, 160)
 				tp, jp := testenv.PSNR(fromPlanes, ref), testenv.PSNR(scaled, ref)
-				add(tiers[l], tp)
-				add(jpegs[l], jp)
+				tiers[l].add(tp)
+				jpegs[l].add(jp)
 				if half {
-					add(tiers["half"], tp)
-					add(jpegs["half"], jp)
+					tiers["half"].add(tp)
+					jpegs["half"].add(jp)
 				}
 			}
 		}
@@ -146,7 +134,7 @@ func TestPlanesFidelity(t *testing.T) {
 	t.Logf("PSNR against a full decode, cropped and area-resized in float64 (160x160; 99 dB: identical):")
 	for _, l := range append(layouts, "half") {
 		tr, jp := tiers[l], jpegs[l]
-		tm, jm := tr.sum/float64(tr.n), jp.sum/float64(jp.n)
+		tm, jm := tr.mean(), jp.mean()
 		t.Logf("  %-4s %3d crops: from planes mean %.1f dB, worst %.1f dB; JPEG path (m/8) mean %.1f dB, worst %.1f dB",
 			l, tr.n, tm, tr.worst, jm, jp.worst)
 		if tm < jm || tr.worst < jp.worst {
