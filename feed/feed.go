@@ -193,7 +193,13 @@ func (s *Stream) Run(ctx context.Context) error {
 			}
 			return err
 		}
-		s.o.Logger.Info("epoch done", "epoch", e, "images", n, "images_per_s", fmt.Sprintf("%.0f", float64(n)/time.Since(start).Seconds()), "errors", s.p.Errors.Load())
+		attrs := []any{"epoch", e, "images", n, "images_per_s", fmt.Sprintf("%.0f", float64(n)/time.Since(start).Seconds()), "errors", s.p.Errors.Load()}
+		if t := s.p.Decoded(); t != nil {
+			st := t.Stats()
+			attrs = append(attrs, "decoded_cache_hits", st.Hits, "decoded_cache_images", st.RAMImages+st.DiskImages,
+				"decoded_cache_bytes", st.RAMBytes+st.DiskBytes)
+		}
+		s.o.Logger.Info("epoch done", attrs...)
 	}
 	for i := 0; i < s.ring.Slots(); i++ {
 		if _, err := s.srv.AcquireSlot(ctx); err != nil {

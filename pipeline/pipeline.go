@@ -653,6 +653,9 @@ func (p *Pipeline) run(ctx context.Context, epoch int, all []uint32, start int, 
 	return delivered, runErr
 }
 
+// Decoded returns the decoded-image tier the pipeline was given, or nil.
+func (p *Pipeline) Decoded() *decoded.Tier { return p.opts.Decoded }
+
 // pageReads returns the samples of ids whose pages an epoch reads: all of
 // them, but those whose image the decoded-image tier holds when no other
 // field needs their page (held images stay held).
