@@ -10,7 +10,8 @@
 // evict each image just before its next use. The tier keeps a fixed set
 // instead: the images it is offered while it has room, for the life of
 // the process, and no more than its sizes — RAM (anonymous memory outside
-// the Go heap, so that the collector neither scans nor doubles it) and,
+// the Go heap, so that the collector neither scans nor doubles it,
+// reserved at once and given memory as entries fill it) and,
 // optionally, a file on a local disk. Nothing is ever evicted, so an
 // entry once held stays valid and is read without a lock.
 //
@@ -69,8 +70,9 @@ const MaxSize = 1 << 46
 // MaxSamples bounds Options.Samples (an entry pointer each).
 const MaxSamples = 1 << 32
 
-// chunk is the size of the anonymous mappings entries are placed in; an
-// entry larger than it has a mapping of its own.
+// chunk is the size of the anonymous mappings entries are placed in when
+// the RAM size cannot be reserved at once; an entry larger than it has a
+// mapping of its own.
 const chunk = 64 << 20
 
 // Stats are a Tier's figures.
@@ -130,6 +132,15 @@ func New(o Options) (*Tier, error) {
 		o.Logger = slog.Default()
 	}
 	t := &Tier{opts: o, entries: make([]atomic.Pointer[entry], o.Samples), log: o.Logger}
+	// The whole RAM size reserved at once (no memory is given to it until
+	// an entry is written there), so that entries pack without gaps;
+	// where the system refuses that, chunks are mapped as entries come.
+	if o.RAM > 0 {
+		if m, err := syscall.Mmap(-1, 0, int(o.RAM), syscall.PROT_READ|syscall.PROT_WRITE,
+			syscall.MAP_PRIVATE|syscall.MAP_ANON|syscall.MAP_NORESERVE); err == nil {
+			t.maps, t.mapped, t.free = [][]byte{m}, o.RAM, m
+		}
+	}
 	if o.Disk > 0 {
 		fi, err := os.Stat(o.Dir)
 		if err != nil {

@@ -147,3 +147,35 @@ func TestFullDisk(t *testing.T) {
 		t.Errorf("%+v", st)
 	}
 }
+
+// TestPacked: a RAM size of exactly the entries' bytes holds every entry,
+// whatever their sizes and order: the size is reserved at once, and the
+// entries packed without gaps.
+func TestPacked(t *testing.T) {
+	sizes := []int{300 << 10, 5, 70 << 20, 4096, 123457, 1 << 20, 33}
+	total := 0
+	for _, n := range sizes {
+		total += n
+	}
+	tier, err := New(Options{RAM: int64(total), Samples: len(sizes)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tier.Close()
+	for s, n := range sizes {
+		p, data := planes(n, byte(s))
+		if !tier.Put(s, p, data) {
+			t.Fatalf("entry %d of %d bytes not held in a size of %d", s, n, total)
+		}
+	}
+	var buf []byte
+	for s, n := range sizes {
+		_, b, ok := tier.Get(s, &buf)
+		if !ok || len(b) != n || b[0] != byte(s) || b[n-1] != byte(s) {
+			t.Errorf("entry %d: %v, %d bytes", s, ok, len(b))
+		}
+	}
+	if st := tier.Stats(); st.RAMBytes != int64(total) || st.RAMImages != int64(len(sizes)) {
+		t.Errorf("%+v", st)
+	}
+}
