@@ -36,7 +36,8 @@
 // # Concurrency
 //
 // A Tier is safe for concurrent use: Get reads published entries without
-// a lock; Put takes a mutex to place an entry.
+// a lock; Put takes a mutex to find an entry room, and copies its bytes
+// outside it.
 package decoded
 
 import (
@@ -102,8 +103,9 @@ type Tier struct {
 	free    []byte   // the rest of the last chunk
 	disk    *os.File
 	diskOff int64
-	diskErr bool // a write failed: the disk takes no more
-	full    bool // an image found no room (logged once)
+	diskErr bool         // a write failed: the disk takes no more
+	full    bool         // an image found no room (logged once)
+	filling map[int]bool // samples whose room is taken, their bytes not yet in place
 
 	hits, misses, filled, notHeld, corrupt     atomic.Uint64
 	ramBytes, ramImages, diskBytes, diskImages atomic.Int64
@@ -263,41 +265,62 @@ func (t *Tier) NotHeld() { t.notHeld.Add(1) }
 
 // Put holds a copy of sample s's planes, data, in RAM if there is room,
 // else on disk if there is room there; it reports whether they are held.
+// The room is taken under the tier's mutex, the bytes copied outside it.
 func (t *Tier) Put(s int, p jpeg.Planes, data []byte) bool {
 	n := p.Bytes()
 	if s < 0 || s >= len(t.entries) || n <= 0 || len(data) < n {
 		return false
 	}
 	data = data[:n]
+	e := &entry{p: p, off: -1}
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.entries[s].Load() != nil {
-		return true
-	}
-	e := &entry{p: p}
 	switch {
+	case t.entries[s].Load() != nil || t.filling[s]:
+		t.mu.Unlock()
+		return true
 	case t.place(int64(n)):
 		e.data = t.free[:n:n]
 		t.free = t.free[n:]
-		copy(e.data, data)
-		t.ramBytes.Add(int64(n))
-		t.ramImages.Add(1)
 	case t.roomDisk(int64(n)):
-		e.off, e.sum = t.diskOff, crc32.Checksum(data, castagnoli)
-		if _, err := t.disk.WriteAt(data, e.off); err != nil {
-			t.diskErr = true
-			t.log.Warn("the decoded-image cache's disk takes no more images", "folder", t.opts.Dir, "err", err)
-			t.notHeld.Add(1)
-			return false
-		}
+		e.off = t.diskOff
 		t.diskOff += int64(n)
-		t.diskBytes.Add(int64(n))
-		t.diskImages.Add(1)
 	default:
 		t.notHeld.Add(1)
 		t.fullOnce(int64(n))
+		t.mu.Unlock()
 		return false
 	}
+	if t.filling == nil {
+		t.filling = map[int]bool{}
+	}
+	t.filling[s] = true
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		delete(t.filling, s)
+		t.mu.Unlock()
+	}()
+
+	if e.data != nil {
+		copy(e.data, data)
+		t.ramBytes.Add(int64(n))
+		t.ramImages.Add(1)
+	} else {
+		e.sum = crc32.Checksum(data, castagnoli)
+		if _, err := t.disk.WriteAt(data, e.off); err != nil {
+			t.mu.Lock()
+			if !t.diskErr {
+				t.diskErr = true
+				t.log.Warn("the decoded-image cache's disk takes no more images", "folder", t.opts.Dir, "err", err)
+			}
+			t.mu.Unlock()
+			t.notHeld.Add(1)
+			return false
+		}
+		t.diskBytes.Add(int64(n))
+		t.diskImages.Add(1)
+	}
+	// Published once its bytes are in place: Get never sees it before.
 	t.entries[s].Store(e)
 	t.filled.Add(1)
 	return true

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/ffcvfs/ffcvfs/jpeg"
@@ -177,5 +178,38 @@ func TestPacked(t *testing.T) {
 	}
 	if st := tier.Stats(); st.RAMBytes != int64(total) || st.RAMImages != int64(len(sizes)) {
 		t.Errorf("%+v", st)
+	}
+}
+
+// TestConcurrent: goroutines putting and getting the same samples at once
+// (run with -race) hold each sample once, its bytes whole when read.
+func TestConcurrent(t *testing.T) {
+	const samples, n = 64, 5000
+	tier, err := New(Options{RAM: samples / 2 * n, Disk: samples / 2 * n, Dir: t.TempDir(), Samples: samples,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tier.Close()
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var buf []byte
+			for i := range 4 * samples {
+				s := (i*7 + g) % samples
+				p, data := planes(n, byte(s))
+				tier.Put(s, p, data)
+				if _, b, ok := tier.Get(s, &buf); ok && (len(b) != n || b[0] != byte(s) || b[n-1] != byte(s)) {
+					t.Errorf("sample %d read back wrong", s)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if st := tier.Stats(); st.Filled != samples || st.RAMImages+st.DiskImages != samples {
+		t.Errorf("%+v: want each of %d samples held once", st, samples)
 	}
 }
