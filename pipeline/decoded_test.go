@@ -236,13 +236,17 @@ func TestDecodedTierDisk(t *testing.T) {
 // epoch, and its tier serves only the part of it that it decoded before.
 func TestDecodedTierRanks(t *testing.T) {
 	photos := testenv.Photos(t, 0)
+	// 200 samples (the photos again where -short gives fewer): pages
+	// enough for a node each.
+	const samples = 200
 	fields := []beton.Field{{Type: beton.TypeRGBImage, Name: "image"}, {Type: beton.TypeInt, Name: "label"}}
 	path := filepath.Join(t.TempDir(), "ranks.beton")
-	w, err := beton.Create(path, fields, len(photos), beton.WriterOptions{PageSize: beton.MinPageSize})
+	w, err := beton.Create(path, fields, samples, beton.WriterOptions{PageSize: beton.MinPageSize})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, p := range photos {
+	for i := range samples {
+		p := photos[i%len(photos)]
 		iw, ih, err := jpeg.Header(p.Data)
 		if err != nil {
 			t.Fatal(err)
