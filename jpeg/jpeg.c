@@ -185,6 +185,24 @@ static int ffj_crop_safe(const struct jpeg_decompress_struct *c) {
 	return 1;
 }
 
+/* ffj_check_frame checks the frame header just read, the truth about the
+ * image, before libjpeg allocates anything for it: at most max_pixels
+ * pixels (when max_pixels > 0), and frame_w x frame_h (when frame_w > 0). */
+static int ffj_check_frame(ffj_decoder *d, int frame_w, int frame_h, long long max_pixels) {
+	const struct jpeg_decompress_struct *c = &d->d;
+	if (max_pixels > 0 && (long long)c->image_width * c->image_height > max_pixels) {
+		snprintf(d->msg, sizeof(d->msg), "the image is %ux%u, more than %lld pixels",
+		         c->image_width, c->image_height, max_pixels);
+		return FFJ_ERR_CORRUPT;
+	}
+	if (frame_w > 0 && ((long)c->image_width != frame_w || (long)c->image_height != frame_h)) {
+		snprintf(d->msg, sizeof(d->msg), "the JPEG's frame header says %ux%u, the sample's metadata %dx%d",
+		         c->image_width, c->image_height, frame_w, frame_h);
+		return FFJ_ERR_CORRUPT;
+	}
+	return FFJ_OK;
+}
+
 int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
                       int x, int y, int w, int h, int m,
                       unsigned char *dst, size_t dst_len, int dst_stride,
@@ -216,17 +234,9 @@ int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
 	}
 	jpeg_mem_src(&d->d, src, (unsigned long)n);
 	jpeg_read_header(&d->d, TRUE);
-	/* The frame header is the truth about the image: checked before
-	 * libjpeg allocates anything for it. */
-	if (max_pixels > 0 && (long long)d->d.image_width * d->d.image_height > max_pixels) {
-		snprintf(d->msg, sizeof(d->msg), "the image is %ux%u, more than %lld pixels",
-		         d->d.image_width, d->d.image_height, max_pixels);
-		return ffj_end(d, FFJ_ERR_CORRUPT);
-	}
-	if (frame_w > 0 && ((long)d->d.image_width != frame_w || (long)d->d.image_height != frame_h)) {
-		snprintf(d->msg, sizeof(d->msg), "the JPEG's frame header says %ux%u, the sample's metadata %dx%d",
-		         d->d.image_width, d->d.image_height, frame_w, frame_h);
-		return ffj_end(d, FFJ_ERR_CORRUPT);
+	rc = ffj_check_frame(d, frame_w, frame_h, max_pixels);
+	if (rc != FFJ_OK) {
+		return ffj_end(d, rc);
 	}
 	if ((long)x + w > (long)d->d.image_width || (long)y + h > (long)d->d.image_height) {
 		snprintf(d->msg, sizeof(d->msg), "region %dx%d+%d+%d outside %ux%u image",
@@ -350,19 +360,13 @@ int ffj_decode_region(ffj_decoder *d, const unsigned char *src, size_t n,
 static int ffj_read_planes_header(ffj_decoder *d, const unsigned char *src, size_t n,
                                   int frame_w, int frame_h, long long max_pixels, ffj_planes *p) {
 	struct jpeg_decompress_struct *c = &d->d;
-	int ci;
+	int ci, rc;
 
 	jpeg_mem_src(c, src, (unsigned long)n);
 	jpeg_read_header(c, TRUE);
-	if (max_pixels > 0 && (long long)c->image_width * c->image_height > max_pixels) {
-		snprintf(d->msg, sizeof(d->msg), "the image is %ux%u, more than %lld pixels",
-		         c->image_width, c->image_height, max_pixels);
-		return FFJ_ERR_CORRUPT;
-	}
-	if (frame_w > 0 && ((long)c->image_width != frame_w || (long)c->image_height != frame_h)) {
-		snprintf(d->msg, sizeof(d->msg), "the JPEG's frame header says %ux%u, the sample's metadata %dx%d",
-		         c->image_width, c->image_height, frame_w, frame_h);
-		return FFJ_ERR_CORRUPT;
+	rc = ffj_check_frame(d, frame_w, frame_h, max_pixels);
+	if (rc != FFJ_OK) {
+		return rc;
 	}
 	memset(p, 0, sizeof(*p));
 	p->w = (int)c->image_width;
