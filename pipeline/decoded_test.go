@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/ffcvfs/ffcvfs/beton"
@@ -68,22 +69,10 @@ func sameBatches(t *testing.T, what string, a, b []published) {
 		t.Fatalf("%s: %d and %d batches", what, len(a), len(b))
 	}
 	for i := range a {
-		if a[i].epoch != b[i].epoch || a[i].batch != b[i].batch || !bytes.Equal(a[i].images, b[i].images) || !slicesEqual(a[i].labels, b[i].labels) {
+		if a[i].epoch != b[i].epoch || a[i].batch != b[i].batch || !bytes.Equal(a[i].images, b[i].images) || !slices.Equal(a[i].labels, b[i].labels) {
 			t.Fatalf("%s: epoch %d batch %d differs", what, a[i].epoch, a[i].batch)
 		}
 	}
-}
-
-func slicesEqual(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestDecodedTierExact: with every image held, epochs after the first make
