@@ -1,15 +1,13 @@
 package jpeg
 
 import (
-	"bytes"
 	"fmt"
 	"image"
-	"image/color"
 	"os"
 	"path/filepath"
 	"testing"
 
-	libjpeg "github.com/pixiv/go-libjpeg/jpeg"
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
 
 func imageGray(img image.Image) *image.Gray {
@@ -32,37 +30,9 @@ func layoutFixtures(t testing.TB, n int) []fixture {
 	t.Helper()
 	out := rareLayoutFixtures(t, n)
 	for _, f := range loadFixtures(t, n) {
-		img, err := libjpeg.Decode(bytes.NewReader(f.data), &libjpeg.DecoderOptions{})
-		if err != nil {
-			t.Fatal(err)
+		for _, l := range testenv.Layouts(t, f.data) {
+			out = append(out, fixture{name: f.name + "@" + l.Name, data: l.Data})
 		}
-		b := img.Bounds()
-		for _, l := range []struct {
-			name  string
-			ratio image.YCbCrSubsampleRatio
-		}{{"444", image.YCbCrSubsampleRatio444}, {"422", image.YCbCrSubsampleRatio422},
-			{"440", image.YCbCrSubsampleRatio440}, {"420", image.YCbCrSubsampleRatio420}} {
-			y := image.NewYCbCr(b, l.ratio)
-			for py := b.Min.Y; py < b.Max.Y; py++ {
-				for px := b.Min.X; px < b.Max.X; px++ {
-					r, g, bl, _ := img.At(px, py).RGBA()
-					yy, cb, cr := color.RGBToYCbCr(uint8(r>>8), uint8(g>>8), uint8(bl>>8))
-					y.Y[y.YOffset(px, py)] = yy
-					y.Cb[y.COffset(px, py)] = cb
-					y.Cr[y.COffset(px, py)] = cr
-				}
-			}
-			var enc bytes.Buffer
-			if err := libjpeg.Encode(&enc, y, &libjpeg.EncoderOptions{Quality: 90}); err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, fixture{name: f.name + "@" + l.name, data: enc.Bytes()})
-		}
-		var enc bytes.Buffer
-		if err := libjpeg.Encode(&enc, imageGray(img), &libjpeg.EncoderOptions{Quality: 90}); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, fixture{name: f.name + "@gray", data: enc.Bytes()})
 	}
 	return out
 }

@@ -2,59 +2,23 @@ package decode
 
 import (
 	"bytes"
-	"image"
-	"image/color"
 	"math/rand/v2"
 	"testing"
-
-	libjpeg "github.com/pixiv/go-libjpeg/jpeg"
 
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 	"github.com/ffcvfs/ffcvfs/jpeg"
 	"github.com/ffcvfs/ffcvfs/resize"
 )
 
-// layoutVariants re-encodes a photo as 4:4:4, 4:2:2 and grayscale JPEGs
-// (quality 90), beside the photo itself (4:2:0).
+// layoutVariants returns a photo (4:2:0) and its 4:4:4, 4:2:2 and
+// grayscale re-encodings (testenv.Layouts).
 func layoutVariants(t testing.TB, f fixture) []fixture {
 	t.Helper()
-	img, err := libjpeg.Decode(bytes.NewReader(f.data), &libjpeg.DecoderOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := []fixture{{f.name + "@420", f.data}}
-	b := img.Bounds()
-	for _, l := range []struct {
-		name  string
-		ratio image.YCbCrSubsampleRatio
-	}{{"444", image.YCbCrSubsampleRatio444}, {"422", image.YCbCrSubsampleRatio422}, {"gray", -1}} {
-		var m image.Image
-		if l.ratio < 0 {
-			g := image.NewGray(b)
-			for y := b.Min.Y; y < b.Max.Y; y++ {
-				for x := b.Min.X; x < b.Max.X; x++ {
-					g.Set(x, y, img.At(x, y))
-				}
-			}
-			m = g
-		} else {
-			yc := image.NewYCbCr(b, l.ratio)
-			for y := b.Min.Y; y < b.Max.Y; y++ {
-				for x := b.Min.X; x < b.Max.X; x++ {
-					r, g, bl, _ := img.At(x, y).RGBA()
-					yy, cb, cr := color.RGBToYCbCr(uint8(r>>8), uint8(g>>8), uint8(bl>>8))
-					yc.Y[yc.YOffset(x, y)] = yy
-					yc.Cb[yc.COffset(x, y)] = cb
-					yc.Cr[yc.COffset(x, y)] = cr
-				}
-			}
-			m = yc
+	for _, l := range testenv.Layouts(t, f.data) {
+		if l.Name == "444" || l.Name == "422" || l.Name == "gray" {
+			out = append(out, fixture{f.name + "@" + l.Name, l.Data})
 		}
-		var enc bytes.Buffer
-		if err := libjpeg.Encode(&enc, m, &libjpeg.EncoderOptions{Quality: 90}); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, fixture{f.name + "@" + l.name, enc.Bytes()})
 	}
 	return out
 }
