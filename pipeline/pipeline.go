@@ -890,6 +890,12 @@ func (p *Pipeline) image1(dec *decode.Decoder, rng *rand.Rand, ws *workerState, 
 	if tier == nil {
 		return dec.Apply(src, mode, img.Width, img.Height, o.Op, rng, dst)
 	}
+	// A full tier is known from the image's pixels (its planes' least
+	// bytes), without reading the JPEG's header.
+	if tier.Full(img.Width * img.Height) {
+		tier.NotHeld()
+		return dec.Apply(src, mode, img.Width, img.Height, o.Op, rng, dst)
+	}
 	j := dec.JPEG()
 	pl, err := j.PlanesOf(src, jpeg.Size{W: img.Width, H: img.Height})
 	if err != nil || !tier.Room(pl.Bytes()) {

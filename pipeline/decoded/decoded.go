@@ -104,8 +104,11 @@ type Tier struct {
 	free    []byte   // the rest of the last chunk
 	disk    *os.File
 	diskOff int64
-	diskErr bool         // a write failed: the disk takes no more
-	full    bool         // an image found no room (logged once)
+	diskErr bool // a write failed: the disk takes no more
+	full    bool // an image found no room (logged once)
+	// left is the room the tier has, RAM and disk, kept under mu and read
+	// without it (Full).
+	left    atomic.Int64
 	filling map[int]bool // samples whose room is taken, their bytes not yet in place
 
 	hits, misses, filled, notHeld, corrupt     atomic.Uint64
@@ -163,7 +166,32 @@ func New(o Options) (*Tier, error) {
 		}
 		t.disk = f
 	}
+	t.updateLeft()
 	return t, nil
+}
+
+// updateLeft sets t.left to the room the tier has; t.mu is held (or the
+// tier not yet shared).
+func (t *Tier) updateLeft() {
+	left := int64(len(t.free)) + t.opts.RAM - t.mapped
+	if t.disk != nil && !t.diskErr {
+		left += t.opts.Disk - t.diskOff
+	}
+	t.left.Store(left)
+}
+
+// Full reports, without a lock, that the tier would take no entry of n
+// bytes or more: a caller that knows an image's planes take at least n
+// bytes (its pixels: grayscale's, the least) need not read its header to
+// offer it. The first time, the log says so.
+func (t *Tier) Full(n int) bool {
+	if t.left.Load() >= int64(n) {
+		return false
+	}
+	t.mu.Lock()
+	t.fullOnce(int64(n))
+	t.mu.Unlock()
+	return true
 }
 
 // Close returns the tier's memory and closes its file. No other method may
@@ -291,6 +319,7 @@ func (t *Tier) Put(s int, p jpeg.Planes, data []byte) bool {
 		t.mu.Unlock()
 		return false
 	}
+	t.updateLeft()
 	if t.filling == nil {
 		t.filling = map[int]bool{}
 	}
@@ -312,6 +341,7 @@ func (t *Tier) Put(s int, p jpeg.Planes, data []byte) bool {
 			t.mu.Lock()
 			if !t.diskErr {
 				t.diskErr = true
+				t.updateLeft()
 				t.log.Warn("the decoded-image cache's disk takes no more images", "folder", t.opts.Dir, "err", err)
 			}
 			t.mu.Unlock()

@@ -59,10 +59,16 @@ func TestBounded(t *testing.T) {
 	}
 	defer tier.Close()
 	p, data := planes(n, 7)
+	if tier.Full(3 * n) {
+		t.Error("an empty tier of 3 entries' room says it is full")
+	}
 	for s, want := range []bool{true, true, true, false} {
 		if got := tier.Put(s, p, data); got != want {
 			t.Errorf("put %d: %v, want %v", s, got, want)
 		}
+	}
+	if !tier.Full(1) {
+		t.Error("a tier without room says it is not full")
 	}
 	big, bigData := planes(n+1, 1)
 	if tier.Put(5, big, bigData) || tier.Room(n+1) {
@@ -175,6 +181,9 @@ func TestPacked(t *testing.T) {
 		if !ok || len(b) != n || b[0] != byte(s) || b[n-1] != byte(s) {
 			t.Errorf("entry %d: %v, %d bytes", s, ok, len(b))
 		}
+	}
+	if !tier.Full(1) {
+		t.Error("a tier packed to its size says it is not full")
 	}
 	if st := tier.Stats(); st.RAMBytes != int64(total) || st.RAMImages != int64(len(sizes)) {
 		t.Errorf("%+v", st)
