@@ -273,25 +273,39 @@ static void ffp_gray(const unsigned char *yp, int n, unsigned char *out) {
 	}
 }
 
-int ffj_planes_rgb(const ffj_planes *p, const unsigned char *data, size_t data_len,
-                   int x, int y, int w, int h, unsigned char *dst, size_t dst_len, size_t stride) {
-	const unsigned char *plane[3];
+/* ffp_check checks a layout as ffj_planes_info makes them (1 or 3 planes,
+ * Y at full size, each plane ceil(w/hr) x ceil(h/vr) with ratios of 1 or
+ * 2), the planes' bytes, and a region [x, x+w) x [y, y+h) of an image of
+ * iw x ih pixels written to dst_len bytes, rows stride apart; it sets
+ * plane[c] to plane c's first byte. */
+static int ffp_check(const ffj_planes *p, const unsigned char *data, size_t data_len, int x, int y, int w, int h,
+                     int iw, int ih, size_t dst_len, size_t stride, const unsigned char *plane[3]) {
 	size_t need = 0;
-	int c, r, x0;
-
-	if (p->n != 1 && p->n != 3) {
+	int c;
+	if ((p->n != 1 && p->n != 3) || p->w <= 0 || p->h <= 0 || p->hr[0] != 1 || p->vr[0] != 1) {
 		return FFJ_ERR_ARG;
 	}
 	for (c = 0; c < p->n; c++) {
-		if (p->pw[c] <= 0 || p->ph[c] <= 0 || (p->hr[c] != 1 && p->hr[c] != 2) || (p->vr[c] != 1 && p->vr[c] != 2) ||
-		    (long long)p->pw[c] * p->hr[c] < p->w || (long long)p->ph[c] * p->vr[c] < p->h) {
+		if ((p->hr[c] != 1 && p->hr[c] != 2) || (p->vr[c] != 1 && p->vr[c] != 2) ||
+		    (p->w + p->hr[c] - 1) / p->hr[c] != p->pw[c] || (p->h + p->vr[c] - 1) / p->vr[c] != p->ph[c]) {
 			return FFJ_ERR_ARG;
 		}
 		plane[c] = data + need;
 		need += (size_t)p->pw[c] * (size_t)p->ph[c];
 	}
-	if (need > data_len || x < 0 || y < 0 || w <= 0 || h <= 0 || (long long)x + w > p->w ||
-	    (long long)y + h > p->h || stride < (size_t)w * 3 || (size_t)(h - 1) * stride + (size_t)w * 3 > dst_len) {
+	if (need > data_len || x < 0 || y < 0 || w <= 0 || h <= 0 || (long long)x + w > iw || (long long)y + h > ih ||
+	    stride < (size_t)w * 3 || (size_t)(h - 1) * stride + (size_t)w * 3 > dst_len) {
+		return FFJ_ERR_ARG;
+	}
+	return FFJ_OK;
+}
+
+int ffj_planes_rgb(const ffj_planes *p, const unsigned char *data, size_t data_len,
+                   int x, int y, int w, int h, unsigned char *dst, size_t dst_len, size_t stride) {
+	const unsigned char *plane[3];
+	int r, x0;
+
+	if (ffp_check(p, data, data_len, x, y, w, h, p->w, p->h, dst_len, stride, plane) != FFJ_OK) {
 		return FFJ_ERR_ARG;
 	}
 	for (r = 0; r < h; r++) {
@@ -349,23 +363,9 @@ static void ffp_half(const ffj_planes *p, int c, const unsigned char *plane, int
 int ffj_planes_rgb_half(const ffj_planes *p, const unsigned char *data, size_t data_len,
                         int x, int y, int w, int h, unsigned char *dst, size_t dst_len, size_t stride) {
 	const unsigned char *plane[3];
-	size_t need = 0;
-	int c, r, x0;
-	const int w2 = (p->w + 1) / 2, h2 = (p->h + 1) / 2;
+	int r, x0;
 
-	if (p->n != 1 && p->n != 3) {
-		return FFJ_ERR_ARG;
-	}
-	for (c = 0; c < p->n; c++) {
-		if ((p->hr[c] != 1 && p->hr[c] != 2) || (p->vr[c] != 1 && p->vr[c] != 2) ||
-		    (p->w + p->hr[c] - 1) / p->hr[c] != p->pw[c] || (p->h + p->vr[c] - 1) / p->vr[c] != p->ph[c]) {
-			return FFJ_ERR_ARG;
-		}
-		plane[c] = data + need;
-		need += (size_t)p->pw[c] * (size_t)p->ph[c];
-	}
-	if (need > data_len || x < 0 || y < 0 || w <= 0 || h <= 0 || (long long)x + w > w2 ||
-	    (long long)y + h > h2 || stride < (size_t)w * 3 || (size_t)(h - 1) * stride + (size_t)w * 3 > dst_len) {
+	if (ffp_check(p, data, data_len, x, y, w, h, (p->w + 1) / 2, (p->h + 1) / 2, dst_len, stride, plane) != FFJ_OK) {
 		return FFJ_ERR_ARG;
 	}
 	for (r = 0; r < h; r++) {

@@ -132,6 +132,20 @@ func TestPlanesHostile(t *testing.T) {
 	if err := bad.RGB(planes, 0, 0, 1, 1, dst, 3); !errors.Is(err, ErrArgument) {
 		t.Errorf("a ratio of 3: %v, want ErrArgument", err)
 	}
+	// Y subsampled: its rows would be read past their end.
+	bad = p
+	bad.HR[0], bad.PW[0] = 2, (p.W+1)/2
+	for _, rgb := range []func([]byte, int, int, int, int, []byte, int) error{bad.RGB, bad.RGBHalf} {
+		if err := rgb(planes, 0, 0, 10, 1, dst, 30); !errors.Is(err, ErrArgument) {
+			t.Errorf("Y subsampled: %v, want ErrArgument", err)
+		}
+	}
+	// Planes larger than their image (a layout not PlanesOf's).
+	bad = p
+	bad.PW[0]++
+	if err := bad.RGB(planes, 0, 0, 1, 1, dst, 3); !errors.Is(err, ErrArgument) {
+		t.Errorf("a plane wider than its image: %v, want ErrArgument", err)
+	}
 }
 
 // BenchmarkPlanes compares, per fixture photo (4:2:0), a full decode with
