@@ -16,7 +16,10 @@ import (
 // 1 and 2 workers for both betons, the decode baseline's, and the mount's
 // raw reads, as lines to grep; where FFCV's source was at hand to
 // --prepare, the folder holds a beton FFCV wrote too, and the run reports
-// it and its conversion.
+// it and its conversion. Its training section trains a tiny model on the
+// CPU fed by batches in memory, ffcvfeed, and torch's DataLoader over the
+// mount and over a folder, a train line each; the CUDA feed's line says
+// why it is left out.
 func TestDeviceCheckCPUOnly(t *testing.T) {
 	needFUSE(t)
 	dir := filepath.Join(t.TempDir(), "device-check")
@@ -49,7 +52,12 @@ func TestDeviceCheckCPUOnly(t *testing.T) {
 	text := string(out)
 	want := []string{"ffcvfeed workers=1 images/s=[0-9.]+ beton=plain", "ffcvfeed workers=1 images/s=[0-9.]+ beton=restarts",
 		"decode workers=1 images/s=[0-9.]+$", "mount readers=1 files/s=[0-9.]+ MB/s=[0-9.]+",
-		"decoded workers=1 epoch1=[0-9.]+ later=[0-9.]+ images/s held=[0-9]+$"}
+		"decoded workers=1 epoch1=[0-9.]+ later=[0-9.]+ images/s held=[0-9]+$",
+		"train model=tiny feed=cpu-resident images/s=[0-9]+ of_ceiling=1.000$",
+		"train model=tiny feed=ffcvfeed-cuda: left out, no GPU$",
+		"train model=tiny feed=ffcvfeed-cpu images/s=[0-9]+ of_ceiling=[0-9.]+$",
+		"train model=tiny feed=dataloader-mount images/s=[0-9]+ of_ceiling=[0-9.]+$",
+		"train model=tiny feed=dataloader-folder images/s=[0-9]+ of_ceiling=[0-9.]+$"}
 	if ffcv {
 		want = append(want, "ffcvfeed workers=1 images/s=[0-9.]+ beton=ffcv-written", "ffcvfeed workers=1 images/s=[0-9.]+ beton=ffcv-converted")
 	} else {

@@ -42,15 +42,25 @@
 #       device, and python/check_ffcvfeed_cuda.py: ffcvfeed serve
 #       --device cuda:0 read by the Python Loader as CUDA tensors (DLPack
 #       into torch), every sample once and equal to the CPU path, and
-#       images/s beside the CPU path's batches copied with .cuda().
+#       images/s beside the CPU path's batches copied with .cuda();
+#   train model=M feed=F images/s=X of_ceiling=P
+#       python/train_check.py: ResNet-50 and ResNet-18 (torchvision's, or
+#       the same built by the script where torchvision is missing), batch
+#       256 at 160 px, bf16 autocast, channels_last, SGD, 200 steps after
+#       warm-up, fed by batches already on the GPU (the ceiling), ffcvfeed's
+#       CUDA tensors, ffcvfeed's shared memory copied with .cuda(), and
+#       torch's DataLoader (ImageFolder, RandomResizedCrop, flip; a worker
+#       per core) over an ffcvfs mount of the plain beton and over a folder
+#       of the same files. With --cpu-only: a tiny model on the CPU, a few
+#       steps, to show the loops run. --no-train leaves the section out.
 #
 # --cpu-only runs the parts that need no GPU; scripts/test.sh runs it here,
-# in CI, with DEVICE_CHECK_IMAGES small. It takes about 3 minutes on the lent
-# machine and stops at 8 (DEVICE_CHECK_LIMIT, seconds).
+# in CI, with DEVICE_CHECK_IMAGES small. It takes about 5 minutes on the lent
+# machine and stops at 9 (DEVICE_CHECK_LIMIT, seconds).
 #
 # Environment: DEVICE_CHECK_IMAGES (images per ffcvfeed bench run, default
 # 20000), DEVICE_CHECK_DIR (default device-check), DEVICE_CHECK_LIMIT (the
-# run's limit in seconds, default 480), PYTHON (default python3).
+# run's limit in seconds, default 540), PYTHON (default python3).
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh
@@ -58,16 +68,17 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 root=$(repo_root)
 cd "$root"
 
-prepare=0 cpu_only=0
+prepare=0 cpu_only=0 train=1
 for a in "$@"; do
 	case $a in
 	--prepare) prepare=1 ;;
 	--cpu-only) cpu_only=1 ;;
+	--no-train) train=0 ;;
 	-h | --help)
 		sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
 		exit 0
 		;;
-	*) die "unknown argument $a (want --prepare and/or --cpu-only; --help says more)" ;;
+	*) die "unknown argument $a (want --prepare, --cpu-only, --no-train; --help says more)" ;;
 	esac
 done
 dir=${DEVICE_CHECK_DIR:-device-check}
@@ -162,7 +173,7 @@ prepare() {
 
 [[ -d $dir ]] || die "no $dir/: run scripts/device-check.sh --prepare$( ((cpu_only)) && echo ' --cpu-only') first (where Go is), and carry $dir to this machine"
 start=$SECONDS
-limit=${DEVICE_CHECK_LIMIT:-480}
+limit=${DEVICE_CHECK_LIMIT:-540}
 # At most 5 digits before any arithmetic: bash's wraps past 2^63.
 [[ $limit =~ ^[0-9]{1,5}$ ]] && ((10#$limit >= 10 && 10#$limit <= 86400)) ||
 	die "DEVICE_CHECK_LIMIT=$limit: want 10 to 86400 seconds"
@@ -308,7 +319,42 @@ else
 	mnt=
 fi
 
+# train_section [--cpu-only]: python/train_check.py over the plain beton,
+# a mount of it and a folder of the same files.
+train_section() {
+	((train)) || {
+		echo "train: left out (--no-train)"
+		return 0
+	}
+	step "training: the GPU's ceiling beside ffcvfeed and DataLoader feeds"
+	in_time
+	local folder=$work/folder tmnt=$work/train-mnt cuda=()
+	cp -rL "$tree" "$folder"
+	mkdir -p "$tmnt"
+	[[ -f $work/ffcvfeed-cuda ]] && cuda=(--ffcvfeed-cuda "$work/ffcvfeed-cuda")
+	local mounted=()
+	if [[ -e /dev/fuse ]] && "$work/ffcvfs" mount --background "$work/plain.beton" "$tmnt" >"$work/train-mount.log" 2>&1; then
+		mnt=$tmnt
+		mounted=(--mount "$tmnt")
+	else
+		echo "train: no mount ($(tail -1 "$work/train-mount.log" 2>/dev/null || echo 'no /dev/fuse')): dataloader-mount left out"
+	fi
+	local rc=0
+	"$python" "$root/python/train_check.py" --ffcvfeed "$work/ffcvfeed" "${cuda[@]}" --data "$work/plain.beton" \
+		"${mounted[@]}" --folder "$folder" "$@" || rc=$?
+	if [[ -n $mnt ]]; then
+		"$work/ffcvfs" umount "$mnt"
+		mnt=
+	fi
+	((rc == 0)) || {
+		echo "train: FAILED (exit $rc)"
+		failed=1
+	}
+}
+
 if ((cpu_only)); then
+	train_section --cpu-only
+	((${failed:-0} == 0)) || die "the training section failed (above)"
 	echo
 	echo "device-check: CPU parts done in $((SECONDS - start)) s"
 	exit 0
@@ -345,6 +391,8 @@ else
 	echo "gpu loader checks: FAILED"
 	failed=1
 fi
+in_time
+train_section
 echo
 echo "device-check: done in $((SECONDS - start)) s"
 ((${failed:-0} == 0)) || die "a GPU check failed (above)"
