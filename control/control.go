@@ -109,6 +109,9 @@ type Stats struct {
 		// ranges dropped from it because their page was evicted.
 		KernelCacheBytes int64  `json:"kernel_cache_bytes"`
 		Invalidations    uint64 `json:"invalidations"`
+		// GOMAXPROCS is how many cores the mount's Go code may run on
+		// now: it follows the load (see ffcvfs mount --help).
+		GOMAXPROCS int `json:"gomaxprocs"`
 	} `json:"fuse"`
 	Samples  int   `json:"samples"`
 	Classes  int   `json:"classes"`

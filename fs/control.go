@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"runtime"
 	"strconv"
 	"syscall"
 
@@ -193,6 +194,7 @@ func (v *View) viewStats() control.Stats {
 	s.FUSE.NoFlush = !v.opts.Compat.Flush
 	s.FUSE.KernelCacheBytes = v.kcopies.Bytes()
 	s.FUSE.Invalidations = v.kcopies.Invalidations()
+	s.FUSE.GOMAXPROCS = runtime.GOMAXPROCS(0)
 	s.Samples, s.Classes, s.Pages, s.PageSize = v.f.NumSamples(), len(v.classes), v.f.NumPages(), v.f.PageSize()
 	s.DataBytes = int64(v.f.NumPages()) * v.f.PageSize()
 	s.Announced = v.announcer.Announced()

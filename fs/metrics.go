@@ -50,6 +50,7 @@ func (v *View) Collectors() []prometheus.Collector {
 			e.Counter("fuse_requests_total", "FUSE requests from the kernel, by opcode.", float64(v.requests[i].Load()), "op", name)
 		}
 		e.Gauge("kernel_cache_bytes", "Bytes of the mount's files the kernel may hold in its page cache (-1: unbounded, --kernel-cache).", float64(st.FUSE.KernelCacheBytes))
+		e.Gauge("gomaxprocs", "Cores the mount's Go code may run on now; it follows the load (ffcvfs mount --help).", float64(st.FUSE.GOMAXPROCS))
 		e.Counter("kernel_cache_invalidations_total", "Files and ranges dropped from the kernel's page cache with their page.", float64(st.FUSE.Invalidations))
 		e.Counter("announced_total", "Orders announced through "+control.Dir+"/"+control.AnnounceFile+".", float64(st.Announced))
 		e.Gauge("samples", "Samples of the beton.", float64(st.Samples))

@@ -65,11 +65,14 @@ Failed storage requests are retried until --read-deadline. A read that
 still fails returns EIO to its reader alone, is counted in stats.json
 (reads.errors) and logged once per cause; the mount stays up.
 
-The mount runs its Go code on one core for a file (GOMAXPROCS=1 unless
-GOMAXPROCS is set): a FUSE request costs the least CPU that way, and the
-cores are left to the programs reading the mount. For S3 and HTTP(S) it
-takes one core per 8 (from 1 to 8): random reads from network storage cost
-a GET per image, and one core caps them at a few thousand images a second.
+The mount runs its Go code on as few cores as its load needs (GOMAXPROCS,
+unless set in the environment): a FUSE request costs the least CPU on
+one, and the cores are left to the programs reading the mount. It starts
+on one for a file, and for S3 and HTTP(S) on one per 8 cores (from 1 to
+8): random reads from network storage cost a GET per image. While they
+are all busy it doubles them, up to half the machine's cores, and halves
+them again once its load fits in half for 2 seconds; stats.json says how
+many it runs on (fuse.gomaxprocs).
 
 FFCVFS_CPUPROFILE=FILE writes a CPU profile of the mount to FILE (for go
 tool pprof) when it ends; FFCVFS_MUTEXPROFILE=FILE and FFCVFS_BLOCKPROFILE=FILE
@@ -146,7 +149,11 @@ func runMount(c *cli.Context) error {
 		defer logFile.Close()
 	}
 	if os.Getenv("GOMAXPROCS") == "" {
-		runtime.GOMAXPROCS(mountProcs(storage.IsNetwork(src), runtime.NumCPU()))
+		base := mountProcs(storage.IsNetwork(src), runtime.NumCPU())
+		runtime.GOMAXPROCS(base)
+		stop := make(chan struct{})
+		defer close(stop)
+		go followLoad(base, runtime.NumCPU(), stop)
 	}
 	// Profiles of the whole mount, for go tool pprof, when asked for.
 	stopProfiles, err := profile.StartLogged(slog.Default())
