@@ -55,6 +55,7 @@ func benchCommand() *cli.Command {
 			}
 			defer stopProfiles()
 			total, start, cpu0 := 0, time.Now(), profile.CPUTime()
+			rs := startRunStats()
 			var last decoded.Stats
 			for e := 0; e < c.Int("epochs"); e++ {
 				t := time.Now()
@@ -81,6 +82,7 @@ func benchCommand() *cli.Command {
 			cpu := (profile.CPUTime() - cpu0).Seconds()
 			fmt.Printf("total: ffcvfeed bench: %d images in %.2f s: %.0f images/s (errors %d); CPU %.2f s, %.3f ms an image\n",
 				total, el, float64(total)/el, p.Errors.Load(), cpu, 1e3*cpu/float64(max(total, 1)))
+			fmt.Println(rs.line(total, max(c.Int("workers"), 1)))
 			if j := p.JPEGs.Load(); j > 0 {
 				fmt.Printf("restart markers: %d of %d JPEGs decoded had them\n", p.Restarts.Load(), j)
 			}

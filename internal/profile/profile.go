@@ -6,6 +6,9 @@
 //	                          another held, at the Unlock that ended the wait
 //	FFCVFS_BLOCKPROFILE=FILE  the time goroutines spent blocked: mutexes,
 //	                          channels, selects, condition variables
+//	FFCVFS_ALLOCSPROFILE=FILE where memory is allocated (every allocation
+//	                          since the start, sampled as the runtime does:
+//	                          one per 512 KiB)
 //
 // Every contention and every blocking event is recorded (fractions and
 // rates of 1): the figures are totals, at the price of some speed while
@@ -33,6 +36,9 @@ const (
 	CPUEnv   = "FFCVFS_CPUPROFILE"
 	MutexEnv = "FFCVFS_MUTEXPROFILE"
 	BlockEnv = "FFCVFS_BLOCKPROFILE"
+	// AllocsEnv: the runtime samples allocations always; the profile is
+	// written at stop.
+	AllocsEnv = "FFCVFS_ALLOCSPROFILE"
 )
 
 // Start starts the profiles the environment asks for; stop writes them
@@ -79,6 +85,10 @@ func Start() (stop func() error, err error) {
 	if err != nil {
 		return fail(err)
 	}
+	allocs, err := open(AllocsEnv)
+	if err != nil {
+		return fail(err)
+	}
 	if cpu != nil {
 		if err := pprof.StartCPUProfile(cpu); err != nil {
 			return fail(fmt.Errorf("%s: %w", CPUEnv, err))
@@ -95,7 +105,7 @@ func Start() (stop func() error, err error) {
 		if cpu != nil {
 			pprof.StopCPUProfile()
 		}
-		for name, f := range map[string]*os.File{"mutex": mutex, "block": block} {
+		for name, f := range map[string]*os.File{"mutex": mutex, "block": block, "allocs": allocs} {
 			if f == nil {
 				continue
 			}
