@@ -13,8 +13,9 @@ import (
 // TestDeviceCheckCPUOnly: scripts/device-check.sh --prepare --cpu-only
 // builds its folder (static programs, xz-compressed, under 40 MiB), and
 // the run from it, with no Go on its PATH, prints ffcvfeed's images/s at
-// 1 and 2 workers for both betons, the decode baseline's, and the mount's
-// raw reads, as lines to grep; where FFCV's source was at hand to
+// 1 and 2 workers for both betons (with the CPU an image took, how busy
+// the workers were, the cores' clock), the decode baseline's, the disk's
+// rate and the mount's raw reads, as lines to grep; where FFCV's source was at hand to
 // --prepare, the folder holds a beton FFCV wrote too, and the run reports
 // it and its conversion. Its training section trains a tiny model on the
 // CPU fed by batches in memory, ffcvfeed, and torch's DataLoader over the
@@ -50,8 +51,8 @@ func TestDeviceCheckCPUOnly(t *testing.T) {
 		t.Fatalf("--cpu-only: %v\n%s", err, out)
 	}
 	text := string(out)
-	want := []string{"ffcvfeed workers=1 images/s=[0-9.]+ beton=plain", "ffcvfeed workers=1 images/s=[0-9.]+ beton=restarts",
-		"decode workers=1 images/s=[0-9.]+$", "mount readers=1 files/s=[0-9.]+ MB/s=[0-9.]+",
+	want := []string{"ffcvfeed workers=1 images/s=[0-9.]+ beton=plain cpu_ms=[0-9.]+ busy=[0-9]+% mhz=([0-9]+|[?])$", "ffcvfeed workers=1 images/s=[0-9.]+ beton=restarts",
+		"decode workers=1 images/s=[0-9.]+$", "mount readers=1 files/s=[0-9.]+ MB/s=[0-9.]+ gomaxprocs=[0-9]+$", "disk (MB/s=[0-9.]+|: no O_DIRECT)",
 		"decoded workers=1 epoch1=[0-9.]+ later=[0-9.]+ images/s held=[0-9]+$",
 		"train model=tiny feed=cpu-resident images/s=[0-9]+ of_ceiling=1.000$",
 		"train model=tiny feed=ffcvfeed-cuda: left out, no GPU$",

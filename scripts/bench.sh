@@ -54,7 +54,10 @@
 #                                 Two more rows read the plain folder and the default
 #                                 mount opening files with open(path, "rb", buffering=4096),
 #                                 which asks no isatty(): the mount's cost without the
-#                                 IOCTL round trip the kernel makes for every isatty()
+#                                 IOCTL round trip the kernel makes for every isatty().
+#                                 With WAYs after N, "NAME|FLAGS" each, those mounts
+#                                 instead; FLAGS "bin=PATH ..." use that build:
+#                                 bench.sh legacy 5000 "new|" "old|bin=/tmp/ffcvfs-old"
 #   scripts/bench.sh metrics [N] what --metrics-addr costs: bench.sh legacy's loader over
 #                                 the plain folder, a mount with default flags, and one
 #                                 with --metrics-addr scraped every second
@@ -669,7 +672,8 @@ bench_cifar() {
 
 # bench_legacy N [WAY...]: the legacy loader over the plain folder and over
 # mounts made each WAY, "NAME|FLAGS" (default: default flags, --kernel-cache,
-# OPEN answered with direct I/O, and the no-isatty rows). A FLAGS of
+# OPEN answered with direct I/O, and the no-isatty rows); FLAGS starting
+# bin=PATH mount with that build of ffcvfs. A FLAGS of
 # --metrics-addr gets a free loopback port and a scraper that fetches
 # /metrics every second.
 bench_legacy() {
@@ -682,7 +686,7 @@ bench_legacy() {
 	local dir=${BENCH_DIR:-${FFCVFS_CACHE:-$HOME/.cache/ffcvfs}/bench}/feed-$n
 	ensure_apt python3-torchvision python3-pil fuse3 util-linux curl
 	scripts/make-bench-data.sh "$n" "$dir" >&2 || die "make-bench-data.sh failed"
-	local tmp name args pid mnt
+	local tmp name args pid mnt prog
 	tmp=$(mktemp -d)
 	LEGACY_TMP=$tmp
 	trap legacy_cleanup EXIT
@@ -691,6 +695,14 @@ bench_legacy() {
 	local port
 	for name in "${ways[@]}"; do
 		args=${name#*|}
+		# FLAGS starting bin=PATH: that build of ffcvfs (an older one, to
+		# compare builds epoch by epoch in one run).
+		prog=bin/ffcvfs
+		if [[ $args == bin=* ]]; then
+			prog=${args%% *} args=${args#"${args%% *}"}
+			prog=${prog#bin=} args=${args# }
+			[[ -x $prog ]] || die "$prog: no such program"
+		fi
 		port=
 		if [[ $args == --metrics-addr ]]; then
 			port=$(free_port)
@@ -699,7 +711,7 @@ bench_legacy() {
 		mnt=$tmp/mnt${#LEGACY_MNTS[@]}
 		mkdir -p "$mnt"
 		# shellcheck disable=SC2086
-		bin/ffcvfs mount $args "$dir/bench.beton" "$mnt" 2>>"$tmp/mount.log" &
+		"$prog" mount $args "$dir/bench.beton" "$mnt" 2>>"$tmp/mount.log" &
 		pid=$!
 		LEGACY_PIDS+=("$pid") LEGACY_MNTS+=("$mnt")
 		for _ in $(seq 100); do [[ -e $mnt/.ffcvfs/stats.json ]] && break; sleep 0.1; done

@@ -19,9 +19,11 @@
 # imagefolder-small, 10 times over: 2,000 images) with ffcvfs write, one
 # without and one with restart intervals, and prints, as lines to grep:
 #
-#   ffcvfeed workers=N images/s=X beton=plain|restarts
+#   ffcvfeed workers=N images/s=X beton=plain|restarts cpu_ms=C busy=B% mhz=M
 #       ffcvfeed bench (160 px random-resized crops, uint8) at 1, 2, 4, 8
-#       and 16 workers, as many as the machine has cores;
+#       and 16 workers, as many as the machine has cores, with the CPU an
+#       image took, the share of the workers' time that was CPU (below
+#       100 %: they waited) and the cores' clock at the end;
 #   decode workers=N images/s=X
 #       the baseline: ffcvfeed decode-bench, full libjpeg-turbo decodes of
 #       the plain beton's JPEGs, as many images, at the same counts;
@@ -34,9 +36,13 @@
 #       fixture's photos written by FFCV's own DatasetWriter (jpg, quality
 #       90), and that beton converted by ffcvfs write --from-beton, at 1
 #       worker and at the most;
-#   mount readers=N files/s=X MB/s=Y
+#   disk MB/s=X
+#       the plain beton read with O_DIRECT: the disk's rate;
+#   mount readers=N files/s=X MB/s=Y gomaxprocs=P
 #       the mount's raw reads of every file at 1 to 16 readers, where
-#       /dev/fuse exists (a line says so where not);
+#       /dev/fuse exists (a line says so where not), from a beton in
+#       /dev/shm (the photos up to 100 times over), and the cores the
+#       mount's Go code ran on at the end (it follows the load);
 #   gpu ...
 #       without --cpu-only: nvidia-smi's line, the cudafeed tests on the
 #       device, and python/check_ffcvfeed_cuda.py: ffcvfeed serve
@@ -187,12 +193,13 @@ if [[ -z ${_DEVICE_CHECK_TIMED:-} ]]; then
 	exit "$rc"
 fi
 work=$(mktemp -d)
-mnt=
+mnt= shm=
 cleanup() {
 	if [[ -n $mnt ]] && grep -q " $mnt " /proc/mounts 2>/dev/null; then
 		"$work/ffcvfs" umount "$mnt" >/dev/null 2>&1 || umount -l "$mnt" 2>/dev/null || true
 	fi
 	rm -rf "$work"
+	[[ -z $shm ]] || rm -rf "$shm"
 }
 trap cleanup EXIT
 trap 'exit 143' TERM INT # the EXIT trap then cleans up
@@ -237,6 +244,18 @@ done
 n=$(find -L "$tree" -type f | wc -l)
 epochs=$(((images + n - 1) / n))
 
+# cost OUTPUT: from ffcvfeed bench's output, the CPU an image took, the
+# share of the workers' time that was CPU (below 100: they waited) and
+# the cores' clock, as cpu_ms=X busy=P% mhz=M: a pipeline that waits tells
+# from cores that slow down.
+cost() {
+	local ms busy mhz
+	ms=$(sed -n 's/^total: .*, \([0-9.]*\) ms an image$/\1/p' <<<"$1")
+	busy=$(sed -n 's/^runtime: .* (\([0-9]*\) %).*/\1/p' <<<"$1")
+	mhz=$(sed -n 's/^runtime: .*cores at \([0-9]*\) MHz.*/\1/p' <<<"$1")
+	echo "cpu_ms=${ms:-?} busy=${busy:-?}% mhz=${mhz:-?}"
+}
+
 step "ffcvfeed bench: $((epochs * n)) images a run, 160 px random-resized crops"
 counts=()
 for w in 1 2 4 8 16; do
@@ -249,7 +268,7 @@ for w in "${counts[@]}"; do
 			die "ffcvfeed bench --workers $w on $b.beton failed: $out"
 		rate=$(sed -n 's/^total: .* \([0-9.]*\) images\/s.*/\1/p' <<<"$out")
 		[[ -n $rate ]] || die "no total in ffcvfeed bench's output: $out"
-		echo "ffcvfeed workers=$w images/s=$rate beton=$b"
+		echo "ffcvfeed workers=$w images/s=$rate beton=$b $(cost "$out")"
 	done
 done
 
@@ -288,7 +307,7 @@ if [[ -f $dir/ffcv-photos.beton.xz ]]; then
 			out=$("$work/ffcvfeed" bench --data "$work/${b%%:*}.beton" --workers "$w" --epochs "$fepochs" --resolution 160 2>&1) ||
 				die "ffcvfeed bench --workers $w on ${b%%:*}.beton failed: $out"
 			rate=$(sed -n 's/^total: .* \([0-9.]*\) images\/s.*/\1/p' <<<"$out")
-			echo "ffcvfeed workers=$w images/s=$rate beton=${b#*:}"
+			echo "ffcvfeed workers=$w images/s=$rate beton=${b#*:} $(cost "$out")"
 		done
 	done
 else
@@ -301,22 +320,58 @@ if [[ ! -e /dev/fuse ]]; then
 elif ((EUID != 0)) && ! command -v fusermount3 >/dev/null 2>&1; then
 	echo "mount: skipped, not root and no fusermount3"
 else
+	# What the mount's serving costs, not the disk's: the beton (the photos
+	# up to 100 times over, as DEVICE_CHECK_IMAGES allows, so that a run
+	# lasts long enough for the mount's processors to follow the load) in
+	# /dev/shm where it has room, the disk's own rate on a line of its own.
 	# A mount of its own for each count: the first reads of every file,
 	# not the kernel's copies of an earlier pass.
+	if out=$(dd if="$work/plain.beton" of=/dev/null bs=8M iflag=direct 2>&1); then
+		echo "disk MB/s=$(awk '/copied/ { v = $(NF-1); u = $NF; if (u == "GB/s") v *= 1000; if (u == "kB/s") v /= 1000; print v }' <<<"$out") (the beton read with O_DIRECT)"
+	else
+		echo "disk: no O_DIRECT read of the beton here ($(tail -1 <<<"$out"))"
+	fi
+	copies=$((images / 2000))
+	copies=$((copies < 1 ? 1 : copies > 10 ? 10 : copies))
+	raw=$work/plain.beton
+	size=$(stat -c %s "$raw")
+	if [[ -d /dev/shm ]] && (($(df --output=avail -B1 /dev/shm | tail -1) > 4 * size * copies)); then
+		shm=$(mktemp -d /dev/shm/ffcvfs-device-check.XXXXXX)
+		if ((copies > 1)); then
+			"$python" - "$tree" "$work/big" "$copies" <<'EOF'
+import os, sys
+src, dst, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for c in os.listdir(src):
+    os.makedirs(os.path.join(dst, c))
+    for f in os.listdir(os.path.join(src, c)):
+        for k in range(n):
+            os.symlink(os.path.realpath(os.path.join(src, c, f)), os.path.join(dst, c, f"{k}-{f}"))
+EOF
+			"$work/ffcvfs" write --restart-interval 0 "$work/big" "$shm/mount.beton" | tail -1
+		else
+			cp "$raw" "$shm/mount.beton"
+		fi
+		raw=$shm/mount.beton
+	else
+		echo "mount: /dev/shm lacks room; the mount reads the beton from $work (its disk's rate counts)"
+	fi
 	mnt=$work/mnt
 	mkdir -p "$mnt"
 	for r in 1 2 4 8 16; do
 		((r <= cores)) || continue
 		in_time
-		if ! "$work/ffcvfs" mount --background --cache-size 512MiB "$work/plain.beton" "$mnt" >"$work/mount.log" 2>&1; then
+		if ! "$work/ffcvfs" mount --background --cache-size 1GiB "$raw" "$mnt" >"$work/mount.log" 2>&1; then
 			echo "mount: failed: $(tail -1 "$work/mount.log")"
 			break
 		fi
 		out=$("$work/readall" -j "$r" "$mnt")
-		echo "mount readers=$r $(sed -n 's/.* \([0-9.]*\) files\/s.* \([0-9.]*\) MB\/s.*/files\/s=\1 MB\/s=\2/p' <<<"$out")"
+		procs=$(grep -o '"gomaxprocs": *[0-9]*' "$mnt/.ffcvfs/stats.json" | grep -o '[0-9]*$' || echo '?')
+		echo "mount readers=$r $(sed -n 's/.* \([0-9.]*\) files\/s.* \([0-9.]*\) MB\/s.*/files\/s=\1 MB\/s=\2/p' <<<"$out") gomaxprocs=$procs"
 		"$work/ffcvfs" umount "$mnt"
 	done
 	mnt=
+	[[ -n ${shm:-} ]] && rm -rf "$shm"
+	shm=
 fi
 
 # train_section [--cpu-only]: python/train_check.py over the plain beton,
