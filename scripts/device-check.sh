@@ -374,8 +374,10 @@ EOF
 	shm=
 fi
 
-# train_section [--cpu-only]: python/train_check.py over the plain beton,
-# a mount of it and a folder of the same files.
+# train_section [--cpu-only]: python/train_check.py: ffcvfeed over the
+# beton with restart intervals (what ffcvfs write makes by default), the
+# DataLoader over a mount of the plain beton (its files are the source's,
+# byte for byte) and over a folder of the same files.
 train_section() {
 	((train)) || {
 		echo "train: left out (--no-train)"
@@ -395,7 +397,7 @@ train_section() {
 		echo "train: no mount ($(tail -1 "$work/train-mount.log" 2>/dev/null || echo 'no /dev/fuse')): dataloader-mount left out"
 	fi
 	local rc=0
-	"$python" "$root/python/train_check.py" --ffcvfeed "$work/ffcvfeed" "${cuda[@]}" --data "$work/plain.beton" \
+	"$python" "$root/python/train_check.py" --ffcvfeed "$work/ffcvfeed" "${cuda[@]}" --data "$work/restarts.beton" \
 		"${mounted[@]}" --folder "$folder" "$@" || rc=$?
 	if [[ -n $mnt ]]; then
 		"$work/ffcvfs" umount "$mnt"
