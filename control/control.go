@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/ffcvfs/ffcvfs/internal/sockpath"
 	"github.com/ffcvfs/ffcvfs/pagecache"
 	"github.com/ffcvfs/ffcvfs/peer"
 )
@@ -148,6 +149,13 @@ type PeerStats struct {
 // announces another. The error is the mount's sentence when it refused.
 func Announce(ctx context.Context, mountpoint string, ids []uint32, imagefolder bool) error {
 	path := Path(mountpoint, AnnounceFile)
+	if !sockpath.Fits(path) {
+		// The link's target, the socket itself, is short wherever the
+		// mount is (the mount places it so).
+		if target, err := os.Readlink(path); err == nil && filepath.IsAbs(target) {
+			path = target
+		}
+	}
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "unix", path)
 	if err != nil {

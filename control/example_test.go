@@ -7,6 +7,7 @@ import (
 	"log"
 	"net"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/ffcvfs/ffcvfs/control"
@@ -15,6 +16,8 @@ import (
 // Announce tells a mount the order a process will read its samples in, so
 // that the mount's cache reads ahead along it. Here the mount is played by
 // a socket that answers as one does: ok and the count, or error: and why.
+// As a mount does, it keeps the socket in a short folder (a socket's path
+// may have 107 bytes at most) and links it from .ffcvfs/announce.
 func ExampleAnnounce() {
 	mnt, err := os.MkdirTemp("", "control-example")
 	if err != nil {
@@ -24,8 +27,17 @@ func ExampleAnnounce() {
 	if err := os.Mkdir(control.Path(mnt), 0o700); err != nil {
 		log.Fatal(err)
 	}
-	ln, err := net.Listen("unix", control.Path(mnt, control.AnnounceFile))
+	sockDir, err := os.MkdirTemp("/tmp", "ffcvfs-example-")
 	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(sockDir)
+	sock := filepath.Join(sockDir, "announce.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := os.Symlink(sock, control.Path(mnt, control.AnnounceFile)); err != nil {
 		log.Fatal(err)
 	}
 	defer ln.Close()

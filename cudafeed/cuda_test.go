@@ -15,13 +15,13 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"unsafe"
 
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
 	"gorgonia.org/cu"
 )
 
@@ -146,7 +146,7 @@ func TestDeviceRingCopyAllocs(t *testing.T) {
 func TestDeviceRingServer(t *testing.T) {
 	r := testRing(t, testSpec())
 	d := testDeviceRing(t, r)
-	s, err := NewServer(r, Options{SocketPath: filepath.Join(t.TempDir(), "feed.sock"), BatchesPerEpoch: 1, Epochs: 1,
+	s, err := NewServer(r, Options{SocketPath: testenv.Socket(t, "feed.sock"), BatchesPerEpoch: 1, Epochs: 1,
 		Device: d, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -6,10 +6,11 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
 
 func TestParseDevice(t *testing.T) {
@@ -99,7 +100,7 @@ func deviceServer(t *testing.T, dev DeviceSlots) (*Ring, *Server) {
 	l.Slots = 2
 	r := testRing(t, l)
 	s, err := NewServer(r, Options{
-		SocketPath:      filepath.Join(t.TempDir(), "feed.sock"),
+		SocketPath:      testenv.Socket(t, "feed.sock"),
 		BatchesPerEpoch: 2, Epochs: 1, Device: dev,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -202,7 +203,7 @@ func TestServerDeviceBadInfo(t *testing.T) {
 	} {
 		dev := newFakeDevice(2)
 		mutate(&dev.info)
-		_, err := NewServer(r, Options{SocketPath: filepath.Join(t.TempDir(), "feed.sock"), BatchesPerEpoch: 1, Device: dev})
+		_, err := NewServer(r, Options{SocketPath: testenv.Socket(t, "feed.sock"), BatchesPerEpoch: 1, Device: dev})
 		if err == nil {
 			t.Errorf("%s: NewServer accepted %+v", name, dev.info)
 		}
@@ -215,7 +216,7 @@ func TestPublishAllocsDevice(t *testing.T) {
 	l := testSpec()
 	l.Slots = 1
 	r := testRing(t, l)
-	s, err := NewServer(r, Options{SocketPath: filepath.Join(t.TempDir(), "feed.sock"), BatchesPerEpoch: 1 << 30,
+	s, err := NewServer(r, Options{SocketPath: testenv.Socket(t, "feed.sock"), BatchesPerEpoch: 1 << 30,
 		Device: nopDevice{newFakeDevice(1).info}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -23,7 +23,7 @@ func testServer(t *testing.T, slots, perEpoch, epochs int) (*Ring, *Server) {
 	l.Slots = slots
 	r := testRing(t, l)
 	s, err := NewServer(r, Options{
-		SocketPath:      filepath.Join(t.TempDir(), "feed.sock"),
+		SocketPath:      testenv.Socket(t, "feed.sock"),
 		BatchesPerEpoch: perEpoch, Epochs: epochs,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -293,7 +293,7 @@ func TestServerSocketPath(t *testing.T) {
 		t.Fatalf("second server on a live socket: %v", err)
 	}
 	// A stale socket (nobody listening) is replaced.
-	stale := filepath.Join(t.TempDir(), "stale.sock")
+	stale := testenv.Socket(t, "stale.sock")
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: stale, Net: "unix"})
 	if err != nil {
 		t.Fatal(err)

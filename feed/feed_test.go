@@ -46,7 +46,7 @@ func testPipeline(t *testing.T) *pipeline.Pipeline {
 }
 
 func testOptions(t *testing.T) Options {
-	return Options{Socket: filepath.Join(t.TempDir(), "feed.sock"), Slots: 2, Epochs: 2, BatchSize: 64, Logger: quiet}
+	return Options{Socket: testenv.Socket(t, "feed.sock"), Slots: 2, Epochs: 2, BatchSize: 64, Logger: quiet}
 }
 
 // consume reads the stream as a client does, releasing each batch, and

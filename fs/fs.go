@@ -12,6 +12,7 @@ import (
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/control"
 	"github.com/ffcvfs/ffcvfs/fs/orders"
+	"github.com/ffcvfs/ffcvfs/internal/sockpath"
 	"github.com/ffcvfs/ffcvfs/order"
 	"github.com/ffcvfs/ffcvfs/pagecache"
 	"github.com/ffcvfs/ffcvfs/peer"
@@ -48,7 +49,8 @@ type Options struct {
 	Owner uint32
 	// ControlDir is where the announce socket's folder (0700, removed at
 	// Close) is made: default $XDG_RUNTIME_DIR when set, else the
-	// system's temporary folder.
+	// system's temporary folder, else /tmp: the first where the socket's
+	// path fits (sockpath).
 	ControlDir string
 	// OrderBatchSize sets the window of quasi-random orders served under
 	// orders/ (default 256; see package order).
@@ -126,10 +128,13 @@ func (o *Options) Validate() error {
 		o.PlanLease = 10 * time.Minute
 	}
 	if o.ControlDir == "" {
-		o.ControlDir = os.Getenv("XDG_RUNTIME_DIR")
-		if st, err := os.Stat(o.ControlDir); o.ControlDir == "" || err != nil || !st.IsDir() {
-			o.ControlDir = os.TempDir()
+		// Where the socket's path fits in a socket's 107 bytes, whatever
+		// TMPDIR is: $XDG_RUNTIME_DIR, the temporary folder, or /tmp.
+		dir, err := sockpath.Parent(orders.SocketPathExtra)
+		if err != nil {
+			return fmt.Errorf("announce socket: %w", err)
 		}
+		o.ControlDir = dir
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
 
 // namedView builds the view of a beton of 1x1 raw images named names.
@@ -29,7 +30,7 @@ func namedView(t *testing.T, names []string, opts Options) (*View, error) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	opts.ControlDir = t.TempDir()
+	opts.ControlDir = testenv.SocketDir(t)
 	v, err := testView(t, path, opts, 2)
 	if err == nil {
 		t.Cleanup(v.Close)

@@ -119,9 +119,9 @@ func copyFile(t *testing.T, src, dst string, mode fs.FileMode) {
 
 // announcePy sends argv[2] to the announce socket at argv[1] (a mount's
 // .ffcvfs/announce) and prints the reply: the README's one-liner.
-const announcePy = `import socket, sys
+const announcePy = `import os, socket, sys
 s = socket.socket(socket.AF_UNIX)
-s.connect(sys.argv[1])
+s.connect(os.path.realpath(sys.argv[1]))
 s.sendall(sys.argv[2].encode())
 s.shutdown(socket.SHUT_WR)
 sys.stdout.write(s.makefile().read())`

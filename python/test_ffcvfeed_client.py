@@ -14,13 +14,14 @@ import unittest
 import numpy as np
 
 from ffcvfs import FeedError, Loader
+from ffcvfs.feed import _socket_parent
 
 
 class FakeServer:
     """Sends the given lines to the first client, records what it sends back."""
 
     def __init__(self, lines):
-        self.dir = tempfile.TemporaryDirectory()
+        self.dir = tempfile.TemporaryDirectory(dir=_socket_parent())
         self.path = os.path.join(self.dir.name, "feed.sock")
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(self.path)
@@ -65,12 +66,20 @@ class LoaderTest(unittest.TestCase):
     def tearDown(self):
         self.shm.close()
 
+    def test_socket_path_too_long(self):
+        # A path past a Unix socket's 107 bytes: FeedError naming it and what
+        # to do, not OSError("AF_UNIX path too long").
+        long = "/tmp/" + "s" * 120 + ".sock"
+        with self.assertRaisesRegex(FeedError, r"the socket /tmp/s+\.sock is 130 bytes long, more than the 107 .*"
+                                               r"set TMPDIR to a shorter folder"):
+            Loader(long, connect_timeout=0)
+
     def test_missing_socket(self):
         # A folder that does not exist: at once, whatever the timeout, with the fix.
         with self.assertRaisesRegex(FeedError, r"no ffcvfeed server at /nonexistent/feed.sock: the folder /nonexistent "
                                                r"does not exist.*ffcvfeed serve --data DATA --socket /nonexistent/feed.sock"):
             Loader("/nonexistent/feed.sock", connect_timeout=3600)
-        with tempfile.TemporaryDirectory() as d:
+        with tempfile.TemporaryDirectory(dir=_socket_parent()) as d:
             path = os.path.join(d, "feed.sock")
             with self.assertRaisesRegex(FeedError, r"no ffcvfeed server at .*feed.sock: no socket there yet; start one "
                                                    r"with: ffcvfeed serve"):
@@ -137,7 +146,7 @@ class LoaderTest(unittest.TestCase):
         # The server comes up after the loader started connecting, as when a
         # job starts both at once.
         box = {}
-        tmp = tempfile.TemporaryDirectory()
+        tmp = tempfile.TemporaryDirectory(dir=_socket_parent())
         path = os.path.join(tmp.name, "feed.sock")
 
         def start():

@@ -118,7 +118,7 @@ func TestDeviceFlag(t *testing.T) {
 // before opening --data.
 func TestServeBadDevice(t *testing.T) {
 	out, code := runFfcvfeed(t, "serve", "--data", filepath.Join(t.TempDir(), "missing.beton"),
-		"--socket", filepath.Join(t.TempDir(), "feed.sock"), "--device", "cuda:x")
+		"--socket", testenv.Socket(t, "feed.sock"), "--device", "cuda:x")
 	if code != 2 || !strings.Contains(out, `--device: device "cuda:x"`) || strings.Contains(out, "missing.beton") {
 		t.Errorf("ffcvfeed serve --device cuda:x: exit %d, output:\n%s\nwant exit 2 and an error about --device only", code, out)
 	}
@@ -204,7 +204,7 @@ func TestAugmentFlags(t *testing.T) {
 // folder, a file where the folder should be, a path too long for a socket.
 func TestSocketPathErrors(t *testing.T) {
 	beton := testenv.Fixture(t, "beton", "label-first-two-images.beton")
-	dir := t.TempDir()
+	dir := testenv.SocketDir(t)
 	file := filepath.Join(dir, "file")
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ffcvfs/ffcvfs/control"
+	"github.com/ffcvfs/ffcvfs/internal/sockpath"
 )
 
 // The announce socket.
@@ -74,6 +75,10 @@ const (
 	announceSocketName = "announce.sock"
 	// announceDirPrefix starts the name of the socket's folder.
 	announceDirPrefix = "ffcvfs-"
+	// SocketPathExtra is the most bytes the socket's path takes after its
+	// parent folder: /ffcvfs-NNNNNNNNNN/announce.sock (MkdirTemp's random
+	// part is at most 10 digits).
+	SocketPathExtra = 1 + len(announceDirPrefix) + 10 + 1 + len(announceSocketName)
 )
 
 // ErrBadInput marks an announcement that breaks the protocol's rules.
@@ -113,6 +118,9 @@ type Samples struct {
 // of l's. It first removes the folders of mounts of the same user that
 // ended without closing theirs (removeStale).
 func StartAnnouncer(parent string, l *Leases, samples Samples) (*Announcer, error) {
+	if err := sockpath.Check("the announce socket", filepath.Join(parent, announceDirPrefix+"NNNNNNNNNN", announceSocketName)); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(parent, 0o700); err != nil {
 		return nil, fmt.Errorf("announce socket: %w", err)
 	}

@@ -65,7 +65,7 @@ func startTestAnnouncer(t *testing.T, logger *slog.Logger) (*Announcer, *planCac
 	for i := range ifIndex {
 		ifIndex[i] = uint32(99 - i)
 	}
-	a, err := StartAnnouncer(t.TempDir(), l, Samples{N: 100, ImageFolder: ifIndex})
+	a, err := StartAnnouncer(testenv.SocketDir(t), l, Samples{N: 100, ImageFolder: ifIndex})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func startTestAnnouncer(t *testing.T, logger *slog.Logger) (*Announcer, *planCac
 // young one's, a folder with anything else in it, other names and other
 // modes stay.
 func TestRemoveStale(t *testing.T) {
-	parent := t.TempDir()
+	parent := testenv.SocketDir(t)
 	old := time.Now().Add(-2 * staleAge)
 	mk := func(name string, mode os.FileMode, listen bool, bound time.Time, extra bool) {
 		t.Helper()

@@ -717,10 +717,7 @@ class _Server:
         if not exe:
             raise FeedError("cannot start ffcvfeed: the package holds no build of it, it is not on the PATH, "
                             "and $FFCVFEED is not set (build it: go build -o bin/ ./cmd/ffcvfeed)")
-        base = os.environ.get("XDG_RUNTIME_DIR")
-        if not base or not os.access(base, os.W_OK):
-            base = None
-        self.dir = tempfile.mkdtemp(prefix="ffcvfeed-", dir=base)
+        self.dir = tempfile.mkdtemp(prefix="ffcvfeed-", dir=_socket_parent())
         self.socket_path = os.path.join(self.dir, "feed.sock")
         self.data = os.fspath(data)
         self._log = open(os.path.join(self.dir, "serve.log"), "w+b")
@@ -782,6 +779,25 @@ def _stop_server(proc, folder, log):
     shutil.rmtree(folder, ignore_errors=True)
 
 
+# The longest path a Unix socket may have on Linux (sun_path, less its NUL).
+_MAX_SOCKET_PATH = 107
+
+
+def _socket_parent():
+    """The folder for a server's private folder: $XDG_RUNTIME_DIR where
+    writable, else the temporary folder, else /tmp; the first where the
+    socket's path (FOLDER/ffcvfeed-XXXXXXXX/feed.sock) fits a Unix socket,
+    whatever TMPDIR is."""
+    import tempfile
+    extra = len("/ffcvfeed-XXXXXXXX/feed.sock")
+    for base in (os.environ.get("XDG_RUNTIME_DIR"), tempfile.gettempdir(), "/tmp"):
+        if base and len(os.fsencode(base)) + extra <= _MAX_SOCKET_PATH and os.path.isdir(base) \
+                and os.access(base, os.W_OK | os.X_OK):
+            return base
+    raise FeedError(f"no folder for ffcvfeed's socket: $XDG_RUNTIME_DIR, the temporary folder ({tempfile.gettempdir()}) "
+                    f"and /tmp are missing, not writable, or too long for a socket's path; set TMPDIR to a short folder")
+
+
 def _connect(path, timeout, check=None):
     """Connects to the Unix socket at path, trying again while no server
     listens there yet, for up to timeout seconds; check(), when given, is
@@ -789,6 +805,10 @@ def _connect(path, timeout, check=None):
     check (a server started by someone else), a missing folder fails at
     once, and a wait says so at its start on the logger "ffcvfs"."""
     folder = os.path.dirname(os.path.abspath(path))
+    if len(os.fsencode(path)) > _MAX_SOCKET_PATH:
+        raise FeedError(f"the socket {path} is {len(os.fsencode(path))} bytes long, more than the {_MAX_SOCKET_PATH} a "
+                        f"Unix socket's path may have: give a shorter path (under /tmp, say), or set TMPDIR to a "
+                        f"shorter folder")
     if check is None and not os.path.isdir(folder):
         raise FeedError(f"no ffcvfeed server at {path}: the folder {folder} does not exist, so no server can listen "
                         f"there; start one with: ffcvfeed serve --data DATA --socket {path} (after mkdir -p {folder}), "
