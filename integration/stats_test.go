@@ -2,7 +2,6 @@ package integration
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -69,9 +68,11 @@ func TestStatsView(t *testing.T) {
 	mnt := mountBeton(t, testenv.Fixture(t, "beton", "imagefolder-jpg.beton"))
 	stop := busyReader(t, mnt)
 
-	sock := fmt.Sprintf("ffcvfs-test-%d", os.Getpid())
+	// The server's socket in the test's own folder, not in tmux's default
+	// one outside TMPDIR.
+	sock := testenv.Socket(t, "tmux")
 	tm := func(args ...string) (string, error) {
-		out, err := exec.Command(tmux, append([]string{"-L", sock}, args...)...).CombinedOutput()
+		out, err := exec.Command(tmux, append([]string{"-S", sock}, args...)...).CombinedOutput()
 		return string(out), err
 	}
 	if out, err := tm("new-session", "-d", "-s", "stats", "-x", "80", "-y", "24", ffcvfs+" stats "+mnt); err != nil {

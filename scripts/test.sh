@@ -118,12 +118,13 @@ beside() {
 }
 
 # finish PID LOG NAME: waits for a pass run beside, shows its output, and
-# fails when it failed.
+# adds NAME to failed when it failed.
+failed=()
 finish() {
 	local status=0
 	wait "$1" || status=$?
 	cat "$2"
-	((status == 0)) || die "$3 failed (exit $status)"
+	((status == 0)) || failed+=("$3 (exit $status)")
 }
 
 wheel_and_arm64() {
@@ -160,6 +161,15 @@ tests_tmp=$(mktemp -d "${TMPDIR:-/tmp}/ffcvfs-tests-XXXXXX")
 # Open to pass through, as /tmp is: tests run readers as another user
 # (nobody) in folders of their own under it.
 chmod 755 "$tests_tmp"
+# The tests' TMPDIR is 150 characters long, more than a Unix socket's path
+# may have (107 bytes), as a user's may be: every socket the programs and
+# the tests make must find a place of its own where its path fits.
+# Their sockets go to XDG_RUNTIME_DIR, short, as a desktop session's is.
+tests_dir=$tests_tmp/a-tmpdir-longer-than-a-socket-path-
+while ((${#tests_dir} < 150)); do tests_dir+=x; done
+mkdir -m 755 "$tests_dir"
+mkdir -m 700 "$tests_tmp/run"
+export XDG_RUNTIME_DIR=$tests_tmp/run
 skip=()
 if (($# == 0)); then
 	# Beside the first pass, whose integration tests leave a core idle
@@ -169,7 +179,7 @@ if (($# == 0)); then
 	# are reused), after integration's TestWheel* over the wheels; and the
 	# race and -asan passes. Their output follows the first pass's.
 	work=$(mktemp -d)
-	export TMPDIR=$tests_tmp
+	export TMPDIR=$tests_dir
 	step "beside the tests: the wheels, the arm64 tests under qemu-aarch64-static (${ARM64_PACKAGES[*]}), the race and -asan passes"
 	beside "the wheels for linux/amd64 and linux/arm64, TestWheel*, the arm64 tests" "$work/arm64.log" wheel_and_arm64
 	beside "go test -race -short, go test -asan" "$work/race.log" race_and_asan
@@ -177,8 +187,12 @@ if (($# == 0)); then
 fi
 step "go test (timeout $timeout): each test as it ends, a package's failures in full"
 gotestsum=$(ensure_gotestsum)
-export TMPDIR=$tests_tmp
-"$gotestsum" --format testname --format-hide-empty-pkg -- ./... -count=1 -timeout "$timeout" "${skip[@]}" "$@"
+export TMPDIR=$tests_dir
+# A failure of this pass is told at the end: the passes beside it still
+# finish and show what they found.
+main=0
+"$gotestsum" --format testname --format-hide-empty-pkg -- ./... -count=1 -timeout "$timeout" "${skip[@]}" "$@" || main=$?
+((main == 0)) || failed+=("go test (exit $main; its failures are above)")
 
 if (($# == 0)); then
 	step "the race and -asan passes (run beside)"
@@ -187,8 +201,11 @@ if (($# == 0)); then
 	finish "${beside_pids[0]}" "$work/arm64.log" "the wheels, their tests or the arm64 tests"
 	beside_pids=()
 fi
-left=$(find "$tests_tmp" -mindepth 1 -maxdepth 1 -printf '%f\n' | head -20)
+if ((${#failed[@]} > 0)); then
+	die "failed after $((SECONDS - start)) s: $(printf '%s; ' "${failed[@]}")"
+fi
+left=$(find "$tests_dir" "$XDG_RUNTIME_DIR" -mindepth 1 -maxdepth 1 -printf '%p\n' | head -20)
 if [[ -n $left ]]; then
-	die "the tests left these in the temporary folder $tests_tmp (now removed):"$'\n'"$left"
+	die "the tests left these in their temporary folders (now removed):"$'\n'"$left"
 fi
 echo "tests took $((SECONDS - start)) s; nothing left in the temporary folder"
