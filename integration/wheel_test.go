@@ -174,8 +174,8 @@ func TestWheelInstall(t *testing.T) {
 			block = b.text
 		}
 	}
-	if !strings.Contains(block, "python3 -m venv --system-site-packages") {
-		t.Errorf("README's Install does not make the venv with --system-site-packages:\n%s", block)
+	if !strings.Contains(block, "/usr/bin/python3 -m venv --system-site-packages") {
+		t.Errorf("README's Install does not make the venv with the system's /usr/bin/python3 and --system-site-packages (another python3 first on the PATH sees neither numpy nor torch):\n%s", block)
 	}
 	run(t, 0, py, "-m", "venv", "--system-site-packages", venv)
 	run(t, 0, filepath.Join(venv, "bin", "pip"), "install", "--quiet", "--no-index", whl)
