@@ -81,7 +81,7 @@ func TestFeedPythonLoader(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ring.Close()
-	sock := filepath.Join(t.TempDir(), "feed.sock")
+	sock := testenv.Socket(t, "feed.sock")
 	srv, err := cudafeed.NewServer(ring, cudafeed.Options{SocketPath: sock, BatchesPerEpoch: perEpoch, Epochs: epochs,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

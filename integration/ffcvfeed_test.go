@@ -81,7 +81,7 @@ type feedProc struct {
 func startFeed(t *testing.T, data string, args ...string) *feedProc {
 	t.Helper()
 	ffcvfeed := binary(t, "ffcvfeed")
-	p := &feedProc{sock: filepath.Join(t.TempDir(), "feed.sock"), log: &testenv.OutputBuffer{}, exited: make(chan struct{})}
+	p := &feedProc{sock: testenv.Socket(t, "feed.sock"), log: &testenv.OutputBuffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(ffcvfeed, append([]string{"serve", "--data", data, "--socket", p.sock}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -37,7 +36,7 @@ func TestFeedSmallShm(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience)
 	defer cancel()
 
-	cmd := feed(ctx, filepath.Join(t.TempDir(), "big.sock"), "--batch-size", "256", "--resolution", "224")
+	cmd := feed(ctx, testenv.Socket(t, "big.sock"), "--batch-size", "256", "--resolution", "224")
 	out, err := cmd.CombinedOutput()
 	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if ws.Signaled() || cmd.ProcessState.ExitCode() != 2 {
@@ -50,7 +49,7 @@ func TestFeedSmallShm(t *testing.T) {
 	}
 
 	// A ring that fits: serving, then SIGTERM.
-	cmd = feed(ctx, filepath.Join(t.TempDir(), "small.sock"), "--batch-size", "16", "--resolution", "64")
+	cmd = feed(ctx, testenv.Socket(t, "small.sock"), "--batch-size", "16", "--resolution", "64")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

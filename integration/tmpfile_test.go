@@ -117,7 +117,7 @@ func TestSIGHUPAtStart(t *testing.T) {
 	p.waitServing(t) // fails if SIGHUP ended it
 	p.stop(t)
 
-	sock := filepath.Join(t.TempDir(), "feed.sock")
+	sock := testenv.Socket(t, "feed.sock")
 	serve := exec.Command(py, "-c", hupAtStart, ffcvfeed, "serve", "--data", src, "--socket", sock)
 	var out testenv.OutputBuffer
 	serve.Stdout, serve.Stderr = &out, &out
