@@ -17,22 +17,27 @@ import (
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 )
 
-// The README is tested as its reader uses it: the flags it names exist,
-// the reference tables list every flag, its Python snippets compile and
-// import, and Install's build commands and every shell block of Quickstart
-// run, in order, in one shell, in a home of their own (the S3 part against
-// the test's S3 server).
+// The README and the pages of docs/ it leads to are tested as their
+// reader uses them: the flags they name exist, the reference tables list
+// every flag, their Python snippets compile and import, and Install's
+// build commands and every shell block of Quickstart run, in order, in one
+// shell, in a home of their own (the S3 part against the test's S3
+// server).
 
-// readmeBlock is a fenced code block of the README.
+// readmeBlock is a fenced code block of the README or a page of docs/.
 type readmeBlock struct {
 	lang    string
 	text    string
+	file    string   // the document, as the repository names it
 	line    int      // of the opening fence
 	heads   []string // the headings it lies under, outermost first
 	runMark bool     // preceded by <!-- readme-test: run -->
 }
 
-// readme is the README, parsed.
+// where is the block's place, FILE:LINE.
+func (b readmeBlock) where() string { return fmt.Sprintf("%s:%d", b.file, b.line) }
+
+// readme is the README and its pages, parsed.
 type readme struct {
 	blocks []readmeBlock
 	prose  []readmeLine // lines outside code blocks, with their headings
@@ -40,22 +45,47 @@ type readme struct {
 
 type readmeLine struct {
 	text  string
+	file  string
 	line  int
 	heads []string
 }
 
+func (l readmeLine) where() string { return fmt.Sprintf("%s:%d", l.file, l.line) }
+
+// docPages are the pages of docs/ that the README leads to: the sections
+// that once were its own, each page's title a section of the README's
+// (a heading of level 2 as the tests see it) and its headings one level
+// below.
+var docPages = []string{"../docs/training.md", "../docs/operating.md", "../docs/troubleshooting.md",
+	"../docs/reference.md", "../docs/how-it-works.md", "../docs/layout.md"}
+
+// readREADME parses the README and docPages as one document, the pages'
+// headings one level down, as they stood in the README.
 func readREADME(t *testing.T) readme {
 	t.Helper()
-	return readMarkdown(t, "../README.md")
+	r := readMarkdown(t, "../README.md")
+	for _, p := range docPages {
+		d := readMarkdownAt(t, p, 1)
+		r.blocks = append(r.blocks, d.blocks...)
+		r.prose = append(r.prose, d.prose...)
+	}
+	return r
 }
 
 // readMarkdown parses the Markdown file at path into code blocks and prose.
 func readMarkdown(t *testing.T, path string) readme {
 	t.Helper()
+	return readMarkdownAt(t, path, 0)
+}
+
+// readMarkdownAt is readMarkdown with every heading shift levels deeper.
+func readMarkdownAt(t *testing.T, path string, shift int) readme {
+	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	file := strings.TrimPrefix(filepath.ToSlash(path), "../")
 	var r readme
 	heads := []string{}
 	var cur *readmeBlock
@@ -75,7 +105,7 @@ func readMarkdown(t *testing.T, path string) readme {
 			continue
 		}
 		if strings.HasPrefix(trimmed, "```") {
-			cur = &readmeBlock{lang: strings.TrimPrefix(trimmed, "```"), line: n, heads: append([]string(nil), heads...), runMark: mark}
+			cur = &readmeBlock{lang: strings.TrimPrefix(trimmed, "```"), file: file, line: n, heads: append([]string(nil), heads...), runMark: mark}
 			body.Reset()
 			mark = false
 			continue
@@ -90,6 +120,7 @@ func readMarkdown(t *testing.T, path string) readme {
 		if strings.HasPrefix(line, "#") {
 			level := len(line) - len(strings.TrimLeft(line, "#"))
 			title := strings.TrimSpace(line[level:])
+			level += shift
 			if level-1 < len(heads) {
 				heads = heads[:level-1]
 			}
@@ -99,7 +130,7 @@ func readMarkdown(t *testing.T, path string) readme {
 			heads = append(heads, title)
 			continue
 		}
-		r.prose = append(r.prose, readmeLine{text: line, line: n, heads: append([]string(nil), heads...)})
+		r.prose = append(r.prose, readmeLine{text: line, file: file, line: n, heads: append([]string(nil), heads...)})
 	}
 	if cur != nil {
 		t.Fatalf("%s:%d: a code block is not closed", path, cur.line)
@@ -235,9 +266,9 @@ func TestReadmeFlags(t *testing.T) {
 		for _, m := range codeSpanRE.FindAllStringSubmatch(l.text, -1) {
 			span := m[1]
 			if strings.HasPrefix(span, "--") {
-				check(fmt.Sprintf("README.md:%d `%s`", l.line, span), span)
+				check(fmt.Sprintf("%s `%s`", l.where(), span), span)
 			} else if cmd, _ := commandOf(span); cmd != "" {
-				check(fmt.Sprintf("README.md:%d `%s`", l.line, span), span)
+				check(fmt.Sprintf("%s `%s`", l.where(), span), span)
 			}
 		}
 	}
@@ -256,7 +287,7 @@ func TestReadmeFlags(t *testing.T) {
 				line = line[:c]
 			}
 			if cmd, _ := commandOf(line); cmd != "" {
-				check(fmt.Sprintf("README.md:%d", n), line)
+				check(fmt.Sprintf("%s:%d", b.file, n), line)
 			}
 		}
 	}
@@ -295,7 +326,7 @@ func TestReadmeFlags(t *testing.T) {
 				known = known || flags[c][f]
 			}
 			if !known {
-				t.Errorf("README.md:%d: the table under %q lists %s, a flag of none of %v", l.line, l.heads[2], f, cmds)
+				t.Errorf("%s: the table under %q lists %s, a flag of none of %v", l.where(), l.heads[2], f, cmds)
 			}
 		}
 	}
@@ -335,7 +366,7 @@ var repoPathRE = regexp.MustCompile(`\b(?:beton|cmd|control|cudafeed|docs|feed|f
 // stale module.
 func TestReadmeNamesCurrentFiles(t *testing.T) {
 	texts := map[string]string{}
-	for _, p := range []string{"../README.md", "../python/README.md", "../docs/measurements.md"} {
+	for _, p := range append([]string{"../README.md", "../python/README.md", "../docs/measurements.md"}, docPages...) {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			t.Fatal(err)
@@ -396,7 +427,7 @@ const readmePythonCheck = `
 import ast, json, sys
 ok = True
 for b in json.load(sys.stdin):
-    name = "README.md:%d" % b["line"]
+    name = b["where"]
     try:
         tree = ast.parse(b["text"], name)
         compile(tree, name, "exec")
@@ -414,13 +445,13 @@ func TestReadmePython(t *testing.T) {
 	py := debianPython(t, "torchvision", "numpy")
 	r := readREADME(t)
 	type block struct {
-		Line int    `json:"line"`
-		Text string `json:"text"`
+		Where string `json:"where"`
+		Text  string `json:"text"`
 	}
 	var blocks []block
 	for _, b := range r.blocks {
 		if b.lang == "python" {
-			blocks = append(blocks, block{b.line, b.text})
+			blocks = append(blocks, block{b.where(), b.text})
 		}
 	}
 	if len(blocks) < 5 {
@@ -470,7 +501,7 @@ func TestReadmeQuickstart(t *testing.T) {
 		case under(b.heads, "Quickstart", "From S3") && b.lang == "sh":
 			fromS3 = append(fromS3, b)
 		case under(b.heads, "Quickstart") && b.lang == "sh":
-			t.Fatalf("README.md:%d: a shell block of Quickstart outside its two parts", b.line)
+			t.Fatalf("%s: a shell block of Quickstart outside its two parts", b.where())
 		}
 	}
 	if len(install) < 2 || len(local) < 2 || len(fromS3) < 2 {
@@ -495,7 +526,7 @@ func TestReadmeQuickstart(t *testing.T) {
 	script := "set -euo pipefail\n"
 	section := func(name string, blocks []readmeBlock) {
 		for _, b := range blocks {
-			script += fmt.Sprintf("echo '### %s: README.md:%d'\n%s\n", name, b.line, b.text)
+			script += fmt.Sprintf("echo '### %s: %s'\n%s\n", name, b.where(), b.text)
 		}
 	}
 	section("Install", install)
@@ -660,7 +691,7 @@ func TestReadmePackages(t *testing.T) {
 }
 
 // markdownDocs are the documents whose links TestReadmeLinks checks.
-var markdownDocs = []string{"../README.md", "../docs/measurements.md", "../python/README.md", "../testdata/NOTICE.md"}
+var markdownDocs = append([]string{"../README.md", "../docs/measurements.md", "../python/README.md", "../testdata/NOTICE.md"}, docPages...)
 
 // TestReadmeLinks: every link of the README and the documents beside it to
 // a place in a document lands on a heading (by GitHub's rule for anchors)
@@ -854,5 +885,38 @@ func TestReadmeTrainCPU(t *testing.T) {
 	// gradient of another layout to warn of.
 	if strings.Contains(string(out), "Grad strides do not match") {
 		t.Errorf("DDP warned of the gradients' strides:\n%s", out)
+	}
+}
+
+// TestReadmeShort: the README is what a newcomer reads, in at most 300
+// lines (it was 1,384, its quickstart lost among them); the reference lives
+// in docs/, and every page of it, and every section of each page, is a link
+// of the README's.
+func TestReadmeShort(t *testing.T) {
+	data, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(data), "\n"); n > 300 {
+		t.Errorf("README.md has %d lines, more than 300: move reference into a page of docs/", n)
+	}
+	for _, p := range docPages {
+		page := strings.TrimPrefix(p, "../")
+		if !strings.Contains(string(data), "]("+page+")") {
+			t.Errorf("the README does not link to %s", page)
+		}
+		d := readMarkdown(t, p)
+		seen := map[string]bool{}
+		slug := regexp.MustCompile(`[^\p{L}\p{N} _-]`)
+		for _, l := range d.prose {
+			if len(l.heads) < 2 || l.heads[1] == "" || seen[l.heads[1]] {
+				continue
+			}
+			seen[l.heads[1]] = true
+			anchor := strings.ReplaceAll(slug.ReplaceAllString(strings.ToLower(l.heads[1]), ""), " ", "-")
+			if !strings.Contains(string(data), "]("+page+"#"+anchor+")") {
+				t.Errorf("the README does not link to %s's section %q (%s#%s)", page, l.heads[1], page, anchor)
+			}
+		}
 	}
 }

@@ -11,7 +11,7 @@ This script trains a model for a fixed number of steps (after warm-up) fed by
                      with .cuda(non_blocking=True) (on a CPU run: used as
                      they are);
   dataloader-mount   torch's DataLoader over torchvision's ImageFolder on an
-                     ffcvfs mount, the unchanged recipe of the README
+                     ffcvfs mount, the unchanged recipe of docs/training.md
                      (RandomResizedCrop, flip, PILToTensor), as many
                      workers as cores;
   dataloader-folder  the same over a plain folder of the same files;

@@ -1443,7 +1443,7 @@ bench_cluster() {
 		cache=$(((share * 115 / 100 + 2 * ranks + 2) * (page >> 20)))MiB
 		diskcap=$(((share * 115 / 100 + 2) * page))
 		# What the peer tier keeps a node's share in: 15 % more and 2
-		# pages (README's sizing; owners are placed with bounded loads, no
+		# pages (docs/operating.md's sizing; owners are placed with bounded loads, no
 		# node over ⌈1.1·P/N⌉ pages).
 		owned=$(((share * 115 + 99) / 100 + 2))
 		for kind in ${KINDS:-global node-affine global+peers global+peers+disk}; do

@@ -193,12 +193,12 @@ func main() {
 // of the pages a node owned in each of n clusters (random addresses, a
 // random object identity), as a multiple of P/N: its median and its worst
 // over the clusters, and in how many of them some node's share was more
-// than README's sizing of the peer cache, 1.15·P/N and 2 pages; for the
+// than the sizing of the peer cache in docs/operating.md, 1.15·P/N and 2 pages; for the
 // peer tier's placement (bounded loads) and for a plain hash ring.
 func simulateShares(nodeCounts []int, pages []int64, n int) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	fmt.Printf("the peer tier's shares: the largest share of a node in each of %d clusters, times P/N (median, worst),\n", n)
-	fmt.Printf("and the clusters in which a node's share is more than 1.15·P/N + 2 pages (README's sizing)\n")
+	fmt.Printf("and the clusters in which a node's share is more than 1.15·P/N + 2 pages (the sizing of docs/operating.md)\n")
 	fmt.Printf("%-6s %-7s | %-30s | %-30s\n", "nodes", "pages", "plain ring: median  worst  over", "bounded loads: median  worst  over")
 	for _, N := range nodeCounts {
 		for _, P := range pages {
