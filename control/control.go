@@ -114,10 +114,13 @@ type Stats struct {
 		// now: it follows the load (see ffcvfs mount --help).
 		GOMAXPROCS int `json:"gomaxprocs"`
 	} `json:"fuse"`
-	Samples  int   `json:"samples"`
-	Classes  int   `json:"classes"`
-	Pages    int   `json:"pages"`
-	PageSize int64 `json:"page_size"`
+	// Source is the beton the mount serves, as it was given (a path, or
+	// an s3:// or http(s):// URL; never credentials).
+	Source   string `json:"source"`
+	Samples  int    `json:"samples"`
+	Classes  int    `json:"classes"`
+	Pages    int    `json:"pages"`
+	PageSize int64  `json:"page_size"`
 	// DataBytes is the size of the data pages, the dataset's share of
 	// what is read from storage.
 	DataBytes int64 `json:"data_bytes"`

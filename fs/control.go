@@ -195,6 +195,7 @@ func (v *View) viewStats() control.Stats {
 	s.FUSE.KernelCacheBytes = v.kcopies.Bytes()
 	s.FUSE.Invalidations = v.kcopies.Invalidations()
 	s.FUSE.GOMAXPROCS = runtime.GOMAXPROCS(0)
+	s.Source = v.f.Name()
 	s.Samples, s.Classes, s.Pages, s.PageSize = v.f.NumSamples(), len(v.classes), v.f.NumPages(), v.f.PageSize()
 	s.DataBytes = int64(v.f.NumPages()) * v.f.PageSize()
 	s.Announced = v.announcer.Announced()

@@ -120,7 +120,11 @@ type Options struct {
 	// (default: the first); LabelField the int field of labels (default
 	// "label").
 	ImageField, LabelField string
-	Logger                 *slog.Logger
+	// SourceName names the beton in advice (AdviseRestarts) when the
+	// file's own name is not what a user would convert: the source an
+	// ffcvfs mount serves, for its .ffcvfs/dataset.beton.
+	SourceName string
+	Logger     *slog.Logger
 }
 
 // MaxWorkers bounds Options.Workers: each worker owns a decoder and its
@@ -261,9 +265,13 @@ func (p *Pipeline) AdviseRestarts() {
 		if 2*r >= j {
 			return
 		}
+		name := p.f.Name()
+		if p.opts.SourceName != "" {
+			name = p.opts.SourceName
+		}
 		p.opts.Logger.Warn(fmt.Sprintf("%d of the first %d JPEGs of %s have no restart markers: "+
 			"'ffcvfs write --from-beton %s OUT.beton' adds them losslessly (the same pixels for every decoder), "+
-			"and random-resized crops then decode about %s faster", j-r, j, p.f.Name(), p.f.Name(), RestartSpeedup))
+			"and random-resized crops then decode about %s faster", j-r, j, name, name, RestartSpeedup))
 	})
 }
 

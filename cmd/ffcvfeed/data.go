@@ -16,30 +16,32 @@ import (
 )
 
 // openData opens --data: a source URL or path, or an ffcvfs mount whose
-// dataset.beton is read and whose announce socket is told each order.
-func openData(c *cli.Context) (*cacheflags.Opened, func([]uint32) error, error) {
+// dataset.beton is read and whose announce socket is told each order; for
+// a mount, source names what it serves (stats.json's source), for advice.
+func openData(c *cli.Context) (d *cacheflags.Opened, announce func([]uint32) error, source string, err error) {
 	data := c.String("data")
 	if data == storage.StdinLocation {
-		var err error
 		if data, err = storage.ReadLocation(os.Stdin); err != nil {
-			return nil, nil, cli.Exit(err.Error(), 2)
+			return nil, nil, "", cli.Exit(err.Error(), 2)
 		}
 	}
-	var announce func([]uint32) error
 	if control.IsMount(data) {
 		mnt := data
 		data = control.Path(mnt, control.DatasetFile)
+		if st, err := control.ReadStats(mnt); err == nil && st.Source != "" {
+			source = st.Source
+		}
 		announce = func(ids []uint32) error {
 			ctx, cancel := context.WithTimeout(c.Context, time.Minute)
 			defer cancel()
 			return control.Announce(ctx, mnt, ids, false)
 		}
 	}
-	d, err := cacheflags.Open(c, data, pagecache.Options{})
+	d, err = cacheflags.Open(c, data, pagecache.Options{})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
-	return d, announce, nil
+	return d, announce, source, nil
 }
 
 // fed is the pipeline the flags describe, with the beton it reads.
@@ -63,10 +65,11 @@ func openPipeline(c *cli.Context) (*fed, error) {
 	if err != nil {
 		return nil, err
 	}
-	data, announce, err := openData(c)
+	data, announce, source, err := openData(c)
 	if err != nil {
 		return nil, err
 	}
+	opts.SourceName = source
 	f := &fed{Opened: data}
 	do, err := decodedOptions(c)
 	if err != nil {

@@ -16,8 +16,8 @@ The modules ``ffcvfs_sampler`` and ``ffcvfeed`` are the old names of
 
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["QuasiRandomSampler", "RandomSampler", "NotAnFfcvfsMountError", "Loader", "FeedError", "Ragged",
-           "DatasetWriter", "WriteError"]
+__all__ = ["QuasiRandomSampler", "RandomSampler", "NotAnFfcvfsMountError", "Loader", "FeedError", "FeedWarning",
+           "Ragged", "DatasetWriter", "WriteError"]
 
 _WHERE = {
     "QuasiRandomSampler": "sampler",
@@ -25,13 +25,14 @@ _WHERE = {
     "NotAnFfcvfsMountError": "sampler",
     "Loader": "feed",
     "FeedError": "feed",
+    "FeedWarning": "feed",
     "Ragged": "feed",
     "DatasetWriter": "writer",
     "WriteError": "writer",
 }
 
 if TYPE_CHECKING:
-    from .feed import FeedError, Loader, Ragged
+    from .feed import FeedError, FeedWarning, Loader, Ragged
     from .sampler import NotAnFfcvfsMountError, QuasiRandomSampler, RandomSampler
     from .writer import DatasetWriter, WriteError
 

@@ -77,9 +77,11 @@ import json
 import logging
 import mmap
 import os
+import re
 import socket
 import stat
 import time
+import warnings
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -138,6 +140,11 @@ class Ragged:
 
 class FeedError(Exception):
     """The server is unreachable or broke the protocol."""
+
+
+class FeedWarning(UserWarning):
+    """A warning of a server the Loader started and owns (its log is
+    private): advice such as restart markers a beton lacks."""
 
 
 class Loader:
@@ -385,6 +392,9 @@ class Loader:
             else:
                 views = self._views[msg["slot"]]
             yield msg, self._batch_fields(views, n, self._cuda is not None)
+            if self._server is not None:
+                for w in self._server.warnings():
+                    warnings.warn(w, FeedWarning, stacklevel=3)
             last = msg["batch"] == self.batches_per_epoch - 1
             self._release(flush=last)
             if last:
@@ -721,6 +731,7 @@ class _Server:
         self.socket_path = os.path.join(self.dir, "feed.sock")
         self.data = os.fspath(data)
         self._log = open(os.path.join(self.dir, "serve.log"), "w+b")
+        self._warned_at = 0  # the log's bytes looked at for warnings
         args = [exe, "serve", "--data", self.data, "--socket", self.socket_path] + _flag_args(flags, self.dir)
         try:
             # Its own session: a Ctrl-C meant for training reaches the
@@ -743,6 +754,39 @@ class _Server:
         """Raises FeedError, with the server's own words, if it has ended."""
         if self.proc.poll() is not None:
             raise FeedError(f"ffcvfeed serve --data {self.data} ended (exit {self.proc.returncode}): {self.message()}")
+
+    def warnings(self):
+        """The messages of the warnings (level=WARN) the server logged
+        since the last call, whole lines only, at most 1 MiB a call."""
+        try:
+            size = os.fstat(self._log.fileno()).st_size
+        except (OSError, ValueError):
+            return []
+        if size <= self._warned_at:
+            return []
+        try:
+            with open(os.path.join(self.dir, "serve.log"), "rb") as f:
+                f.seek(self._warned_at)
+                data = f.read(min(size - self._warned_at, 1 << 20))
+        except OSError:
+            return []
+        end = data.rfind(b"\n") + 1
+        if end == 0 and len(data) < 1 << 20:
+            return []  # a line still being written
+        end = end or len(data)
+        self._warned_at += end
+        out = []
+        for line in data[:end].decode(errors="replace").splitlines():
+            if "level=WARN" in line:
+                m = re.search(r'msg=("(?:[^"\\]|\\.)*"|\S+)', line)
+                text = m.group(1) if m else line
+                if text.startswith('"'):
+                    try:
+                        text = json.loads(text)
+                    except ValueError:
+                        text = text[1:-1]
+                out.append(f"ffcvfeed serve --data {self.data}: {text}")
+        return out
 
     def message(self):
         try:
