@@ -570,3 +570,52 @@ DatasetWriter(sys.argv[2], {"label": IntField(), "text": BytesField()}, num_work
 		}
 	}
 }
+
+// TestDatasetWriterTerminal: in a terminal (script(1) gives it one), the
+// DatasetWriter's progress bar ends its line before the summary, which
+// comes once, after it; the bar's first line shows no rate. The summary
+// was printed into the bar's line, and the bar then drawn again after it.
+func TestDatasetWriterTerminal(t *testing.T) {
+	py := installedPython(t, "numpy")
+	scriptBin := testenv.LookPath(t, "script")
+	dir := t.TempDir()
+	prog := `
+import numpy as np
+from ffcvfs.fields import IntField, NDArrayField
+from ffcvfs.writer import DatasetWriter
+
+class Data:
+    def __len__(self):
+        return 3000
+    def __getitem__(self, i):
+        return np.full((4,), i, np.int32), i
+
+DatasetWriter("out.beton", {"x": NDArrayField(np.dtype("int32"), (4,)), "label": IntField()},
+              num_workers=2).from_indexed_dataset(Data())
+print("after", flush=True)
+`
+	if err := os.WriteFile(filepath.Join(dir, "w.py"), []byte(prog), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(scriptBin, "-qec", py+" w.py", "/dev/null")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the writer in a terminal: %v\n%q", err, out)
+	}
+	text := strings.ReplaceAll(string(out), "\r\n", "\n")
+	bar := strings.Index(text, "write [")
+	sum := strings.Index(text, "out.beton: 3000 samples")
+	if bar < 0 || sum < 0 {
+		t.Fatalf("no bar or no summary in the terminal:\n%q", text)
+	}
+	if sum < bar || text[sum-1] != '\n' || strings.Count(text[sum:], "write [") > 0 {
+		t.Errorf("the summary must follow the bar's finished line, and the bar not come again:\n%q", text)
+	}
+	if first := text[bar:]; strings.Contains(first[:strings.IndexAny(first+"\r", "\r")], "samples/s") {
+		t.Errorf("the bar's first line shows a rate:\n%q", text)
+	}
+	if !strings.Contains(text[sum:], "after") {
+		t.Errorf("the script's own output after the writer's is missing:\n%q", text)
+	}
+}

@@ -51,7 +51,7 @@ func (b *Bar) Add(n int64) {
 	defer b.mu.Unlock()
 	b.done += n
 	if b.out != nil && (time.Since(b.drawn) > 100*time.Millisecond || b.done == b.total) {
-		b.draw()
+		b.draw(false)
 	}
 }
 
@@ -66,11 +66,15 @@ func (b *Bar) Set(done int64) {
 	b.Add(d)
 }
 
-func (b *Bar) draw() {
+// draw draws the bar, and its rate from its second line on (100 ms or
+// more after the first), and in its final one: at its first, work done
+// ahead (samples already queued) would read as millions a second.
+func (b *Bar) draw(final bool) {
+	first := b.drawn.IsZero()
 	b.drawn = time.Now()
 	el := time.Since(b.start).Seconds()
 	rate := 0.0
-	if el > 0 {
+	if el > 0 && (!first || final) {
 		rate = float64(b.done) / el
 	}
 	frac := 0.0
@@ -83,9 +87,14 @@ func (b *Bar) draw() {
 	if rate > 0 && b.done < b.total {
 		eta = fmt.Sprintf(" ETA %s", time.Duration(float64(b.total-b.done)/rate*float64(time.Second)).Round(time.Second))
 	}
-	fmt.Fprintf(b.out, "\r%s [%s%s] %d/%d %s (%.0f %s/s)%s\x1b[K", b.label,
-		strings.Repeat("=", n), strings.Repeat(" ", width-n), b.done, b.total, b.unit, rate, b.unit, eta)
+	speed := "…"
+	if rate > 0 {
+		speed = fmt.Sprintf("%.0f %s/s", rate, b.unit)
+	}
+	fmt.Fprintf(b.out, "\r%s [%s%s] %d/%d %s (%s)%s\x1b[K", b.label,
+		strings.Repeat("=", n), strings.Repeat(" ", width-n), b.done, b.total, b.unit, speed, eta)
 }
+
 
 // Finish draws the final state and ends the line.
 func (b *Bar) Finish() {
@@ -94,6 +103,6 @@ func (b *Bar) Finish() {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.draw()
+	b.draw(true)
 	fmt.Fprintln(b.out)
 }

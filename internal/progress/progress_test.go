@@ -41,3 +41,21 @@ func TestSilentUnlessTerminal(t *testing.T) {
 		t.Errorf("%s=1: %q; want the bar", ForceEnv, out)
 	}
 }
+
+// TestNoRateAtFirst: a bar's first line shows no rate (the first tick of a
+// write read "3847712 samples/s"); its final line does.
+func TestNoRateAtFirst(t *testing.T) {
+	t.Setenv(ForceEnv, "1")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	b := New(w, "write", 10, "samples")
+	b.Add(10) // drawn at once: all done
+	w.Close()
+	out, _ := io.ReadAll(r)
+	if !strings.Contains(string(out), "10/10 samples (…)") || strings.Contains(string(out), "samples/s") {
+		t.Errorf("a bar's first line: %q; want no rate", out)
+	}
+}

@@ -190,8 +190,11 @@ class DatasetWriter:
             pass
         try:
             with sigint_ignored():
-                proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
-                                        pass_fds=[r for r, _ in pipes] + [ready_w])
+                # Its summary (standard output) is printed once its
+                # progress bar (standard error, passed on by _Tail) has
+                # ended its line, not into the middle of it.
+                proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        env=env, pass_fds=[r for r, _ in pipes] + [ready_w])
         except OSError as e:
             for r, w in pipes:
                 os.close(r)
@@ -201,6 +204,7 @@ class DatasetWriter:
         finally:
             os.close(ready_w)
         tail = _Tail(proc.stderr)
+        summary = _Tail(proc.stdout, out=None)
         for r, _ in pipes:
             os.close(r)
         import multiprocessing
@@ -242,6 +246,8 @@ class DatasetWriter:
         finally:
             os.close(ready_r)
             tail.join()
+            summary.join()
+            _print(summary.last)
         # A worker that ended by itself before the writer failed may be
         # why it did (the writer saw its stream end early); workers still
         # busy are killed, and are no cause.
@@ -279,13 +285,31 @@ def _wait_ready(fd):
             continue  # a second Ctrl-C: the write ends at once all the same
 
 
+def _print(b):
+    """Writes the bytes b to this process's standard output."""
+    if not b:
+        return
+    try:
+        out = getattr(sys.stdout, "buffer", None)
+        if out is not None:
+            sys.stdout.flush()
+            out.write(b)
+            out.flush()
+        elif sys.stdout is not None:
+            sys.stdout.write(b.decode(errors="replace"))
+    except (OSError, ValueError):
+        pass
+
+
 class _Tail(threading.Thread):
     """Passes the writer's stderr (its progress bar) on, keeping its last
-    lines for the error message."""
+    lines for the error message; with out=None it passes nothing on and
+    keeps the last 8 KiB (the summary on standard output)."""
 
-    def __init__(self, pipe):
+    def __init__(self, pipe, out="stderr"):
         super().__init__(daemon=True)
         self.pipe = pipe
+        self.forward = out is not None
         self.last = b""
         self.start()
 
@@ -296,6 +320,8 @@ class _Tail(threading.Thread):
             if not b:
                 break
             self.last = (self.last + b)[-8192:]
+            if not self.forward:
+                continue
             try:
                 if out is not None:
                     out.write(b)
