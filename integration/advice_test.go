@@ -51,3 +51,57 @@ func TestRestartAdvice(t *testing.T) {
 		t.Errorf("ffcvfeed bench over a mount: the advice should name %s:\n%s", beton, stderr)
 	}
 }
+
+// loaderWordsScript makes Loaders that own their servers with bad keyword
+// arguments, then reads one past its epochs, and prints what it was told.
+const loaderWordsScript = `
+import sys
+from ffcvfs import FeedError, Loader
+
+beton = sys.argv[1]
+for kw in (dict(batch_size=0), dict(batchsize=3), dict(epochs=0)):
+    try:
+        Loader(beton, **kw)
+        print("no error for", kw)
+    except FeedError as e:
+        print("error:", e)
+with Loader(beton, batch_size=64, epochs=1, resolution=32, workers=1) as loader:
+    for _ in loader:
+        pass
+    print("resume:", sorted(loader.resume_kwargs().items()))
+    try:
+        for _ in loader:
+            pass
+    except FeedError as e:
+        print("past the end:", e)
+`
+
+// TestLoaderSpeaksKeywords: a Loader that owns its server speaks to its
+// user in keyword arguments, not the server's flags: batch_size=0 is
+// refused as such (it was taken as 256), a misspelt keyword names the one
+// meant, epochs=0 is refused (it read nothing), reading past the last
+// epoch says epochs=, and resume_kwargs gives what a new Loader takes.
+func TestLoaderSpeaksKeywords(t *testing.T) {
+	py := debianPython(t, "numpy")
+	beton := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
+	cmd := exec.Command(py, "-c", loaderWordsScript, beton)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+absPath(t, "../python"), "FFCVFEED="+binary(t, "ffcvfeed"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"error: the Loader's ffcvfeed server for " + beton + " ended (exit 2): ffcvfeed: batch_size=0: want 1 to ",
+		`did you mean batch_size=?`,
+		"epochs=0: want 1 to ",
+		"resume: [('start_batch', 0), ('start_epoch', 1)]",
+		"past the end: the Loader of " + beton + " has delivered the 1 epoch(s) it was made for (epochs=1)",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+	if strings.Contains(string(out), "no error for") || strings.Contains(string(out), "--batch-size") {
+		t.Errorf("a bad keyword taken, or the server's flags in the words:\n%s", out)
+	}
+}

@@ -289,9 +289,11 @@ func TestLoaderDecodedCache(t *testing.T) {
 		t.Helper()
 		cmd := exec.Command(py, "-c", decodedScript, beton, flags)
 		cmd.Env = env
-		out, err := cmd.CombinedOutput()
+		stderr := &testenv.OutputBuffer{} // the server's warnings (FeedWarning)
+		cmd.Stderr = stderr
+		out, err := cmd.Output()
 		if err != nil {
-			t.Fatalf("Loader with %s: %v\n%s", flags, err, out)
+			t.Fatalf("Loader with %s: %v\n%s%s", flags, err, out, stderr)
 		}
 		return strings.TrimSpace(string(out))
 	}
@@ -307,7 +309,7 @@ func TestLoaderDecodedCache(t *testing.T) {
 			t.Errorf("with %s: %q, want %q (the batches without the cache)", flags, got, want)
 		}
 	}
-	if got := run(`{"decoded_cache_size": "-1"}`); !strings.Contains(got, `error: `) || !strings.Contains(got, `--decoded-cache-size "-1": want a size such as 8GiB`) {
+	if got := run(`{"decoded_cache_size": "-1"}`); !strings.Contains(got, `error: `) || !strings.Contains(got, `decoded_cache_size="-1": want a size such as 8GiB`) {
 		t.Errorf("a bad size: %q, want a FeedError with the server's sentence", got)
 	}
 }

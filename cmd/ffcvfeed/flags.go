@@ -156,8 +156,27 @@ func libjpegEntropy(c *cli.Context) (bool, error) {
 	}
 }
 
+// MaxEpochs bounds --epochs.
+const MaxEpochs = 1 << 20
+
+// epochsFlag is --epochs, 1 to MaxEpochs.
+func epochsFlag(c *cli.Context) (int, error) {
+	e := c.Int("epochs")
+	if e < 1 || e > MaxEpochs {
+		return 0, cli.Exit(fmt.Sprintf("--epochs %d: want 1 to %d epochs (a run that reads nothing is a mistake)", e, MaxEpochs), 2)
+	}
+	return e, nil
+}
+
 // pipelineOptions turns the flags into pipeline options.
 func pipelineOptions(c *cli.Context) (pipeline.Options, error) {
+	if _, err := epochsFlag(c); err != nil {
+		return pipeline.Options{}, err
+	}
+	// 0 would be the pipeline's default (256), not what was asked for.
+	if b := c.Int("batch-size"); b < 1 || b > order.MaxBatchSize {
+		return pipeline.Options{}, cli.Exit(fmt.Sprintf("--batch-size %d: want 1 to %d samples a batch", b, order.MaxBatchSize), 2)
+	}
 	kind, err := order.ParseKind(c.String("order"))
 	if err != nil {
 		return pipeline.Options{}, cli.Exit("--order: "+err.Error(), 2)

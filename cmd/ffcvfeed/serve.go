@@ -54,7 +54,11 @@ func serveCommand() *cli.Command {
 			if err := checkSocketPath(c.String("socket")); err != nil {
 				return err
 			}
-			startEpoch, startBatch, epochs := c.Int("start-epoch"), c.Int("start-batch"), c.Int("epochs")
+			epochs, err := epochsFlag(c)
+			if err != nil {
+				return err
+			}
+			startEpoch, startBatch := c.Int("start-epoch"), c.Int("start-batch")
 			if startEpoch < 0 || startEpoch >= epochs {
 				return cli.Exit(fmt.Sprintf("--start-epoch %d: want 0 to --epochs - 1 (%d)", startEpoch, epochs-1), 2)
 			}

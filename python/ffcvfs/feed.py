@@ -368,6 +368,9 @@ class Loader:
         CuPy's current stream."""
         self._release(flush=True)
         if self.ended:
+            if self._server is not None:
+                raise FeedError(f"the Loader of {self._server.data} has delivered the {self.epochs} epoch(s) it was "
+                                f"made for (epochs={self.epochs}): give epochs= as many as the loop reads")
             raise FeedError(f"the stream of {self.socket_path} has ended: the server delivered the "
                             f"{self.epochs} epoch(s) it was started with (ffcvfeed serve --epochs); "
                             f"start it with the number of epochs the loop reads")
@@ -564,6 +567,15 @@ class Loader:
             return ["--start-epoch", str(st["epoch"]), "--start-batch", str(st["batch"])]
         return ["--start-epoch", str(st["epoch"]), "--resume", ",".join(f"{w}x{p}" for w, p in expected)]
 
+    def resume_kwargs(self, world_size: Optional[int] = None) -> Dict[str, Any]:
+        """resume_args() as keyword arguments, for a Loader that starts its
+        own server: ``Loader("train.beton", ..., **loader.resume_kwargs())``
+        gives ``start_epoch=E, start_batch=B`` (or ``resume="W0xP0,..."``
+        for a new world size)."""
+        args = self.resume_args(world_size)
+        return {args[i][2:].replace("-", "_"): int(args[i + 1]) if args[i + 1].isdigit() else args[i + 1]
+                for i in range(0, len(args), 2)}
+
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Checks that this loader's server resumes the stream where
         ``state_dict`` (from ``state_dict()`` of an earlier loader, of any
@@ -672,6 +684,17 @@ def _expected_segments(state, world_size):
     return segments + [[world, position]]
 
 
+def _as_kwargs(text):
+    """A server's message in the words of a Loader that owns it: its flags
+    as the keyword arguments that gave them (--batch-size → batch_size=)."""
+    def kw(m):
+        if m.group(1) == "help":
+            return m.group(0)
+        return m.group(1).replace("-", "_") + "=" + (m.group(2) or "")
+    # --flag, or --flag VALUE where a value follows (not a colon or quote).
+    return re.sub(r"(?<![\w-])--([a-z][a-z0-9-]*)(?: (\"[^\"]*\"|[^\s:;,'\"-][^\s:;,'\"]*)(?=[:;,\s]|$))?", kw, text)
+
+
 def _is_data(source):
     """Whether source names data for a server to start on rather than a
     server's socket: a URL, a .beton, or an existing file or folder that is
@@ -753,7 +776,8 @@ class _Server:
     def check(self):
         """Raises FeedError, with the server's own words, if it has ended."""
         if self.proc.poll() is not None:
-            raise FeedError(f"ffcvfeed serve --data {self.data} ended (exit {self.proc.returncode}): {self.message()}")
+            raise FeedError(f"the Loader's ffcvfeed server for {self.data} ended (exit {self.proc.returncode}): "
+                            f"{_as_kwargs(self.message())}")
 
     def warnings(self):
         """The messages of the warnings (level=WARN) the server logged
