@@ -287,6 +287,13 @@ func (v *View) buildClasses() error {
 	if names != nil && int64(len(names)) < maxL+1 {
 		return fmt.Errorf("%d class names given, but labels go up to %d", len(names), maxL)
 	}
+	if names != nil && int64(len(names)) > maxL+1 {
+		// A beton may lack its last classes (a subset); a list of another
+		// beton's classes looks the same, and is said.
+		v.opts.Logger.Warn(fmt.Sprintf("%d class names given, but the labels of %s go up to %d: the first %d names are used; "+
+			"if the list is another beton's, its names are wrong here (ffcvfs write --classes-out writes a beton's own)",
+			len(names), f.Name(), maxL, maxL+1))
+	}
 	for i, name := range names {
 		if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") || name == control.Dir {
 			return fmt.Errorf("class name %q (line %d) cannot be a folder name", name, i+1)

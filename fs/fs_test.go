@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -467,6 +468,16 @@ func TestClassNames(t *testing.T) {
 	}
 	if _, err := NewView(c, Options{Classes: classNames[:3]}); err == nil {
 		t.Error("too few class names accepted")
+	}
+	// More names than labels: another beton's list, or one whose last
+	// classes have no samples here; used, and said.
+	var logged bytes.Buffer
+	more := append(slices.Clone(classNames), "kite", "lynx", "mole", "newt", "owl")
+	if _, err := NewView(c, Options{Classes: more, Logger: slog.New(slog.NewTextHandler(&logged, nil))}); err != nil {
+		t.Errorf("15 names for 10 labels: %v", err)
+	}
+	if !strings.Contains(logged.String(), "15 class names given, but the labels of") || !strings.Contains(logged.String(), "the first 10 names are used") {
+		t.Errorf("15 names for 10 labels, said: %q", logged.String())
 	}
 	if _, err := NewView(c, Options{LabelField: "nope"}); err == nil || !strings.Contains(err.Error(), "nope") {
 		t.Errorf("missing label field: %v", err)

@@ -21,7 +21,7 @@ import (
 // the augmentations and the output, and the cache's and storage's.
 func pipelineFlags() []cli.Flag {
 	return append([]cli.Flag{
-		&cli.StringFlag{Name: "data", Required: true, Usage: "the beton: a path, s3://bucket/key, http(s):// URL, or an ffcvfs mountpoint; - reads it from standard input (a presigned URL then stays out of the command line)", Category: "data"},
+		&cli.StringFlag{Name: "data", Required: true, Usage: "the beton `SRC`: a path, s3://bucket/key, http(s):// URL, or an ffcvfs mountpoint; - reads it from standard input (a presigned URL then stays out of the command line)", Category: everyRun},
 		&cli.StringFlag{Name: "cache-size", Value: "512MiB", Usage: "RAM for pages of the beton", Category: "data"},
 		&cli.StringFlag{Name: "image-field", Usage: "RGB image field (default: the first)", Category: "data"},
 		&cli.StringFlag{Name: "label-field", Value: "label", Usage: "int field of labels", Category: "data"},
@@ -155,6 +155,10 @@ func libjpegEntropy(c *cli.Context) (bool, error) {
 		return false, cli.Exit(fmt.Sprintf("--entropy-decoder %q: want ffcvfeed or libjpeg", v), 2)
 	}
 }
+
+// everyRun is the category of the flags every run needs: capitalized, it
+// comes first in --help (urfave/cli sorts categories by name).
+const everyRun = "Every run needs"
 
 // MaxEpochs bounds --epochs.
 const MaxEpochs = 1 << 20

@@ -135,7 +135,7 @@ func TestFlagsBounded(t *testing.T) {
 	}{
 		{[]string{"bench", "--world-size", "99999999999"}, "world size 99999999999 is out of range; want 1 to 1048576"},
 		{[]string{"bench", "--workers", "99999999"}, "workers must be 1 to 1024"},
-		{[]string{"bench", "--batch-size", "99999999999"}, "batch size 99999999999 is out of range"},
+		{[]string{"bench", "--batch-size", "99999999999"}, "--batch-size 99999999999: want 1 to 16777216 samples a batch"},
 		{[]string{"bench", "--resolution", "99999999"}, "each side must be 1 to 65535"},
 		{[]string{"bench", "--resolution", "60000", "--batch-size", "100000"}, "would take more than 68719476736 bytes"},
 		{[]string{"decode-bench", "--workers", "99999999"}, "--workers 99999999: want 1 to 1024"},

@@ -26,7 +26,7 @@ func serveCommand() *cli.Command {
 		Usage:     "serve batches over a Unix socket and shared memory",
 		UsageText: "ffcvfeed serve --data SRC|MOUNT --socket PATH [options]",
 		Flags: append(pipelineFlags(),
-			&cli.StringFlag{Name: "socket", Required: true, Usage: "Unix socket to serve on (created 0600)", Category: "output"},
+			&cli.StringFlag{Name: "socket", Required: true, Usage: "the Unix socket `PATH` to serve on (created 0600; at most 107 bytes: /tmp/feed.sock, say)", Category: everyRun},
 			&cli.IntFlag{Name: "slots", Value: 4, Usage: "batches in shared memory at once", Category: "output"},
 			&cli.IntFlag{Name: "start-epoch", Usage: "resume: the first epoch to deliver (the client's Loader.state_dict() says which)", Category: "batches"},
 			&cli.IntFlag{Name: "start-batch", Usage: "resume: the first batch of --start-epoch to deliver; the earlier ones are neither read nor announced", Category: "batches"},
