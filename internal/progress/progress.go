@@ -95,7 +95,6 @@ func (b *Bar) draw(final bool) {
 		strings.Repeat("=", n), strings.Repeat(" ", width-n), b.done, b.total, b.unit, speed, eta)
 }
 
-
 // Finish draws the final state and ends the line.
 func (b *Bar) Finish() {
 	if b == nil || b.out == nil {
