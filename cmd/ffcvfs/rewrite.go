@@ -102,8 +102,8 @@ func rewriteSummary(out string, res rewrite.Result) string {
 	if res.JPEGBytesIn > 0 {
 		growth = 100 * float64(res.JPEGBytesOut-res.JPEGBytesIn) / float64(res.JPEGBytesIn)
 	}
-	fmt.Fprintf(&b, "%s: %d samples, %d pages of %s (%s); images: jpg %d, raw %d; %.0f samples/s\n",
-		out, res.Samples, res.Pages, bytesize.Format(res.PageSize), bytesize.Format(res.Bytes), res.JPEG, res.Raw,
+	fmt.Fprintf(&b, "%s: %d samples, %s of %s (%s); images: jpg %d, raw %d; %.0f samples/s\n",
+		out, res.Samples, pages(res.Pages), bytesize.Format(res.PageSize), bytesize.Format(res.Bytes), res.JPEG, res.Raw,
 		float64(res.Samples)/res.Elapsed.Seconds())
 	if res.JPEG > 0 {
 		fmt.Fprintf(&b, "restart markers about every %d MCUs: %d JPEGs transcoded, %d had them already, %d kept without; JPEG bytes %s → %s (%+.2f %%)\n",

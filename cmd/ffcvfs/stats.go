@@ -214,8 +214,8 @@ func statsDelta(a, b reading) statsLine {
 // statsTitle is the first line: what is mounted, in 79 columns (a long
 // mountpoint is cut at its start).
 func statsTitle(mnt string, s control.Stats) string {
-	what := fmt.Sprintf(": %d samples in %d classes, %d pages of %s, cache %s",
-		s.Samples, s.Classes, s.Pages, bytesize.Format(s.PageSize), bytesize.Format(s.Cache.BudgetBytes))
+	what := fmt.Sprintf(": %d samples in %d classes, %s of %s, cache %s",
+		s.Samples, s.Classes, pages(s.Pages), bytesize.Format(s.PageSize), bytesize.Format(s.Cache.BudgetBytes))
 	if r := []rune(mnt); len(r)+len(what) > 79 {
 		keep := max(8, 79-len(what)-1)
 		if keep < len(r) {

@@ -43,7 +43,7 @@ Examples:
 			errs := beton.Verify(f, beton.VerifyOptions{All: c.Bool("all"), Progress: func(done, _ int) { bar.Set(int64(done)) }})
 			bar.Finish()
 			if len(errs) == 0 {
-				fmt.Printf("%s: OK: %d samples, %d fields, %d pages\n", src, f.NumSamples(), len(f.Fields()), f.NumPages())
+				fmt.Printf("%s: OK: %d samples, %d fields, %s\n", src, f.NumSamples(), len(f.Fields()), pages(f.NumPages()))
 				return nil
 			}
 			for _, e := range errs {

@@ -198,8 +198,8 @@ func runWrite(c *cli.Context) error {
 			return cli.Exit(err.Error(), 1)
 		}
 	}
-	fmt.Printf("%s: %d images in %d classes, %d pages of %s (%s); jpg %d (%s), raw %d; %.0f images/s\n",
-		out, res.Samples, len(res.Classes), res.Pages, bytesize.Format(pageSize), bytesize.Format(res.Bytes),
+	fmt.Printf("%s: %d images in %d classes, %s of %s (%s); jpg %d (%s), raw %d; %.0f images/s\n",
+		out, res.Samples, len(res.Classes), pages(res.Pages), bytesize.Format(pageSize), bytesize.Format(res.Bytes),
 		res.JPEG, jpegSummary(res.Verbatim, res.Restarts), res.Raw, float64(res.Samples)/res.Elapsed.Seconds())
 	printNoRestarts(res.NoRestarts, res.FirstNoRestarts)
 	return nil
@@ -326,8 +326,8 @@ func runWriteStream(c *cli.Context, pageSize int64) error {
 		}
 		return cli.Exit(fmt.Sprintf("%v; %s was not written", err, out), 1)
 	}
-	fmt.Printf("%s: %d samples, %d pages of %s (%s); images: jpg %d (%s), raw %d; %.0f samples/s\n",
-		out, res.Samples, res.Pages, bytesize.Format(res.PageSize), bytesize.Format(res.Bytes),
+	fmt.Printf("%s: %d samples, %s of %s (%s); images: jpg %d (%s), raw %d; %.0f samples/s\n",
+		out, res.Samples, pages(res.Pages), bytesize.Format(res.PageSize), bytesize.Format(res.Bytes),
 		res.JPEG, jpegSummary(res.Verbatim, res.Restarts), res.Raw, float64(res.Samples)/res.Elapsed.Seconds())
 	printNoRestarts(res.NoRestarts, res.FirstNoRestarts)
 	return nil
@@ -414,4 +414,12 @@ func writeClasses(path string, classes []string) error {
 		return fmt.Errorf("writing class names: %w", err)
 	}
 	return nil
+}
+
+// pages is "1 page" or "N pages".
+func pages(n int) string {
+	if n == 1 {
+		return "1 page"
+	}
+	return fmt.Sprintf("%d pages", n)
 }
