@@ -208,10 +208,12 @@ func (s *S3Source) openError(ctx context.Context, err error) error {
 	err = s.classify(err)
 	switch httpStatus(err) {
 	case http.StatusNotFound:
+		// The sentence says it all; the SDK's dump (request and host ids,
+		// "https response error" on any endpoint) stays out of it.
 		if _, berr := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &s.bucket}); httpStatus(berr) == http.StatusNotFound {
-			return permanent(fmt.Errorf("bucket %q does not exist: %w", s.bucket, err))
+			return permanent(said{fmt.Sprintf("bucket %q does not exist at %s", s.bucket, s.endpointName()), err})
 		}
-		return permanent(fmt.Errorf("no object %q in bucket %q: %w", s.key, s.bucket, err))
+		return permanent(said{fmt.Sprintf("no object %q in bucket %q at %s", s.key, s.bucket, s.endpointName()), err})
 	case http.StatusForbidden:
 		return permanent(fmt.Errorf("%s: %w", accessDenied, err))
 	case http.StatusMovedPermanently:
@@ -220,6 +222,24 @@ func (s *S3Source) openError(ctx context.Context, err error) error {
 		return permanent(fmt.Errorf("bad request (a wrong region or endpoint?): %w", err))
 	}
 	return err
+}
+
+// said is an error whose message is a sentence of its own, wrapping the
+// SDK's error (for errors.Is and As) without repeating its text.
+type said struct {
+	msg string
+	err error
+}
+
+func (e said) Error() string { return e.msg }
+func (e said) Unwrap() error { return e.err }
+
+// endpointName is where the requests go: the endpoint's URL, or AWS S3.
+func (s *S3Source) endpointName() string {
+	if ep := s.client.Options().BaseEndpoint; ep != nil && *ep != "" {
+		return *ep
+	}
+	return "AWS S3 (" + s.client.Options().Region + ")"
 }
 
 // accessDenied says what an S3 403 means.

@@ -241,8 +241,13 @@ func TestS3SourceOpenErrors(t *testing.T) {
 		{"s3://no-such-bucket/x.beton", `bucket "no-such-bucket" does not exist`},
 	} {
 		_, err := Open(context.Background(), tc.url, f.opts)
-		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "open "+tc.url) {
-			t.Errorf("Open(%s) = %v, want an error saying %q", tc.url, err, tc.want)
+		if err == nil || !strings.Contains(err.Error(), tc.want+" at http://") || !strings.Contains(err.Error(), "open "+tc.url) {
+			t.Errorf("Open(%s) = %v, want an error saying %q at the endpoint", tc.url, err, tc.want)
+		}
+		// One sentence: not the SDK's dump, which says "https response
+		// error" of an http:// endpoint and gives request and host ids.
+		if err != nil && (strings.Contains(err.Error(), "RequestID") || strings.Contains(err.Error(), "https response error")) {
+			t.Errorf("Open(%s): %v; want no SDK dump", tc.url, err)
 		}
 		if errors.Is(err, ErrUnavailable) {
 			t.Errorf("Open(%s): %v is not ErrUnavailable", tc.url, err)
