@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
-# One command for a training node: a machine with a GPU and many cores
-# (the lent one: an H100 or H200, 16 cores, python3 with PyTorch and CuPy,
-# the NVIDIA driver, no Go, nothing to fetch). In two steps:
+# One command for a training node: a machine with a GPU and many cores.
+# The node needs Linux on x86-64, the NVIDIA driver (nvidia-smi), Python 3
+# with numpy, PyTorch built with CUDA, and CuPy for the same CUDA major
+# version; torchvision and PIL for the DataLoader's training feeds (each
+# line says so where missing); FUSE 3 (/dev/fuse, and fusermount3 unless
+# root) for the mount's lines. No Go, no compiler, no network. In two steps:
 #
-#   scripts/device-check.sh --prepare [--cpu-only]   # here, with Go
-#   scripts/device-check.sh [--cpu-only]             # there, from the same tree
+#   scripts/device-check.sh --prepare [--cpu-only]   # here, where Go is
+#   scripts/device-check.sh [--cpu-only]             # on the node
 #
-# --prepare builds what the run needs into device-check/ (git-ignored; name
-# it in the device tool's carry): static ffcvfs, ffcvfeed and readall, and,
-# without --cpu-only, ffcvfeed built with -tags cuda and the compiled GPU
-# tests of package cudafeed (scripts/check-cuda-build.sh installs their
-# headers; libjpeg-turbo is linked in, libcuda.so.1 comes from the driver),
-# each xz-compressed; the folder stays under 40 MiB, so that it and the
-# tree travel in the device tool's 64 MiB.
+# Between them, copy this repository's tree, device-check/ included, to the
+# node (rsync -a ./ node:ffcvfs/, say) and run the second from there.
+#
+# --prepare builds what the run needs into device-check/ (git-ignored):
+# static ffcvfs, ffcvfeed and readall, and, without --cpu-only, ffcvfeed
+# built with -tags cuda and the compiled GPU tests of package cudafeed
+# (scripts/check-cuda-build.sh installs their headers; libjpeg-turbo is
+# linked in, libcuda.so.1 comes from the driver), each xz-compressed; the
+# folder stays under 40 MiB, so that it and the tree copy quickly.
 #
 # The run builds nothing. It unpacks device-check/ into a temporary
 # folder, writes two betons of the fixture's real photos (testdata/
@@ -123,8 +128,14 @@ prepare() {
 	local bin
 	bin=$(mktemp -d)
 	log "building static ffcvfs and ffcvfeed, and readall"
+	# The commit, as the wheel's builds say it: a build of several
+	# packages with -trimpath may carry no VCS stamp.
+	local commit
+	commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+	[[ -z $(git status --porcelain --untracked-files=no 2>/dev/null) ]] || commit+="+modified"
+	local stamp_flag="-X github.com/ffcvfs/ffcvfs/internal/version.commit=$commit"
 	CGO_ENABLED=1 go build -trimpath -tags netgo,osusergo -o "$bin/" \
-		-ldflags "-s -w -linkmode external -extldflags -static" ./cmd/ffcvfs ./cmd/ffcvfeed
+		-ldflags "-s -w $stamp_flag -linkmode external -extldflags -static" ./cmd/ffcvfs ./cmd/ffcvfeed
 	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin/" ./tools/readall
 	for p in "$bin"/ffcvfs "$bin"/ffcvfeed; do
 		file -b "$p" | grep -q "statically linked" || die "$p is not statically linked: $(file -b "$p")"
@@ -132,9 +143,9 @@ prepare() {
 	pack "$bin"/ffcvfs "$bin"/ffcvfeed "$bin"/readall
 	# A beton FFCV's own writer made, where FFCV's source is here already
 	# (bench.sh feed fetches it; nothing is fetched for this).
-	local ffcv=
-	if [[ -f ${FFCV_SRC:-${FFCVFS_CACHE:-$HOME/.cache/ffcvfs}/ffcv-src}/setup.py ]]; then
-		ffcv=$(ffcv_src) || true
+	local ffcv= where=${FFCV_SRC:-${FFCVFS_CACHE:-$HOME/.cache/ffcvfs}/ffcv-src}
+	if [[ -f $where/setup.py ]]; then
+		ffcv=$(ffcv_src) || log "FFCV's source at $where did not build: the run leaves out the FFCV-written beton"
 	fi
 	if [[ -n $ffcv ]]; then
 		log "writing the fixture's photos with FFCV's DatasetWriter"
@@ -142,7 +153,8 @@ prepare() {
 			die "FFCV's DatasetWriter failed"
 		pack "$bin/ffcv-photos.beton"
 	else
-		log "no FFCV here: the run leaves out the FFCV-written beton"
+		[[ -f $where/setup.py ]] ||
+			log "no FFCV source at $where (FFCV_SRC names another; scripts/bench.sh feed fetches it): the run leaves out the FFCV-written beton"
 	fi
 	if ((!cpu_only)); then
 		log "building ffcvfeed -tags cuda and the cudafeed GPU tests (scripts/check-cuda-build.sh installs CUDA's headers)"
@@ -154,7 +166,7 @@ prepare() {
 		jpeg=$(mktemp -d)
 		ln -s /usr/lib/x86_64-linux-gnu/libjpeg.a "$jpeg/libjpeg.a"
 		local stubs=/usr/lib/x86_64-linux-gnu/stubs
-		CGO_LDFLAGS="-L$jpeg -L$stubs" go build -tags cuda -trimpath -ldflags "-s -w" -o "$bin/ffcvfeed-cuda" ./cmd/ffcvfeed
+		CGO_LDFLAGS="-L$jpeg -L$stubs" go build -tags cuda -trimpath -ldflags "-s -w $stamp_flag" -o "$bin/ffcvfeed-cuda" ./cmd/ffcvfeed
 		CGO_LDFLAGS="-L$jpeg -L$stubs" go test -tags cuda -c -trimpath -ldflags "-s -w" -o "$bin/cudafeed-cuda.test" ./cudafeed/
 		rm -rf "$jpeg"
 		if readelf -d "$bin/ffcvfeed-cuda" | grep -q 'NEEDED.*libjpeg'; then
@@ -311,7 +323,7 @@ if [[ -f $dir/ffcv-photos.beton.xz ]]; then
 		done
 	done
 else
-	echo "ffcv-written: left out, no $dir/ffcv-photos.beton.xz (FFCV did not build where --prepare ran)"
+	echo "ffcv-written: left out, no $dir/ffcv-photos.beton.xz (--prepare found no FFCV source at FFCV_SRC, or it did not build: see its log)"
 fi
 
 step "the mount's raw reads"
