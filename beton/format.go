@@ -293,3 +293,10 @@ func validPageSize(ps uint64) error {
 	}
 	return nil
 }
+
+// notBeton is an ErrNotBeton whose message says it all already: it is
+// ErrNotBeton to errors.Is, and does not repeat its text.
+type notBeton string
+
+func (e notBeton) Error() string        { return string(e) }
+func (e notBeton) Is(target error) bool { return target == ErrNotBeton }

@@ -80,7 +80,7 @@ func ReadSchema(r io.ReaderAt, size int64, name string) (*Schema, error) {
 	h := unmarshalHeader(hb[:])
 	if h.Version != Version {
 		if kind := sniffKind(hb[:]); kind != "" {
-			return nil, fmt.Errorf("%s: its first bytes are those of %s, not of a beton (whose header starts with format version %d): %w", name, kind, Version, ErrNotBeton)
+			return nil, notBeton(fmt.Sprintf("%s: its first bytes are those of %s, not of a beton (whose header starts with format version %d)", name, kind, Version))
 		}
 		return nil, fmt.Errorf("%s: file version is %d, this reader reads version %d: %w", name, h.Version, Version, ErrVersion)
 	}

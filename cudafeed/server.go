@@ -445,7 +445,7 @@ func (s *Server) serveConn(conn *net.UnixConn) {
 	s.active = c
 	s.connections++
 	s.mu.Unlock()
-	s.log.Info("cudafeed: consumer connected", "socket", s.opts.SocketPath)
+	s.log.Info("a consumer connected", "socket", s.opts.SocketPath)
 
 	go s.readLoop(c)
 	s.writeLoop(c)

@@ -216,7 +216,7 @@ func New(src storage.Source, f *beton.File, opts Options) (*Cache, error) {
 	if err := opts.Validate(ps); err != nil {
 		return nil, err
 	}
-	n, nFills, nMem, err := tierBudget(int(opts.Budget/ps), opts)
+	n, nFills, nMem, err := tierBudget(int(opts.Budget/ps), ps, opts)
 	if err != nil {
 		return nil, err
 	}

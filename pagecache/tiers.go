@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/internal/bytesize"
 	"github.com/ffcvfs/ffcvfs/pagecache/tier"
 	"github.com/ffcvfs/ffcvfs/storage"
 )
@@ -583,7 +584,7 @@ func (t *tiered) close() error {
 // The peer tier's RAM (Options.PeerBudget) is beyond the budget, and
 // needs no fill buffer: it takes the pages this node reads whole for its
 // cluster.
-func tierBudget(n int, opts Options) (slots, fills, memSlots int, err error) {
+func tierBudget(n int, ps int64, opts Options) (slots, fills, memSlots int, err error) {
 	if opts.DiskDir == "" && !opts.CompressRAM {
 		return n, 0, 0, nil
 	}
@@ -592,12 +593,14 @@ func tierBudget(n int, opts Options) (slots, fills, memSlots int, err error) {
 		fills = 1
 	}
 	if n < 1+fills {
-		return 0, 0, 0, fmt.Errorf("a cache of %d pages is too small for a %s tier: it needs at least %d", n, tierName(opts), 1+fills)
+		return 0, 0, 0, fmt.Errorf("a cache of %d pages of %s is too small for a %s tier: it needs at least %d pages (--cache-size %s or more)",
+			n, bytesize.Format(ps), tierName(opts), 1+fills, bytesize.Format(int64(1+fills)*ps))
 	}
 	slots = n - fills
 	if opts.CompressRAM {
 		if slots < 4 {
-			return 0, 0, 0, fmt.Errorf("a cache of %d pages is too small to compress: it needs at least %d", n, 4+fills)
+			return 0, 0, 0, fmt.Errorf("a cache of %d pages of %s is too small to compress: it needs at least %d pages (--cache-size %s or more)",
+				n, bytesize.Format(ps), 4+fills, bytesize.Format(int64(4+fills)*ps))
 		}
 		keep := max(2, slots/16)
 		memSlots, slots = slots-keep, keep

@@ -165,7 +165,7 @@ func (s *HTTPSource) probe(ctx context.Context, progress func()) error {
 			return nil
 		}
 		if ranges == "none" {
-			return permanent(errors.New("the server does not serve byte ranges (Accept-Ranges: none), which reads need"))
+			return permanent(errors.New("the server does not serve byte ranges (Accept-Ranges: none), which reads need: " + rangeServers))
 		}
 	}
 	// HEAD refused, or silent about ranges or size: ask for one byte.
@@ -192,13 +192,17 @@ func (s *HTTPSource) probe(ctx context.Context, progress func()) error {
 		}
 		s.r.size = 0
 	case http.StatusOK:
-		return permanent(errors.New("the server ignores Range requests (answered 200 to Range: bytes=0-0), which reads need"))
+		return permanent(errors.New("the server ignores Range requests (answered 200 to Range: bytes=0-0), which reads need: " + rangeServers))
 	default:
 		return newStatusError(resp)
 	}
 	s.setValidators(resp.Header)
 	return nil
 }
+
+// rangeServers names servers that serve ranges, for a server that does
+// not (python3 -m http.server is the usual one).
+const rangeServers = "serve the file with one that does (nginx, Caddy, Apache, an S3 server; python3 -m http.server does not)"
 
 func (s *HTTPSource) setValidators(h http.Header) {
 	s.etag = h.Get("ETag")
