@@ -106,6 +106,17 @@ func tuneTransport(opts *Options) func(*http.Transport) {
 	}
 }
 
+func init() {
+	Register(Scheme{Names: []string{"http", "https"}, Form: "http(s)://host/path", Network: true,
+		Open: func(ctx context.Context, url string, opts Options) (Source, error) {
+			s, err := OpenHTTP(ctx, url, opts)
+			if err != nil {
+				return nil, err // not a nil *HTTPSource in a non-nil Source
+			}
+			return s, nil
+		}})
+}
+
 // OpenHTTP opens an http:// or https:// URL. A HEAD request (or, where
 // HEAD is refused, a GET of the first byte) learns the size and the ETag or
 // Last-Modified, and checks that the server serves byte ranges. Name is the

@@ -177,7 +177,8 @@ func (o *Options) Validate() error {
 //   - a path, or file:///path: a local or NFS file (FileSource);
 //   - s3://bucket/key: an S3 object (S3Source);
 //   - http://… or https://…: an object served with Range support
-//     (HTTPSource).
+//     (HTTPSource);
+//   - a URL of any other Scheme registered (Register).
 //
 // ctx bounds the open only, not later reads. Errors name the URL, without
 // credentials.
@@ -194,27 +195,24 @@ func Open(ctx context.Context, url string, opts Options) (Source, error) {
 		}
 		return OpenFile(p, opts)
 	}
-	scheme, rest, _ := splitScheme(url)
-	switch scheme {
-	case "s3":
-		bucket, key, err := s3Object(url, rest)
-		if err != nil {
-			return nil, fmt.Errorf("open %w", err)
-		}
-		return OpenS3(ctx, bucket, key, opts)
-	case "http", "https":
-		return OpenHTTP(ctx, url, opts)
-	default:
-		return nil, fmt.Errorf("open %s: unsupported URL scheme %q (use a path, file://, s3://, http:// or https://)",
-			redactURL(url), scheme)
+	scheme, _, _ := splitScheme(url)
+	s, ok := lookup(scheme)
+	if !ok {
+		return nil, fmt.Errorf("open %s: unsupported URL scheme %q (use %s)", redactURL(url), scheme, Locations())
 	}
+	return s.Open(ctx, url, opts)
 }
 
 // IsNetwork reports whether url names storage reached over the network
-// (s3://, http://, https://) rather than a file.
+// (a registered Scheme's Network: s3://, http://, https://) rather than a
+// file.
 func IsNetwork(url string) bool {
 	scheme, _, ok := splitScheme(url)
-	return ok && (scheme == "s3" || scheme == "http" || scheme == "https")
+	if !ok {
+		return false
+	}
+	s, ok := lookup(scheme)
+	return ok && s.Network
 }
 
 // splitScheme splits "scheme://rest" into a lower-case scheme and rest; ok

@@ -66,6 +66,22 @@ var (
 	_ RequestCounter = (*S3Source)(nil)
 )
 
+func init() {
+	Register(Scheme{Names: []string{"s3"}, Form: "s3://bucket/key", Network: true,
+		Open: func(ctx context.Context, url string, opts Options) (Source, error) {
+			_, rest, _ := splitScheme(url)
+			bucket, key, err := s3Object(url, rest)
+			if err != nil {
+				return nil, fmt.Errorf("open %w", err)
+			}
+			s, err := OpenS3(ctx, bucket, key, opts)
+			if err != nil {
+				return nil, err // not a nil *S3Source in a non-nil Source
+			}
+			return s, nil
+		}})
+}
+
 // OpenS3 opens s3://bucket/key. Configuration and credentials come from
 // opts first, then from the standard AWS environment variables and shared
 // config files. A HeadObject learns the size and ETag; a missing bucket or

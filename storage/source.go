@@ -5,6 +5,11 @@
 // object is pinned by ETag at open, so a changed object is an error, never
 // mixed bytes. Names never carry credentials.
 //
+// Each network backend is a file that registers its URL scheme from its
+// init function (Register; s3.go, http.go): Open, IsNetwork and the
+// programs' help (Locations) then know it, so a new backend is one file
+// and its test.
+//
 // The retry policy is written here rather than taken from the AWS SDK
 // because it must be one policy for S3 and plain HTTP, with a stall
 // watchdog per attempt and a deadline per read. S3's ranged GETs are plain

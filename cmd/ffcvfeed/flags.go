@@ -15,13 +15,14 @@ import (
 	"github.com/ffcvfs/ffcvfs/pipeline"
 	"github.com/ffcvfs/ffcvfs/pipeline/decode"
 	"github.com/ffcvfs/ffcvfs/pipeline/decoded"
+	"github.com/ffcvfs/ffcvfs/storage"
 )
 
 // pipelineFlags are the flags of serve and bench: the data, the batches,
 // the augmentations and the output, and the cache's and storage's.
 func pipelineFlags() []cli.Flag {
 	return append([]cli.Flag{
-		&cli.StringFlag{Name: "data", Required: true, Usage: "the beton `SRC`: a path, s3://bucket/key, http(s):// URL, or an ffcvfs mountpoint; - reads it from standard input (a presigned URL then stays out of the command line)", Category: everyRun},
+		&cli.StringFlag{Name: "data", Required: true, Usage: "the beton `SRC`: " + storage.Locations() + ", or an ffcvfs mountpoint; - reads it from standard input (a presigned URL then stays out of the command line)", Category: everyRun},
 		&cli.StringFlag{Name: "cache-size", Value: "512MiB", Usage: "RAM for pages of the beton", Category: "data"},
 		&cli.StringFlag{Name: "image-field", Usage: "RGB image field (default: the first)", Category: "data"},
 		&cli.StringFlag{Name: "label-field", Value: "label", Usage: "int field of labels", Category: "data"},

@@ -17,6 +17,7 @@ import (
 	"github.com/ffcvfs/ffcvfs/internal/clihelp"
 	"github.com/ffcvfs/ffcvfs/internal/hangup"
 	"github.com/ffcvfs/ffcvfs/internal/version"
+	"github.com/ffcvfs/ffcvfs/storage"
 )
 
 // A feed server takes SIGHUP from its start (it re-reads a
@@ -30,7 +31,7 @@ func main() {
 		Name:    "ffcvfeed",
 		Version: version.Release,
 		Usage:   "decode, augment and deliver training batches from a .beton to any framework",
-		Description: `ffcvfeed serve reads a beton (a path, s3://, http(s)://, or an ffcvfs mount),
+		Description: `ffcvfeed serve reads a beton (` + storage.Locations() + `, or an ffcvfs mount),
 decodes its JPEGs with libjpeg-turbo (only the region each crop needs), crops,
 flips and converts them, and puts finished batches into shared memory; a
 training process reads them through a Unix socket, without copying:

@@ -28,7 +28,7 @@ func mountCommand() *cli.Command {
 		Name:      "mount",
 		Usage:     "mount a .beton read-only as an ImageFolder tree",
 		ArgsUsage: "SRC MOUNTPOINT",
-		Description: `Serves SRC (a path, file://, s3://bucket/key or http(s)://) at MOUNTPOINT as
+		Description: `Serves SRC (` + storage.Locations() + `) at MOUNTPOINT as
 <class>/<sample>.jpg (or .ppm for raw images), read-only, in the foreground
 until Ctrl-C, SIGTERM or 'ffcvfs umount MOUNTPOINT' (with --background, it
 returns once mounted and the mount runs on). At Ctrl-C or SIGTERM, files

@@ -53,7 +53,7 @@ func runWriteBeton(c *cli.Context, pageSize int64) error {
 		return usageError("--from-beton: %v", err)
 	}
 	if src == "" {
-		return usageError("--from-beton: give the source beton (a path, s3:// or http(s)://)")
+		return usageError("--from-beton: give the source beton (%s)", storage.Locations())
 	}
 	out := c.Args().Get(0)
 	ctx := interrupt.Context(c.Context)

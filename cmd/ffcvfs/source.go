@@ -13,7 +13,7 @@ import (
 	"github.com/ffcvfs/ffcvfs/storage"
 )
 
-// openBeton opens SRC (a path, file://, s3:// or http(s)://) for a command
+// openBeton opens SRC (any location storage.Open takes) for a command
 // that only reads it. The caller closes the returned file.
 func openBeton(c *cli.Context, src string) (*beton.File, io.Closer, error) {
 	ctx, cancel := context.WithTimeout(c.Context, cacheflags.OpenTimeout)

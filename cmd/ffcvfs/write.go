@@ -61,7 +61,7 @@ sizes (the image flags above are the ImageFolder's). The format is in the
 documentation of package beton/stream; the Python package's DatasetWriter
 (a drop-in for FFCV's) writes it.
 
-With --from-beton, SRC is a beton (a path, s3:// or http(s)://), any
+With --from-beton, SRC is a beton (` + storage.Locations() + `), any
 writer's, FFCV's included: it is written anew with every JPEG given
 restart markers, losslessly, and everything else as it was (every field
 and value, each sample's id, raw images, the names index); a JPEG that
@@ -98,7 +98,7 @@ Examples:
 			&cli.StringFlag{Name: "classes-out", Usage: "write the class names, one per line in label order, to `FILE`", Category: "file"},
 			&cli.StringSliceFlag{Name: "from-stream", Usage: "read samples from `SRC` (a file, a FIFO, - for standard input, fd:N) instead of an ImageFolder tree; repeat for several producers, whose samples are merged by id", Category: "stream"},
 			&cli.StringFlag{Name: "max-sample-size", Value: "256MiB", Usage: "--from-stream: refuse a sample frame larger than `SIZE`", Category: "stream"},
-			&cli.StringFlag{Name: "from-beton", Usage: "write the beton `SRC` (a path, s3:// or http(s)://; - reads the location from standard input) anew, its JPEGs given restart markers (--restart-interval), everything else as it was; --page-size: the source's unless given", Category: "beton"},
+			&cli.StringFlag{Name: "from-beton", Usage: "write the beton `SRC` (" + storage.Locations() + "; - reads the location from standard input) anew, its JPEGs given restart markers (--restart-interval), everything else as it was; --page-size: the source's unless given", Category: "beton"},
 			&cli.DurationFlag{Name: "read-deadline", Value: storage.DefaultReadDeadline, Usage: "--from-beton from S3 or HTTP: give up a read of a page, retries included, after this long", Category: "beton"},
 		}, cacheflags.UploadFlags("storage")...),
 		Action: runWrite,
