@@ -64,7 +64,7 @@ func TestReadmeDistributed(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "train.py"), []byte(train), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	tmp := t.TempDir() // the Loaders' folders go here
+	tmp := testenv.SocketDir(t) // the Loaders' folders go here: a TMPDIR where their sockets' paths fit
 	var markBytes [8]byte
 	rand.Read(markBytes[:])
 	mark := "FFCVFS_TEST_RUN=" + hex.EncodeToString(markBytes[:])
