@@ -161,10 +161,15 @@ tests_tmp=$(mktemp -d "${TMPDIR:-/tmp}/ffcvfs-tests-XXXXXX")
 # Open to pass through, as /tmp is: tests run readers as another user
 # (nobody) in folders of their own under it.
 chmod 755 "$tests_tmp"
-# The tests' TMPDIR is 150 characters long, more than a Unix socket's path
-# may have (107 bytes), as a user's may be: every socket the programs and
-# the tests make must find a place of its own where its path fits.
-# Their sockets go to XDG_RUNTIME_DIR, short, as a desktop session's is.
+# The race pass (every package but integration: every socket the programs
+# make, the tests' own) runs with a TMPDIR of 150 characters, more than a
+# Unix socket's path may have (107 bytes), as a user's may be; sockets must
+# find a place of their own where their path fits. The other passes run
+# torch's DataLoader, which cannot (Python's multiprocessing puts a socket
+# of its workers in TMPDIR) and so have a short one. Sockets go to
+# XDG_RUNTIME_DIR, short, as a desktop session's.
+main_dir=$tests_tmp/main
+mkdir -m 755 "$main_dir"
 tests_dir=$tests_tmp/a-tmpdir-longer-than-a-socket-path-
 while ((${#tests_dir} < 150)); do tests_dir+=x; done
 mkdir -m 755 "$tests_dir"
@@ -179,15 +184,15 @@ if (($# == 0)); then
 	# are reused), after integration's TestWheel* over the wheels; and the
 	# race and -asan passes. Their output follows the first pass's.
 	work=$(mktemp -d)
-	export TMPDIR=$tests_dir
+	export TMPDIR=$main_dir
 	step "beside the tests: the wheels, the arm64 tests under qemu-aarch64-static (${ARM64_PACKAGES[*]}), the race and -asan passes"
 	beside "the wheels for linux/amd64 and linux/arm64, TestWheel*, the arm64 tests" "$work/arm64.log" wheel_and_arm64
-	beside "go test -race -short, go test -asan" "$work/race.log" race_and_asan
+	TMPDIR=$tests_dir beside "go test -race -short, go test -asan (TMPDIR of ${#tests_dir} characters)" "$work/race.log" race_and_asan
 	skip=(-skip '^TestWheel')
 fi
 step "go test (timeout $timeout): each test as it ends, a package's failures in full"
 gotestsum=$(ensure_gotestsum)
-export TMPDIR=$tests_dir
+export TMPDIR=$main_dir
 # A failure of this pass is told at the end: the passes beside it still
 # finish and show what they found.
 main=0
@@ -204,7 +209,7 @@ fi
 if ((${#failed[@]} > 0)); then
 	die "failed after $((SECONDS - start)) s: $(printf '%s; ' "${failed[@]}")"
 fi
-left=$(find "$tests_dir" "$XDG_RUNTIME_DIR" -mindepth 1 -maxdepth 1 -printf '%p\n' | head -20)
+left=$(find "$main_dir" "$tests_dir" "$XDG_RUNTIME_DIR" -mindepth 1 -maxdepth 1 -printf '%p\n' | head -20)
 if [[ -n $left ]]; then
 	die "the tests left these in their temporary folders (now removed):"$'\n'"$left"
 fi
