@@ -691,7 +691,7 @@ def _as_kwargs(text):
         if m.group(1) == "help":
             return m.group(0)
         return m.group(1).replace("-", "_") + "=" + (m.group(2) or "")
-    # --flag, or --flag VALUE where a value follows (not a colon or quote).
+    # --flag, or --flag VALUE: a word or a quoted string, before a colon, a comma, a space or the end.
     return re.sub(r"(?<![\w-])--([a-z][a-z0-9-]*)(?: (\"[^\"]*\"|[^\s:;,'\"-][^\s:;,'\"]*)(?=[:;,\s]|$))?", kw, text)
 
 
