@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/internal/ordered"
 )
 
 // ConvertOptions configures Convert.
@@ -149,42 +150,45 @@ func convertTo(ctx context.Context, root string, dst beton.Destination, opts Con
 			return res, err
 		}
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-
-	// At most window samples are in flight, so memory stays bounded however
-	// slow one image is.
-	window := 4 * opts.Workers
-	jobs := make(chan int)
-	results := make(chan prepared, window)
-	done := make(chan struct{})
-	for range opts.Workers {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			var scratch Scratch
-			for i := range jobs {
-				s := tree.Samples[i]
-				r := prepared{i: i}
-				src, err := readImageFile(s.Path)
-				if err != nil {
-					r.err = err
-				} else {
-					rnd := rand.New(rand.NewPCG(uint64(opts.Seed), uint64(i)))
-					r.p, r.err = Prepare(s.Path, src, opts.Image, rnd, &scratch)
-				}
-				select {
-				case results <- r:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}()
+	// At most 4 samples a worker are in flight, so memory stays bounded
+	// however slow one image is; they are written in sample order.
+	n, taken, written := len(tree.Samples), 0, 0
+	scratch := make([]Scratch, opts.Workers)
+	vals := make([]beton.Value, 2, 3)
+	if names != nil {
+		vals = vals[:3]
 	}
-	err = convertLoop(ctx, w, tree, names, jobs, results, window, opts.Progress, &res)
-	close(jobs)
-	cancel()
-	for range opts.Workers {
-		<-done
+	err = ordered.Map(ctx, ordered.Options{Workers: opts.Workers, Window: 4 * opts.Workers},
+		func(context.Context) (int, int64, bool, error) {
+			if taken == n {
+				return 0, 0, false, nil
+			}
+			taken++
+			return taken - 1, 0, true, nil
+		},
+		func(worker, i int) prepared {
+			s := tree.Samples[i]
+			r := prepared{i: i}
+			src, err := readImageFile(s.Path)
+			if err != nil {
+				r.err = err
+			} else {
+				rnd := rand.New(rand.NewPCG(uint64(opts.Seed), uint64(i)))
+				r.p, r.err = Prepare(s.Path, src, opts.Image, rnd, &scratch[worker])
+			}
+			return r
+		},
+		func(r prepared) error {
+			if err := writePrepared(w, tree, names, r, vals, &res); err != nil {
+				return err
+			}
+			if written++; opts.Progress != nil {
+				opts.Progress(written, n)
+			}
+			return nil
+		})
+	if err != nil && ctx.Err() != nil {
+		err = errors.Join(err, fmt.Errorf("stopped after %d of %d samples", written, n))
 	}
 	if err != nil {
 		w.Abort()
@@ -199,75 +203,44 @@ func convertTo(ctx context.Context, root string, dst beton.Destination, opts Con
 	return res, nil
 }
 
-func convertLoop(ctx context.Context, w *beton.Writer, tree *Tree, names []string, jobs chan<- int, results <-chan prepared, window int, progress func(int, int), res *Result) error {
-	n := len(tree.Samples)
-	pending := make(map[int]prepared, window)
-	vals := make([]beton.Value, 2, 3)
-	if names != nil {
-		vals = vals[:3]
+// writePrepared writes sample r.i, prepared, to w and counts it in res.
+func writePrepared(w *beton.Writer, tree *Tree, names []string, r prepared, vals []beton.Value, res *Result) error {
+	s := tree.Samples[r.i]
+	if r.err != nil {
+		return fmt.Errorf("sample %d (%s): %w", r.i, s.Path, r.err)
 	}
-	next, sent := 0, 0
-	for next < n {
-		var jobCh chan<- int
-		if sent < n && sent < next+window {
-			jobCh = jobs
+	need := int64(len(r.p.Data))
+	if names != nil {
+		need += int64(len(names[r.i]))
+	}
+	if need > w.PageSize() {
+		// It may fit as it was: kept so, not refused.
+		r.p.Unmark(fmt.Errorf("with restart markers the sample takes %d bytes, more than a page of %d", need, w.PageSize()))
+	}
+	mode := r.p.Mode()
+	if r.p.JPEG {
+		res.JPEG++
+		if r.p.Verbatim {
+			res.Verbatim++
 		}
-		select {
-		case jobCh <- sent:
-			sent++
-		case r := <-results:
-			pending[r.i] = r
-			for {
-				r, ok := pending[next]
-				if !ok {
-					break
-				}
-				delete(pending, next)
-				s := tree.Samples[next]
-				if r.err != nil {
-					return fmt.Errorf("sample %d (%s): %w", next, s.Path, r.err)
-				}
-				need := int64(len(r.p.Data))
-				if names != nil {
-					need += int64(len(names[next]))
-				}
-				if need > w.PageSize() {
-					// It may fit as it was: kept so, not refused.
-					r.p.Unmark(fmt.Errorf("with restart markers the sample takes %d bytes, more than a page of %d", need, w.PageSize()))
-				}
-				mode := r.p.Mode()
-				if r.p.JPEG {
-					res.JPEG++
-					if r.p.Verbatim {
-						res.Verbatim++
-					}
-					if r.p.Restarts {
-						res.Restarts++
-					}
-					if r.p.NoRestarts != nil {
-						if res.NoRestarts++; res.FirstNoRestarts == "" {
-							res.FirstNoRestarts = fmt.Sprintf("%s: %v", s.Path, r.p.NoRestarts)
-						}
-					}
-				} else {
-					res.Raw++
-				}
-				vals[0] = beton.Value{Mode: mode, Width: r.p.Width, Height: r.p.Height, Data: r.p.Data}
-				vals[1] = beton.Value{Int: int64(s.Label)}
-				if names != nil {
-					vals[2] = beton.Value{Data: []byte(names[next])}
-				}
-				if err := w.WriteSample(vals); err != nil {
-					return fmt.Errorf("%s: %w", s.Path, err)
-				}
-				next++
-				if progress != nil {
-					progress(next, n)
-				}
+		if r.p.Restarts {
+			res.Restarts++
+		}
+		if r.p.NoRestarts != nil {
+			if res.NoRestarts++; res.FirstNoRestarts == "" {
+				res.FirstNoRestarts = fmt.Sprintf("%s: %v", s.Path, r.p.NoRestarts)
 			}
-		case <-ctx.Done():
-			return errors.Join(ctx.Err(), fmt.Errorf("stopped after %d of %d samples", next, n))
 		}
+	} else {
+		res.Raw++
+	}
+	vals[0] = beton.Value{Mode: mode, Width: r.p.Width, Height: r.p.Height, Data: r.p.Data}
+	vals[1] = beton.Value{Int: int64(s.Label)}
+	if names != nil {
+		vals[2] = beton.Value{Data: []byte(names[r.i])}
+	}
+	if err := w.WriteSample(vals); err != nil {
+		return fmt.Errorf("%s: %w", s.Path, err)
 	}
 	return nil
 }

@@ -43,10 +43,10 @@ import (
 	"io"
 	"runtime"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/internal/ordered"
 	"github.com/ffcvfs/ffcvfs/jpeg"
 )
 
@@ -163,7 +163,6 @@ func (o *Options) validate(src *beton.File) error {
 // job is a run of samples of one source page (page nil: samples with no
 // data in any page), seq-th of the rewrite, and, once done, their values.
 type job struct {
-	seq    int64
 	page   *page
 	ids    []uint32
 	last   bool // the page's last job: its hold ends when written
@@ -292,98 +291,62 @@ func run(ctx context.Context, src *beton.File, w *beton.Writer, opts *Options, r
 		}
 	}()
 
-	// The jobs, cut in order: each page's samples in runs, then the
-	// samples without data in a page.
-	jobs := make(chan *job)
-	go func() {
-		defer close(jobs)
-		var seq int64
-		send := func(j *job) bool {
-			j.seq = seq
-			seq++
-			select {
-			case jobs <- j:
-				return true
-			case <-ctx.Done():
-				return false
-			}
-		}
-		for pg := range reads {
-			select {
-			case <-pg.done:
-			case <-ctx.Done():
-				return
-			}
-			if pg.err != nil {
-				send(&job{err: pg.err})
-				return
-			}
-			ids := src.PageSamples(pg.p)
-			for len(ids) > 0 {
-				k := min(len(ids), chunkSamples)
-				if !send(&job{page: pg, ids: ids[:k], last: k == len(ids)}) {
-					return
-				}
-				ids = ids[k:]
-			}
-		}
-		var loose []uint32
-		for i := range n {
-			if src.SamplePage(i) == beton.NoPage {
-				if loose = append(loose, uint32(i)); len(loose) == chunkSamples {
-					if !send(&job{ids: loose}) {
-						return
-					}
-					loose = nil
-				}
-			}
-		}
-		if len(loose) > 0 {
-			send(&job{ids: loose})
-		}
-	}()
-
-	results := make(chan *job, window)
-	var wg sync.WaitGroup
-	for range opts.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range jobs {
-				if j.err == nil {
-					transcode(ctx, src, j, opts, readAt)
-				}
-				select {
-				case results <- j:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}()
-	}
-	defer func() {
-		cancel()
-		wg.Wait()
-	}()
-
-	pending := map[int64]*job{}
-	var next int64
-	done := 0
-	for done < n {
-		var j *job
-		select {
-		case j = <-results:
-		case <-ctx.Done():
-			return errors.Join(ctx.Err(), fmt.Errorf("stopped after %d of %d samples", done, n))
-		}
-		pending[j.seq] = j
+	// The jobs, cut in order (each page's samples in runs, then the
+	// samples without data in a page), transcoded by the workers and
+	// written in that order; a page's hold is given back with its last
+	// job. A page that could not be read ends the cutting: the jobs before
+	// it are written, then its error is returned.
+	var cur *page
+	var ids []uint32
+	readsDone, loose := false, 0
+	next := func(mctx context.Context) (*job, int64, bool, error) {
 		for {
-			j, ok := pending[next]
-			if !ok {
+			if len(ids) > 0 {
+				k := min(len(ids), chunkSamples)
+				j := &job{page: cur, ids: ids[:k], last: k == len(ids)}
+				ids = ids[k:]
+				return j, 0, true, nil
+			}
+			if readsDone {
 				break
 			}
-			delete(pending, next)
-			next++
+			select {
+			case pg, ok := <-reads:
+				if !ok {
+					readsDone = true
+					continue
+				}
+				select {
+				case <-pg.done:
+				case <-mctx.Done():
+					return nil, 0, false, context.Cause(mctx)
+				}
+				if pg.err != nil {
+					return nil, 0, false, pg.err
+				}
+				cur, ids = pg, src.PageSamples(pg.p)
+			case <-mctx.Done():
+				return nil, 0, false, context.Cause(mctx)
+			}
+		}
+		var run []uint32
+		for ; loose < n && len(run) < chunkSamples; loose++ {
+			if src.SamplePage(loose) == beton.NoPage {
+				run = append(run, uint32(loose))
+			}
+		}
+		if len(run) == 0 {
+			return nil, 0, false, nil
+		}
+		return &job{ids: run}, 0, true, nil
+	}
+	done := 0
+	err := ordered.Map(ctx, ordered.Options{Workers: opts.Workers, Window: window}, next,
+		func(_ int, j *job) *job {
+			transcode(ctx, src, j, opts, readAt)
+			return j
+		},
+		func(j *job) error {
 			if j.err != nil {
 				return j.err
 			}
@@ -400,9 +363,12 @@ func run(ctx context.Context, src *beton.File, w *beton.Writer, opts *Options, r
 			if opts.Progress != nil {
 				opts.Progress(done, n)
 			}
-		}
+			return nil
+		})
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Cause(ctx)) {
+		return errors.Join(err, fmt.Errorf("stopped after %d of %d samples", done, n))
 	}
-	return nil
+	return err
 }
 
 func (r *Result) add(s *stats) {

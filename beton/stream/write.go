@@ -11,11 +11,12 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ffcvfs/ffcvfs/beton"
 	"github.com/ffcvfs/ffcvfs/beton/imagefolder"
+	"github.com/ffcvfs/ffcvfs/internal/ordered"
 )
 
 // Options configures Write.
@@ -215,14 +216,6 @@ func readStream(ctx context.Context, r *frameReader, fields []field, out chan<- 
 	}
 }
 
-// job is a run of consecutive samples to prepare, seq-th of the write,
-// and the bytes they hold (their samples' cost).
-type job struct {
-	seq     int64
-	samples []*sample
-	cost    int64
-}
-
 // run merges the streams by id, prepares samples on opts.Workers
 // goroutines and writes them in id order. At most 2×Workers jobs, and of
 // them at most opts.MaxHeld bytes (or one job), are handed to the workers
@@ -243,32 +236,6 @@ func run(ctx context.Context, w *beton.Writer, readers []*frameReader, fields []
 		go readStream(ctx, r, fields, ins[i])
 	}
 
-	jobs := make(chan job)
-	results := make(chan job, window)
-	var wg sync.WaitGroup
-	for range opts.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var scratch imagefolder.Scratch
-			for j := range jobs {
-				for _, s := range j.samples {
-					prepareSample(s, fields, h.Seed, w.PageSize(), &scratch)
-				}
-				select {
-				case results <- j:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}()
-	}
-	defer func() {
-		cancel()
-		close(jobs)
-		wg.Wait()
-	}()
-
 	// The merge: each stream's queue of parsed samples, in increasing id
 	// order; the next id is at the head of one of them.
 	queues := make([][]*sample, len(readers))
@@ -277,13 +244,15 @@ func run(ctx context.Context, w *beton.Writer, readers []*frameReader, fields []
 	for i := range last {
 		last[i] = -1
 	}
-	// fill receives stream i's next batch into its queue.
+	// fill receives stream i's next batch into its queue; it waits for
+	// at most as long as fillCtx lasts (the map's, while it takes).
+	fillCtx := ctx
 	fill := func(i int) error {
 		var b batch
 		select {
 		case b = <-ins[i]:
-		case <-ctx.Done():
-			return errors.Join(ctx.Err(), errors.New("stopped"))
+		case <-fillCtx.Done():
+			return errors.Join(fillCtx.Err(), errors.New("stopped"))
 		}
 		if b.err == errEnd {
 			ended[i] = true
@@ -345,82 +314,85 @@ func run(ctx context.Context, w *beton.Writer, readers []*frameReader, fields []
 		}
 	}
 
-	pending := map[int64]job{} // prepared, not yet written
-	var sent, written int64    // jobs
+	// Runs of samples, prepared by the workers and written in id order;
+	// a merge error comes after the samples before it are written (an
+	// error of theirs, a bad image, is the first to tell).
 	var samples int64
-	var held []*sample // taken, not yet handed to a worker
-	var heldCost int64 // held's
-	var inflight int64 // the cost of the jobs sent and not written
-	// A merge error waits for the samples before it to be prepared and
-	// written: an error of theirs (a bad image) is the first to tell.
-	var mergeErr error
-	for samples < n {
-		if mergeErr != nil && written == sent {
-			return mergeErr
-		}
-		var jobCh chan job
-		if held == nil && mergeErr == nil && next < n && sent < written+window {
-			if held, mergeErr = take(); mergeErr != nil {
-				continue
+	var inflight, maxHeld atomic.Int64
+	defer func() { res.MaxHeld = maxHeld.Load() }()
+	scratch := make([]imagefolder.Scratch, opts.Workers)
+	err := ordered.Map(ctx, ordered.Options{Workers: opts.Workers, Window: int(window), MaxCost: opts.MaxHeld},
+		func(mctx context.Context) ([]*sample, int64, bool, error) {
+			if next >= n {
+				return nil, 0, false, nil
 			}
-			heldCost = 0
-			for _, s := range held {
-				heldCost += s.cost
+			fillCtx = mctx
+			defer func() { fillCtx = ctx }()
+			run, err := take()
+			if err != nil {
+				return nil, 0, false, err
 			}
-		}
-		if held != nil && (inflight == 0 || inflight+heldCost <= opts.MaxHeld) {
-			jobCh = jobs
-		}
-		select {
-		case jobCh <- job{seq: sent, samples: held, cost: heldCost}:
-			sent++
-			held = nil
-			inflight += heldCost
-			res.MaxHeld = max(res.MaxHeld, inflight)
-		case r := <-results:
-			pending[r.seq] = r
-			for {
-				r, ok := pending[written]
-				if !ok {
-					break
+			var cost int64
+			for _, s := range run {
+				cost += s.cost
+			}
+			return run, cost, true, nil
+		},
+		func(worker int, run []*sample) []*sample {
+			var cost int64
+			for _, s := range run {
+				cost += s.cost
+			}
+			// The cost handed to the workers and not yet written.
+			held := inflight.Add(cost)
+			for m := maxHeld.Load(); held > m && !maxHeld.CompareAndSwap(m, held); m = maxHeld.Load() {
+			}
+			for _, s := range run {
+				prepareSample(s, fields, h.Seed, w.PageSize(), &scratch[worker])
+			}
+			return run
+		},
+		func(run []*sample) error {
+			var cost int64
+			for _, s := range run {
+				cost += s.cost
+				if s.err != nil {
+					return s.err
 				}
-				delete(pending, written)
-				for _, s := range r.samples {
-					if s.err != nil {
-						return s.err
-					}
-					if err := w.WriteSample(s.values); err != nil {
-						return err
-					}
-					for i := range fields {
-						if fields[i].beton.Type == beton.TypeRGBImage {
-							if s.values[i].Mode == beton.ModeRaw {
-								res.Raw++
-							} else {
-								res.JPEG++
-							}
-						}
-					}
-					if s.verbatim {
-						res.Verbatim++
-					}
-					res.Restarts += s.restarts
-					if s.noRestartN > 0 {
-						if res.NoRestarts += s.noRestartN; res.FirstNoRestarts == "" {
-							res.FirstNoRestarts = s.noRestarts
+				if err := w.WriteSample(s.values); err != nil {
+					return err
+				}
+				for i := range fields {
+					if fields[i].beton.Type == beton.TypeRGBImage {
+						if s.values[i].Mode == beton.ModeRaw {
+							res.Raw++
+						} else {
+							res.JPEG++
 						}
 					}
 				}
-				samples += int64(len(r.samples))
-				written++
-				inflight -= r.cost
-				if opts.Progress != nil {
-					opts.Progress(int(samples), int(n))
+				if s.verbatim {
+					res.Verbatim++
+				}
+				res.Restarts += s.restarts
+				if s.noRestartN > 0 {
+					if res.NoRestarts += s.noRestartN; res.FirstNoRestarts == "" {
+						res.FirstNoRestarts = s.noRestarts
+					}
 				}
 			}
-		case <-ctx.Done():
-			return errors.Join(ctx.Err(), fmt.Errorf("stopped after %d of %d samples", samples, n))
+			samples += int64(len(run))
+			inflight.Add(-cost)
+			if opts.Progress != nil {
+				opts.Progress(int(samples), int(n))
+			}
+			return nil
+		})
+	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, context.Cause(ctx)) {
+			return errors.Join(err, fmt.Errorf("stopped after %d of %d samples", samples, n))
 		}
+		return err
 	}
 	// Every stream must end here: nothing may follow the samples.
 	for i, q := range queues {
