@@ -38,7 +38,8 @@ func TestOpenNotABeton(t *testing.T) {
 		want error
 		re   string
 	}{
-		{"photo.jpg", photo, beton.ErrNotBeton, `^photo\.jpg: its first bytes are those of a JPEG image, not of a beton \(whose header starts with format version 2\)`},
+		// Said once: the sentence is the whole message (it ended ": not a beton file").
+		{"photo.jpg", photo, beton.ErrNotBeton, `^photo\.jpg: its first bytes are those of a JPEG image, not of a beton \(whose header starts with format version 2\)$`},
 		{"image.png", pngBuf.Bytes(), beton.ErrNotBeton, `those of a PNG image`},
 		{"train.beton.gz", gzBuf.Bytes(), beton.ErrNotBeton, `those of a gzip file`},
 		{"notes.txt", []byte("a list of files, one per line, not a beton\n"), beton.ErrNotBeton, `those of a text file`},

@@ -75,6 +75,11 @@ func TestDeviceCheckCPUOnly(t *testing.T) {
 	if strings.Contains(text, "gpu") {
 		t.Errorf("--cpu-only ran GPU parts:\n%s", text)
 	}
+	// The programs say which commit they were built from (they said
+	// "commit unknown").
+	if !regexp.MustCompile(`(?m)^ffcvfs [0-9.]+ \(commit [0-9a-f]{40}`).MatchString(text) {
+		t.Errorf("the run's ffcvfs does not name its commit:\n%s", text)
+	}
 }
 
 // TestDeviceCheckHostile: --prepare empties only a folder it made: one of

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -381,5 +382,23 @@ func TestDiskTierReadAheadAlongOrder(t *testing.T) {
 	}
 	if hits := st.Tiers.Tiers[0].Hits; hits != uint64(f.NumPages()) || st.Tiers.StorageBytes != 0 {
 		t.Errorf("%d loads from the disk tier and %d bytes from storage; want %d (each page once) and 0", hits, st.Tiers.StorageBytes, f.NumPages())
+	}
+}
+
+// TestTierBudgetTooSmall: a cache too small for its tiers is refused with
+// the --cache-size that works, in bytes.
+func TestTierBudgetTooSmall(t *testing.T) {
+	ps := int64(beton.MinPageSize)
+	for _, tc := range []struct {
+		opts Options
+		want string
+	}{
+		{Options{DiskDir: "/nonexistent"}, "a cache of 2 pages of 2 MiB is too small for a disk tier: it needs at least "},
+		{Options{CompressRAM: true}, "a cache of 2 pages of 2 MiB is too small to compress: it needs at least 5 pages (--cache-size 10 MiB or more)"},
+	} {
+		_, _, _, err := tierBudget(2, ps, tc.opts)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "--cache-size ") {
+			t.Errorf("%+v: %v; want %q", tc.opts, err, tc.want)
+		}
 	}
 }

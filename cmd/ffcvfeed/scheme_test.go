@@ -36,3 +36,20 @@ func TestRegisteredScheme(t *testing.T) {
 		t.Errorf("an unknown scheme: exit %d, %q; want one line naming the schemes there are", code, out)
 	}
 }
+
+// TestHelpFirst: serve --help and bench --help start their options with
+// what every run needs, with placeholders that say what to give (the
+// flags were at lines 64 and 86 of 107, each shown as "value").
+func TestHelpFirst(t *testing.T) {
+	for _, cmd := range []string{"serve", "bench"} {
+		help, _ := runFfcvfeed(t, cmd, "--help")
+		_, opts, ok := strings.Cut(help, "OPTIONS:")
+		lines := strings.Fields(opts)
+		if !ok || len(lines) < 5 || strings.Join(lines[:3], " ") != "Every run needs" || lines[3] != "--data" || lines[4] != "SRC" {
+			t.Errorf("%s --help: its options do not start with what every run needs (--data SRC):\n%s", cmd, help)
+		}
+		if cmd == "serve" && !strings.Contains(opts[:min(len(opts), 600)], "--socket PATH") {
+			t.Errorf("serve --help: --socket PATH is not among the first options:\n%s", help)
+		}
+	}
+}
