@@ -228,120 +228,23 @@ func run(ctx context.Context, src *beton.File, w *beton.Writer, opts *Options, r
 	defer cancel()
 	n := src.NumSamples()
 
-	// The pages that hold data, in file order, and each one's extent.
-	type extent struct {
-		p      int64
-		lo, hi int64
-	}
-	var pages []extent
-	var largest int64
-	for dp := range src.NumPages() {
-		p := src.FirstPage() + int64(dp)
-		if len(src.PageSamples(p)) == 0 {
-			continue
-		}
-		lo, hi := pageExtent(src, p)
-		pages = append(pages, extent{p, lo, hi})
-		largest = max(largest, hi-lo)
-	}
+	pages, largest := dataPages(src)
 	// Pages held: each counts twice (its bytes, and its images
 	// transcoded), at least one.
 	window := int(min(max(opts.MaxHeld/max(2*largest, 1), 1), int64(4*opts.Workers+4)))
 	res.MaxHeld = int64(window) * 2 * largest
 	holds := make(chan struct{}, window)
-
-	readAt := func(p []byte, off int64) error {
-		if opts.Reader != nil {
-			_, err := opts.Reader.ReadAt(ctx, p, off)
-			if errors.Is(err, io.EOF) && len(p) > 0 {
-				err = io.ErrUnexpectedEOF
-			}
-			return err
-		}
-		k, err := src.ReaderAt().ReadAt(p, off)
-		if k == len(p) {
-			return nil
-		}
-		if err == nil || errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
-		}
-		return err
-	}
-
-	// The reads: a page is read once a hold is free, several at a time;
-	// they are handed on in file order.
-	reads := make(chan *page, window)
-	go func() {
-		defer close(reads)
-		for _, e := range pages {
-			select {
-			case holds <- struct{}{}:
-			case <-ctx.Done():
-				return
-			}
-			pg := &page{p: e.p, base: e.lo, done: make(chan struct{})}
-			go func() {
-				defer close(pg.done)
-				pg.buf = make([]byte, e.hi-e.lo)
-				if err := readAt(pg.buf, e.lo); err != nil {
-					pg.err = fmt.Errorf("%s: reading page %d (%d bytes at %d): %w", src.Name(), e.p, e.hi-e.lo, e.lo, err)
-				}
-			}()
-			reads <- pg
-		}
-	}()
+	readAt := pageReader(ctx, src, opts)
+	reads := readPages(ctx, src, pages, holds, readAt)
 
 	// The jobs, cut in order (each page's samples in runs, then the
 	// samples without data in a page), transcoded by the workers and
 	// written in that order; a page's hold is given back with its last
 	// job. A page that could not be read ends the cutting: the jobs before
 	// it are written, then its error is returned.
-	var cur *page
-	var ids []uint32
-	readsDone, loose := false, 0
-	next := func(mctx context.Context) (*job, int64, bool, error) {
-		for {
-			if len(ids) > 0 {
-				k := min(len(ids), chunkSamples)
-				j := &job{page: cur, ids: ids[:k], last: k == len(ids)}
-				ids = ids[k:]
-				return j, 0, true, nil
-			}
-			if readsDone {
-				break
-			}
-			select {
-			case pg, ok := <-reads:
-				if !ok {
-					readsDone = true
-					continue
-				}
-				select {
-				case <-pg.done:
-				case <-mctx.Done():
-					return nil, 0, false, context.Cause(mctx)
-				}
-				if pg.err != nil {
-					return nil, 0, false, pg.err
-				}
-				cur, ids = pg, src.PageSamples(pg.p)
-			case <-mctx.Done():
-				return nil, 0, false, context.Cause(mctx)
-			}
-		}
-		var run []uint32
-		for ; loose < n && len(run) < chunkSamples; loose++ {
-			if src.SamplePage(loose) == beton.NoPage {
-				run = append(run, uint32(loose))
-			}
-		}
-		if len(run) == 0 {
-			return nil, 0, false, nil
-		}
-		return &job{ids: run}, 0, true, nil
-	}
+	cut := &cutter{src: src, reads: reads}
 	done := 0
-	err := ordered.Map(ctx, ordered.Options{Workers: opts.Workers, Window: window}, next,
+	err := ordered.Map(ctx, ordered.Options{Workers: opts.Workers, Window: window}, cut.next,
 		func(_ int, j *job) *job {
 			transcode(ctx, src, j, opts, readAt)
 			return j
@@ -369,6 +272,131 @@ func run(ctx context.Context, src *beton.File, w *beton.Writer, opts *Options, r
 		return errors.Join(err, fmt.Errorf("stopped after %d of %d samples", done, n))
 	}
 	return err
+}
+
+// extent is a data page and the bytes from its start to its last
+// allocation's end.
+type extent struct {
+	p      int64
+	lo, hi int64
+}
+
+// dataPages returns the pages that hold data, in file order, with their
+// extents, and the largest extent.
+func dataPages(src *beton.File) (pages []extent, largest int64) {
+	for dp := range src.NumPages() {
+		p := src.FirstPage() + int64(dp)
+		if len(src.PageSamples(p)) == 0 {
+			continue
+		}
+		lo, hi := pageExtent(src, p)
+		pages = append(pages, extent{p, lo, hi})
+		largest = max(largest, hi-lo)
+	}
+	return pages, largest
+}
+
+// pageReader reads bytes of src, through opts.Reader where given; a short
+// read is an error.
+func pageReader(ctx context.Context, src *beton.File, opts *Options) func(p []byte, off int64) error {
+	return func(p []byte, off int64) error {
+		if opts.Reader != nil {
+			_, err := opts.Reader.ReadAt(ctx, p, off)
+			if errors.Is(err, io.EOF) && len(p) > 0 {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		k, err := src.ReaderAt().ReadAt(p, off)
+		if k == len(p) {
+			return nil
+		}
+		if err == nil || errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return err
+	}
+}
+
+// readPages reads the pages, each once a hold is free, several at a time,
+// and hands them on in file order, until ctx ends.
+func readPages(ctx context.Context, src *beton.File, pages []extent, holds chan struct{}, readAt func([]byte, int64) error) <-chan *page {
+	reads := make(chan *page, cap(holds))
+	go func() {
+		defer close(reads)
+		for _, e := range pages {
+			select {
+			case holds <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			pg := &page{p: e.p, base: e.lo, done: make(chan struct{})}
+			go func() {
+				defer close(pg.done)
+				pg.buf = make([]byte, e.hi-e.lo)
+				if err := readAt(pg.buf, e.lo); err != nil {
+					pg.err = fmt.Errorf("%s: reading page %d (%d bytes at %d): %w", src.Name(), e.p, e.hi-e.lo, e.lo, err)
+				}
+			}()
+			reads <- pg
+		}
+	}()
+	return reads
+}
+
+// cutter cuts the jobs in order: each page's samples in runs of at most
+// chunkSamples, then the samples without data in a page.
+type cutter struct {
+	src       *beton.File
+	reads     <-chan *page
+	cur       *page
+	ids       []uint32 // of cur, not yet cut
+	readsDone bool
+	loose     int // the next sample to look at for the loose ones
+}
+
+// next is the next job (for ordered.Map). A page that could not be read
+// ends the cutting with its error.
+func (c *cutter) next(ctx context.Context) (*job, int64, bool, error) {
+	for {
+		if len(c.ids) > 0 {
+			k := min(len(c.ids), chunkSamples)
+			j := &job{page: c.cur, ids: c.ids[:k], last: k == len(c.ids)}
+			c.ids = c.ids[k:]
+			return j, 0, true, nil
+		}
+		if c.readsDone {
+			break
+		}
+		select {
+		case pg, ok := <-c.reads:
+			if !ok {
+				c.readsDone = true
+				continue
+			}
+			select {
+			case <-pg.done:
+			case <-ctx.Done():
+				return nil, 0, false, context.Cause(ctx)
+			}
+			if pg.err != nil {
+				return nil, 0, false, pg.err
+			}
+			c.cur, c.ids = pg, c.src.PageSamples(pg.p)
+		case <-ctx.Done():
+			return nil, 0, false, context.Cause(ctx)
+		}
+	}
+	var run []uint32
+	for n := c.src.NumSamples(); c.loose < n && len(run) < chunkSamples; c.loose++ {
+		if c.src.SamplePage(c.loose) == beton.NoPage {
+			run = append(run, uint32(c.loose))
+		}
+	}
+	if len(run) == 0 {
+		return nil, 0, false, nil
+	}
+	return &job{ids: run}, 0, true, nil
 }
 
 func (r *Result) add(s *stats) {

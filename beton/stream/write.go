@@ -236,84 +236,7 @@ func run(ctx context.Context, w *beton.Writer, readers []*frameReader, fields []
 		go readStream(ctx, r, fields, ins[i])
 	}
 
-	// The merge: each stream's queue of parsed samples, in increasing id
-	// order; the next id is at the head of one of them.
-	queues := make([][]*sample, len(readers))
-	ended := make([]bool, len(readers))
-	last := make([]int64, len(readers))
-	for i := range last {
-		last[i] = -1
-	}
-	// fill receives stream i's next batch into its queue; it waits for
-	// at most as long as fillCtx lasts (the map's, while it takes).
-	fillCtx := ctx
-	fill := func(i int) error {
-		var b batch
-		select {
-		case b = <-ins[i]:
-		case <-fillCtx.Done():
-			return errors.Join(fillCtx.Err(), errors.New("stopped"))
-		}
-		if b.err == errEnd {
-			ended[i] = true
-			return nil
-		}
-		if b.err != nil {
-			return b.err
-		}
-		for _, s := range b.samples {
-			switch {
-			case s.id >= n:
-				return fmt.Errorf("%s: sample %d; the header says %d samples", readers[i].name, s.id, n)
-			case s.id <= last[i]:
-				return fmt.Errorf("%s: sample %d after sample %d: a stream's samples come in increasing order", readers[i].name, s.id, last[i])
-			}
-			last[i] = s.id
-		}
-		queues[i] = append(queues[i], b.samples...)
-		return nil
-	}
-	// take returns the next run of consecutive samples from next on, at
-	// most batchSamples or batchBytes of them (by cost), filling queues as
-	// needed.
-	next := int64(0)
-	take := func() ([]*sample, error) {
-		for {
-			for i, q := range queues {
-				if len(q) > 0 && q[0].id < next {
-					return nil, fmt.Errorf("%s: sample %d came twice", readers[i].name, q[0].id)
-				}
-				if len(q) == 0 || q[0].id != next {
-					continue
-				}
-				k, cost := 0, int64(0)
-				for k < len(q) && k < batchSamples && q[k].id == next+int64(k) && (k == 0 || cost+q[k].cost <= batchBytes) {
-					cost += q[k].cost
-					k++
-				}
-				// A copy, and the queue's slots cleared: the queue's
-				// array outlives the samples, which must go once written.
-				run := slices.Clone(q[:k])
-				clear(q[:k])
-				queues[i] = q[k:]
-				next += int64(k)
-				return run, nil
-			}
-			waiting := false
-			for i, q := range queues {
-				if len(q) == 0 && !ended[i] {
-					waiting = true
-					if err := fill(i); err != nil {
-						return nil, err
-					}
-				}
-			}
-			if !waiting {
-				return nil, missing(next, n, readers, queues, ended)
-			}
-		}
-	}
-
+	m := newMerge(ctx, readers, ins, n)
 	// Runs of samples, prepared by the workers and written in id order;
 	// a merge error comes after the samples before it are written (an
 	// error of theirs, a bad image, is the first to tell).
@@ -323,12 +246,12 @@ func run(ctx context.Context, w *beton.Writer, readers []*frameReader, fields []
 	scratch := make([]imagefolder.Scratch, opts.Workers)
 	err := ordered.Map(ctx, ordered.Options{Workers: opts.Workers, Window: int(window), MaxCost: opts.MaxHeld},
 		func(mctx context.Context) ([]*sample, int64, bool, error) {
-			if next >= n {
+			if m.next >= n {
 				return nil, 0, false, nil
 			}
-			fillCtx = mctx
-			defer func() { fillCtx = ctx }()
-			run, err := take()
+			m.ctx = mctx
+			defer func() { m.ctx = ctx }()
+			run, err := m.take()
 			if err != nil {
 				return nil, 0, false, err
 			}
@@ -356,29 +279,8 @@ func run(ctx context.Context, w *beton.Writer, readers []*frameReader, fields []
 			var cost int64
 			for _, s := range run {
 				cost += s.cost
-				if s.err != nil {
-					return s.err
-				}
-				if err := w.WriteSample(s.values); err != nil {
+				if err := writeSample(w, s, fields, res); err != nil {
 					return err
-				}
-				for i := range fields {
-					if fields[i].beton.Type == beton.TypeRGBImage {
-						if s.values[i].Mode == beton.ModeRaw {
-							res.Raw++
-						} else {
-							res.JPEG++
-						}
-					}
-				}
-				if s.verbatim {
-					res.Verbatim++
-				}
-				res.Restarts += s.restarts
-				if s.noRestartN > 0 {
-					if res.NoRestarts += s.noRestartN; res.FirstNoRestarts == "" {
-						res.FirstNoRestarts = s.noRestarts
-					}
 				}
 			}
 			samples += int64(len(run))
@@ -394,16 +296,140 @@ func run(ctx context.Context, w *beton.Writer, readers []*frameReader, fields []
 		}
 		return err
 	}
-	// Every stream must end here: nothing may follow the samples.
-	for i, q := range queues {
-		for len(q) == 0 && !ended[i] {
-			if err := fill(i); err != nil {
+	return m.finish()
+}
+
+// writeSample writes a prepared sample and counts it in res.
+func writeSample(w *beton.Writer, s *sample, fields []field, res *Result) error {
+	if s.err != nil {
+		return s.err
+	}
+	if err := w.WriteSample(s.values); err != nil {
+		return err
+	}
+	for i := range fields {
+		if fields[i].beton.Type == beton.TypeRGBImage {
+			if s.values[i].Mode == beton.ModeRaw {
+				res.Raw++
+			} else {
+				res.JPEG++
+			}
+		}
+	}
+	if s.verbatim {
+		res.Verbatim++
+	}
+	res.Restarts += s.restarts
+	if s.noRestartN > 0 {
+		if res.NoRestarts += s.noRestartN; res.FirstNoRestarts == "" {
+			res.FirstNoRestarts = s.noRestarts
+		}
+	}
+	return nil
+}
+
+// merge merges the streams' samples by id: each stream's queue of parsed
+// samples, in increasing id order; the next id is at the head of one of
+// them.
+type merge struct {
+	// ctx bounds fill's waits: the map's while it takes.
+	ctx     context.Context
+	readers []*frameReader
+	ins     []chan batch
+	queues  [][]*sample
+	ended   []bool
+	last    []int64
+	n, next int64
+}
+
+func newMerge(ctx context.Context, readers []*frameReader, ins []chan batch, n int64) *merge {
+	m := &merge{ctx: ctx, readers: readers, ins: ins, queues: make([][]*sample, len(readers)),
+		ended: make([]bool, len(readers)), last: make([]int64, len(readers)), n: n}
+	for i := range m.last {
+		m.last[i] = -1
+	}
+	return m
+}
+
+// fill receives stream i's next batch into its queue.
+func (m *merge) fill(i int) error {
+	var b batch
+	select {
+	case b = <-m.ins[i]:
+	case <-m.ctx.Done():
+		return errors.Join(m.ctx.Err(), errors.New("stopped"))
+	}
+	if b.err == errEnd {
+		m.ended[i] = true
+		return nil
+	}
+	if b.err != nil {
+		return b.err
+	}
+	for _, s := range b.samples {
+		switch {
+		case s.id >= m.n:
+			return fmt.Errorf("%s: sample %d; the header says %d samples", m.readers[i].name, s.id, m.n)
+		case s.id <= m.last[i]:
+			return fmt.Errorf("%s: sample %d after sample %d: a stream's samples come in increasing order", m.readers[i].name, s.id, m.last[i])
+		}
+		m.last[i] = s.id
+	}
+	m.queues[i] = append(m.queues[i], b.samples...)
+	return nil
+}
+
+// take returns the next run of consecutive samples from next on, at most
+// batchSamples or batchBytes of them (by cost), filling queues as needed.
+func (m *merge) take() ([]*sample, error) {
+	for {
+		for i, q := range m.queues {
+			if len(q) > 0 && q[0].id < m.next {
+				return nil, fmt.Errorf("%s: sample %d came twice", m.readers[i].name, q[0].id)
+			}
+			if len(q) == 0 || q[0].id != m.next {
+				continue
+			}
+			k, cost := 0, int64(0)
+			for k < len(q) && k < batchSamples && q[k].id == m.next+int64(k) && (k == 0 || cost+q[k].cost <= batchBytes) {
+				cost += q[k].cost
+				k++
+			}
+			// A copy, and the queue's slots cleared: the queue's array
+			// outlives the samples, which must go once written.
+			run := slices.Clone(q[:k])
+			clear(q[:k])
+			m.queues[i] = q[k:]
+			m.next += int64(k)
+			return run, nil
+		}
+		waiting := false
+		for i, q := range m.queues {
+			if len(q) == 0 && !m.ended[i] {
+				waiting = true
+				if err := m.fill(i); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if !waiting {
+			return nil, missing(m.next, m.n, m.readers, m.queues, m.ended)
+		}
+	}
+}
+
+// finish checks that every stream ends here: nothing may follow the
+// samples.
+func (m *merge) finish() error {
+	for i, q := range m.queues {
+		for len(q) == 0 && !m.ended[i] {
+			if err := m.fill(i); err != nil {
 				return err
 			}
-			q = queues[i]
+			q = m.queues[i]
 		}
 		if len(q) > 0 {
-			return fmt.Errorf("%s: sample %d came twice", readers[i].name, q[0].id)
+			return fmt.Errorf("%s: sample %d came twice", m.readers[i].name, q[0].id)
 		}
 	}
 	return nil
