@@ -245,7 +245,7 @@ func run(ctx context.Context, w *beton.Writer, readers []*frameReader, fields []
 	defer func() { res.MaxHeld = maxHeld.Load() }()
 	scratch := make([]imagefolder.Scratch, opts.Workers)
 	err := ordered.Map(ctx, ordered.Options{Workers: opts.Workers, Window: int(window), MaxCost: opts.MaxHeld},
-		func(mctx context.Context) ([]*sample, int64, bool, error) {
+		func(mctx context.Context) (*job, int64, bool, error) {
 			if m.next >= n {
 				return nil, 0, false, nil
 			}
@@ -255,36 +255,30 @@ func run(ctx context.Context, w *beton.Writer, readers []*frameReader, fields []
 			if err != nil {
 				return nil, 0, false, err
 			}
-			var cost int64
+			j := &job{samples: run}
 			for _, s := range run {
-				cost += s.cost
+				j.cost += s.cost
 			}
-			return run, cost, true, nil
+			return j, j.cost, true, nil
 		},
-		func(worker int, run []*sample) []*sample {
-			var cost int64
-			for _, s := range run {
-				cost += s.cost
-			}
+		func(worker int, j *job) *job {
 			// The cost handed to the workers and not yet written.
-			held := inflight.Add(cost)
+			held := inflight.Add(j.cost)
 			for m := maxHeld.Load(); held > m && !maxHeld.CompareAndSwap(m, held); m = maxHeld.Load() {
 			}
-			for _, s := range run {
+			for _, s := range j.samples {
 				prepareSample(s, fields, h.Seed, w.PageSize(), &scratch[worker])
 			}
-			return run
+			return j
 		},
-		func(run []*sample) error {
-			var cost int64
-			for _, s := range run {
-				cost += s.cost
+		func(j *job) error {
+			for _, s := range j.samples {
 				if err := writeSample(w, s, fields, res); err != nil {
 					return err
 				}
 			}
-			samples += int64(len(run))
-			inflight.Add(-cost)
+			samples += int64(len(j.samples))
+			inflight.Add(-j.cost)
 			if opts.Progress != nil {
 				opts.Progress(int(samples), int(n))
 			}
@@ -326,6 +320,13 @@ func writeSample(w *beton.Writer, s *sample, fields []field, res *Result) error 
 		}
 	}
 	return nil
+}
+
+// job is a run of consecutive samples to prepare, and the bytes they hold
+// (their samples' cost).
+type job struct {
+	samples []*sample
+	cost    int64
 }
 
 // merge merges the streams' samples by id: each stream's queue of parsed

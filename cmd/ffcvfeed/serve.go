@@ -15,6 +15,7 @@ import (
 	"github.com/ffcvfs/ffcvfs/internal/lifeline"
 	"github.com/ffcvfs/ffcvfs/internal/metrics"
 	"github.com/ffcvfs/ffcvfs/internal/profile"
+	"github.com/ffcvfs/ffcvfs/internal/sockpath"
 	"github.com/ffcvfs/ffcvfs/order"
 )
 
@@ -123,10 +124,6 @@ func serveCommand() *cli.Command {
 	}
 }
 
-// maxSocketPath is the longest path a Unix socket may have: sun_path holds
-// 108 bytes with the terminating NUL.
-const maxSocketPath = 107
-
 // checkSocketPath refuses a --socket path that cannot be listened on, with
 // the fix, before the data is opened: a folder that does not exist, or is
 // not a folder, and a path too long for a Unix socket.
@@ -134,8 +131,8 @@ func checkSocketPath(path string) error {
 	if path == "" {
 		return cli.Exit("--socket: give the path of the Unix socket to serve on, such as /tmp/feed.sock", 2)
 	}
-	if len(path) > maxSocketPath {
-		return cli.Exit(fmt.Sprintf("--socket %s: the path is %d bytes long, and a Unix socket's may be at most %d: choose a shorter one, such as /tmp/feed.sock", path, len(path), maxSocketPath), 2)
+	if !sockpath.Fits(path) {
+		return cli.Exit(fmt.Sprintf("--socket %s: the path is %d bytes long, and a Unix socket's may be at most %d: choose a shorter one, such as /tmp/feed.sock", path, len(path), sockpath.Max), 2)
 	}
 	dir := filepath.Dir(path)
 	st, err := os.Stat(dir)

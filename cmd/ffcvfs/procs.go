@@ -5,7 +5,7 @@ import (
 	"runtime"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/ffcvfs/ffcvfs/internal/profile"
 )
 
 // The mount's processors (GOMAXPROCS) follow its load. A FUSE request
@@ -71,13 +71,13 @@ func followLoad(base, cpus int, stop <-chan struct{}) {
 	}
 	t := time.NewTicker(procsTick)
 	defer t.Stop()
-	cur, last, at := base, processCPU(), time.Now()
+	cur, last, at := base, profile.CPUTime(), time.Now()
 	for {
 		select {
 		case <-stop:
 			return
 		case now := <-t.C:
-			cpu := processCPU()
+			cpu := profile.CPUTime()
 			wall := now.Sub(at).Seconds()
 			if wall <= 0 {
 				continue
@@ -91,13 +91,4 @@ func followLoad(base, cpus int, stop <-chan struct{}) {
 			}
 		}
 	}
-}
-
-// processCPU is the user and system time of the whole process so far.
-func processCPU() time.Duration {
-	var ru unix.Rusage
-	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
