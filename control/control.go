@@ -22,9 +22,9 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/ffcvfs/ffcvfs/internal/peerstats"
 	"github.com/ffcvfs/ffcvfs/internal/sockpath"
 	"github.com/ffcvfs/ffcvfs/pagecache"
-	"github.com/ffcvfs/ffcvfs/peer"
 )
 
 // The control folder and its files.
@@ -135,15 +135,10 @@ type Stats struct {
 	// Peers is what the cluster's peer tier did (--peer-listen), or nil.
 	// StorageBytes there is what this node read from storage for the
 	// tier; cache.bytes_read counts what the cache read through it.
-	Peers *PeerStats `json:"peers,omitempty"`
-}
-
-// PeerStats is stats.json's peers section: what the cache read through
-// the peer tier (its reads, its storage reads by reason) and what the
-// tier did (values peers served, requests, members, pages owned).
-type PeerStats struct {
-	pagecache.PeerStats
-	peer.Stats
+	// Its fields: what the cache read through the tier (its reads, its
+	// storage reads by reason) and what the tier did (values peers
+	// served, requests, members, pages owned).
+	Peers *peerstats.Stats `json:"peers,omitempty"`
 }
 
 // Announce announces an order to the ffcvfs mount at mountpoint through

@@ -172,9 +172,7 @@ func (n *snapshotNode) Read(ctx context.Context, f gofs.FileHandle, dest []byte,
 func (v *View) Stats() control.Stats {
 	s := v.viewStats()
 	s.Cache = v.cache.Stats()
-	if s.Peers != nil && s.Cache.Peers != nil {
-		s.Peers.PeerStats = *s.Cache.Peers
-	}
+	s.Peers = s.Cache.Peers
 	return s
 }
 
@@ -200,9 +198,6 @@ func (v *View) viewStats() control.Stats {
 	s.DataBytes = int64(v.f.NumPages()) * v.f.PageSize()
 	s.Announced = v.announcer.Announced()
 	s.PlanOwners = v.leases.Owners()
-	if v.opts.Peers != nil {
-		s.Peers = &control.PeerStats{Stats: v.opts.Peers()}
-	}
 	return s
 }
 

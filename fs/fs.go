@@ -15,15 +15,11 @@ import (
 	"github.com/ffcvfs/ffcvfs/internal/sockpath"
 	"github.com/ffcvfs/ffcvfs/order"
 	"github.com/ffcvfs/ffcvfs/pagecache"
-	"github.com/ffcvfs/ffcvfs/peer"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Options configures the ImageFolder view.
 type Options struct {
-	// Peers returns the peer tier's figures for stats.json; nil without
-	// one.
-	Peers func() peer.Stats
 	// ImageField and LabelField name the fields served. Defaults: the first
 	// RGB image field, and "label".
 	ImageField, LabelField string

@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ffcvfs/ffcvfs/internal/peerstats"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
-	"github.com/ffcvfs/ffcvfs/peer"
 )
 
 // Hostile input against the peer tier: a peer listed in
@@ -210,7 +210,7 @@ func TestPeerSlowAnswer(t *testing.T) {
 			if asked > 10 {
 				t.Errorf("the slow peer was asked %d times; once its answer timed out it should be set aside", asked)
 			}
-			checkStorageReasons(t, p.mnt, *mustStorageStats(t, p.mnt).Peers, peer.ReasonOwned, peer.ReasonOwnerTimeout, peer.ReasonOwnerGone)
+			checkStorageReasons(t, p.mnt, *mustStorageStats(t, p.mnt).Peers, peerstats.ReasonOwned, peerstats.ReasonOwnerTimeout, peerstats.ReasonOwnerGone)
 		})
 	}
 }

@@ -18,10 +18,9 @@ import (
 	"time"
 
 	"github.com/ffcvfs/ffcvfs/beton"
-	"github.com/ffcvfs/ffcvfs/control"
+	"github.com/ffcvfs/ffcvfs/internal/peerstats"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 	"github.com/ffcvfs/ffcvfs/internal/toxitest"
-	"github.com/ffcvfs/ffcvfs/peer"
 )
 
 // Peer tier tests: mounts of one beton in versitygw as nodes of a cluster
@@ -100,7 +99,7 @@ func TestPeerTier(t *testing.T) {
 		}
 		// Every storage read is its node's share of the pages, and its
 		// memory for the cluster holds those pages and no others.
-		checkStorageReasons(t, p.mnt, *st, peer.ReasonOwned)
+		checkStorageReasons(t, p.mnt, *st, peerstats.ReasonOwned)
 		if most := st.PagesOwned * (2<<20 + 128); st.CacheBytes > most { // a page, its tag and key
 			t.Errorf("%s: keeps %d bytes for the cluster, more than its %d pages' %d", p.mnt, st.CacheBytes, st.PagesOwned, most)
 		}
@@ -116,7 +115,7 @@ func TestPeerTier(t *testing.T) {
 			t.Errorf("metrics: no line %q", strings.TrimSpace(line))
 		}
 	}
-	if line := fmt.Sprintf("\nffcvfs_peer_storage_reads_total{reason=\"owned\"} %d\n", st.StorageReasons[peer.ReasonOwned]); !strings.Contains(exposition, line) {
+	if line := fmt.Sprintf("\nffcvfs_peer_storage_reads_total{reason=\"owned\"} %d\n", st.StorageReasons[peerstats.ReasonOwned]); !strings.Contains(exposition, line) {
 		t.Errorf("metrics: no line %q", strings.TrimSpace(line))
 	}
 
@@ -176,7 +175,7 @@ func TestPeerTier(t *testing.T) {
 		if st.Reads.Errors != 0 {
 			t.Errorf("%s: %d reads failed after a peer was killed", p.mnt, st.Reads.Errors)
 		}
-		checkStorageReasons(t, p.mnt, *st.Peers, peer.ReasonOwned, peer.ReasonOwnerGone)
+		checkStorageReasons(t, p.mnt, *st.Peers, peerstats.ReasonOwned, peerstats.ReasonOwnerGone)
 	}
 }
 
@@ -205,10 +204,10 @@ func readEpochsOnce(t *testing.T, r *storageRig, nodes []*mountProc, readers int
 // checkStorageReasons fails the test unless st's storage reasons name
 // every reason, sum to its storage reads, and count reads for no reason
 // but those allowed.
-func checkStorageReasons(t *testing.T, mnt string, st control.PeerStats, allowed ...string) {
+func checkStorageReasons(t *testing.T, mnt string, st peerstats.Stats, allowed ...string) {
 	t.Helper()
 	var sum uint64
-	for _, why := range []string{peer.ReasonOwned, peer.ReasonOwnerTimeout, peer.ReasonOwnerGone, peer.ReasonOwnerError, peer.ReasonCorrupt} {
+	for _, why := range []string{peerstats.ReasonOwned, peerstats.ReasonOwnerTimeout, peerstats.ReasonOwnerGone, peerstats.ReasonOwnerError, peerstats.ReasonCorrupt} {
 		n, ok := st.StorageReasons[why]
 		if !ok || n > 0 && !slices.Contains(allowed, why) {
 			t.Errorf("%s: storage_reasons %v, want reads for %v alone (every reason named)", mnt, st.StorageReasons, allowed)
@@ -260,10 +259,10 @@ func TestPeerTierCorruptPeer(t *testing.T) {
 		t.Errorf("after a peer sent garbage: %+v, want corrupt values caught and read from S3", st)
 	}
 	// Garbage, then (held down after it) gone until asked again.
-	if st.StorageReasons[peer.ReasonCorrupt] == 0 {
+	if st.StorageReasons[peerstats.ReasonCorrupt] == 0 {
 		t.Errorf("after a peer sent garbage: storage_reasons %v, want corrupt_value counted", st.StorageReasons)
 	}
-	checkStorageReasons(t, p.mnt, *st, peer.ReasonOwned, peer.ReasonCorrupt, peer.ReasonOwnerGone)
+	checkStorageReasons(t, p.mnt, *st, peerstats.ReasonOwned, peerstats.ReasonCorrupt, peerstats.ReasonOwnerGone)
 	p.stop(t)
 
 	// The same peer silent: past --peer-timeout the node reads from S3.
@@ -276,8 +275,8 @@ func TestPeerTierCorruptPeer(t *testing.T) {
 	if asked.Load() == 0 || st.PeerErrors == 0 {
 		t.Errorf("a silent peer asked %d times: %+v, want its requests timed out and counted", asked.Load(), st)
 	}
-	checkStorageReasons(t, p.mnt, *st, peer.ReasonOwned, peer.ReasonOwnerTimeout, peer.ReasonOwnerGone)
-	if st.StorageReasons[peer.ReasonOwnerTimeout] == 0 {
+	checkStorageReasons(t, p.mnt, *st, peerstats.ReasonOwned, peerstats.ReasonOwnerTimeout, peerstats.ReasonOwnerGone)
+	if st.StorageReasons[peerstats.ReasonOwnerTimeout] == 0 {
 		t.Errorf("a silent peer: storage_reasons %v, want owner_timeout counted", st.StorageReasons)
 	}
 	if ps := mustStorageStats(t, p.mnt); ps.Reads.Errors != 0 {
@@ -337,7 +336,7 @@ func TestPeerTLS(t *testing.T) {
 		if st.PeerErrors != 0 || st.Corrupt != 0 {
 			t.Errorf("%s over TLS: %+v, want no peer errors and no corrupt values", p.mnt, st)
 		}
-		checkStorageReasons(t, p.mnt, *st, peer.ReasonOwned)
+		checkStorageReasons(t, p.mnt, *st, peerstats.ReasonOwned)
 	}
 	if loads == 0 || served == 0 {
 		t.Fatalf("over TLS: %d values loaded from peers, %d requests served; want pages to cross", loads, served)
@@ -375,7 +374,7 @@ func TestPeerTLS(t *testing.T) {
 	if st.PeerLoads != 0 || st.PeerErrors == 0 {
 		t.Errorf("a node with another CA's certificate: %+v, want every request to a peer refused", st)
 	}
-	checkStorageReasons(t, intruder.mnt, *st, peer.ReasonOwned, peer.ReasonOwnerGone)
+	checkStorageReasons(t, intruder.mnt, *st, peerstats.ReasonOwned, peerstats.ReasonOwnerGone)
 	var after int64
 	for _, p := range nodes {
 		after += mustStorageStats(t, p.mnt).Peers.ServerRequests
@@ -449,7 +448,7 @@ func TestPeerMembership(t *testing.T) {
 		if st.Reads.Errors != 0 || st.Peers.Corrupt != 0 {
 			t.Errorf("%s: %d read errors, %d corrupt values", p.mnt, st.Reads.Errors, st.Peers.Corrupt)
 		}
-		checkStorageReasons(t, p.mnt, *st.Peers, peer.ReasonOwned)
+		checkStorageReasons(t, p.mnt, *st.Peers, peerstats.ReasonOwned)
 	}
 	if pages := int64(len(r.data)+2<<20-1) / (2 << 20); owned != pages {
 		t.Errorf("after the change the live nodes own %d pages, want the beton's %d", owned, pages)
@@ -520,7 +519,7 @@ func TestPeerTierDisk(t *testing.T) {
 		if st.Peers.CacheBytes != 0 || st.Peers.Corrupt != 0 || st.Peers.PeerErrors != 0 || st.Reads.Errors != 0 {
 			t.Errorf("%s: %+v, %d read errors: want no bytes in the tier's memory, no corrupt values, no errors", p.mnt, *st.Peers, st.Reads.Errors)
 		}
-		checkStorageReasons(t, p.mnt, *st.Peers, peer.ReasonOwned)
+		checkStorageReasons(t, p.mnt, *st.Peers, peerstats.ReasonOwned)
 	}
 	st := mustStorageStats(t, nodes[0].mnt).Peers
 	exposition := promtoolCheck(t, metricsAddr)
@@ -562,7 +561,7 @@ func TestPeerOwnerFillsSlowly(t *testing.T) {
 		t.Errorf("the nodes read %d bytes from S3, want at most 1.05× the beton's %d", got, size)
 	}
 	for _, p := range nodes {
-		checkStorageReasons(t, p.mnt, *mustStorageStats(t, p.mnt).Peers, peer.ReasonOwned)
+		checkStorageReasons(t, p.mnt, *mustStorageStats(t, p.mnt).Peers, peerstats.ReasonOwned)
 	}
 }
 
@@ -678,7 +677,7 @@ func TestPeerUndersizedReadsOncePerEpoch(t *testing.T) {
 			}
 		}
 		after := mustStorageStats(t, owner.mnt).Peers
-		reads := after.StorageReasons[peer.ReasonOwned] - before.StorageReasons[peer.ReasonOwned]
+		reads := after.StorageReasons[peerstats.ReasonOwned] - before.StorageReasons[peerstats.ReasonOwned]
 		bytes := after.StorageBytes - before.StorageBytes
 		t.Logf("%s: the owner of %d pages read %d times from storage, %.2f× its share's bytes", pass.name, owned, reads, float64(bytes)/float64(share))
 		if bytes > share*pass.bytes/100 || pass.reads > 0 && reads > pass.reads*uint64(owned) {

@@ -118,7 +118,7 @@ func (o *Options) Validate(pageSize int64) error {
 type Cache struct {
 	// Immutable after New.
 	src       storage.Source
-	tiers     *tiered // nil without tiers
+	below     *chain // the levels below the slots
 	f         *beton.File
 	opts      Options
 	pageSize  int64
@@ -128,16 +128,16 @@ type Cache struct {
 	// not page slots (addSlots); guarded by mu.
 	reserved int
 	arena    []byte // the slots' memory
-	jobs     chan prefetchJob
+	jobs     chan job
 	stop     context.CancelFunc
 	done     chan struct{} // closed by Close
 	wg       sync.WaitGroup
 
 	mu lock
 	// Guarded by mu.
-	pageSlot []int32 // per data page: its slot, or -1
-	free     []int32 // empty slots
-	loads    map[int32]*loadOp
+	pageSlot []int32       // per data page: its slot, or -1
+	free     []int32       // empty slots
+	loads    flight        // the slots' loads under way
 	changed  chan struct{} // closed at the next change; nil if nobody waits
 	pol      *policy.Policy
 	inflight int // prefetch loads under way
@@ -188,25 +188,6 @@ type slot struct {
 	prefetched bool // loaded by prefetch and not used since
 }
 
-type loadOp struct {
-	done chan struct{}
-	err  error
-	// cancelled: the loader's context ended the load; another reader of
-	// the page loads it again.
-	cancelled bool
-	fromTier  bool // a tier served it (set before done is closed)
-}
-
-type prefetchJob struct {
-	slot int32
-	dp   int32
-	op   *loadOp
-	// A range prefetch: the ranges, and the bytes [lo, hi) that cover
-	// them.
-	ranges []*rangeEntry
-	lo, hi int64
-}
-
 // New returns a cache for f, whose bytes come from src. The slot memory,
 // opts.Budget rounded down to whole pages but no more than the file's pages,
 // is reserved here, outside the Go heap (see arena), and becomes resident
@@ -225,16 +206,14 @@ func New(src storage.Source, f *beton.File, opts Options) (*Cache, error) {
 	if err != nil {
 		return nil, fmt.Errorf("page cache for %s: %w", src.Name(), err)
 	}
-	var tiers *tiered
-	if nFills > 0 || opts.Peers != nil {
-		var fills [][]byte
-		for i := range nFills {
-			fills = append(fills, mem[int64(n+i)*ps:int64(n+i+1)*ps:int64(n+i+1)*ps])
-		}
-		if tiers, err = newTiered(src, f, opts, int64(nMem)*ps, fills); err != nil {
-			freeArena(mem)
-			return nil, err
-		}
+	var fills [][]byte
+	for i := range nFills {
+		fills = append(fills, mem[int64(n+i)*ps:int64(n+i+1)*ps:int64(n+i+1)*ps])
+	}
+	below, err := newChain(src, f, opts, int64(nMem)*ps, fills)
+	if err != nil {
+		freeArena(mem)
+		return nil, err
 	}
 	samplePage := make([]int32, f.NumSamples())
 	for s := range samplePage {
@@ -245,15 +224,14 @@ func New(src storage.Source, f *beton.File, opts Options) (*Cache, error) {
 	}
 	c := &Cache{
 		arena: mem,
-		src:   src, tiers: tiers, f: f, opts: opts, pageSize: ps, firstPage: f.FirstPage(),
+		src:   src, below: below, f: f, opts: opts, pageSize: ps, firstPage: f.FirstPage(),
 		// The last nFills slots are the fill buffers, reserved for the
 		// tiers until they take no more pages (addSlots).
 		slots:    make([]slot, n+nFills),
 		reserved: nFills,
 		free:     make([]int32, n),
-		jobs:     make(chan prefetchJob, opts.Readers),
+		jobs:     make(chan job, opts.Readers),
 		pageSlot: make([]int32, f.NumPages()),
-		loads:    map[int32]*loadOp{},
 		done:     make(chan struct{}),
 		pol:      policy.New(samplePage, f.NumPages(), n, opts.Window),
 		rng:      rangeSet{m: map[int32]*rangeEntry{}},
@@ -286,19 +264,18 @@ func New(src storage.Source, f *beton.File, opts Options) (*Cache, error) {
 	for i := range c.pageSlot {
 		c.pageSlot[i] = -1
 	}
+	c.loads = newFlight(&c.mu, nil)
 	if opts.Debug {
 		c.mu.check = c.check
 	}
 	c.stats.Slots = n
 	c.stats.BudgetBytes = int64(n+nFills+nMem) * ps
-	if tiers != nil {
-		tiers.setRank(func(dp int32) int {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			return c.pol.Distance(dp)
-		})
-		tiers.start(c.addSlots)
-	}
+	below.setRank(func(dp int32) int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.pol.Distance(dp)
+	})
+	below.start(c.addSlots)
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
 	for range opts.Readers {
@@ -391,10 +368,8 @@ func (c *Cache) Close() error {
 	c.mu.Unlock()
 	c.stop()
 	c.wg.Wait()
-	if c.tiers != nil {
-		// Stores what the tiers took: their fill buffers are arena memory.
-		c.tiers.close()
-	}
+	// Stores what the tiers took: their fill buffers are arena memory.
+	c.below.close()
 	if pinned > 0 {
 		// Pinned pages may still be read, and demand loads still write
 		// into their slots: the slot memory stays mapped.
@@ -497,173 +472,6 @@ func (c *Cache) AcquirePage(ctx context.Context, p int64) (*Page, error) {
 	return c.acquire(ctx, int32(dp), -1)
 }
 
-// acquire pins data page dp, loading it if need be, and records that
-// sample (if >= 0) is read.
-func (c *Cache) acquire(ctx context.Context, dp int32, sample int) (*Page, error) {
-	c.mu.Lock()
-	waited := false
-	var start time.Time
-	var awaited *loadOp // the last load waited for
-	// waitEnds counts the time waited, on a tier if the load waited for
-	// came from one.
-	waitEnds := func(op *loadOp) {
-		d := time.Since(start)
-		c.stats.WaitTime += d
-		if op != nil && op.fromTier {
-			c.countTierWait(d)
-		}
-	}
-	wait := func(ch <-chan struct{}) error {
-		if !waited {
-			waited, start = true, time.Now()
-			c.stats.Waits++
-		}
-		c.mu.Unlock()
-		select {
-		case <-ch:
-		case <-c.done:
-		case <-ctx.Done():
-			c.mu.Lock()
-			c.stats.WaitTime += time.Since(start)
-			c.mu.Unlock()
-			return ctx.Err()
-		}
-		c.mu.Lock()
-		return nil
-	}
-	// waitChange waits for the next change of the cache's state.
-	waitChange := func() error {
-		if c.changed == nil {
-			c.changed = make(chan struct{})
-		}
-		return wait(c.changed)
-	}
-	// awaitLoad waits for a load under way; an error for the caller
-	// leaves the lock unlocked. A cancelled load is another reader's
-	// business: the caller looks again.
-	awaitLoad := func(op *loadOp) error {
-		awaited = op
-		if err := wait(op.done); err != nil {
-			return err
-		}
-		if op.err != nil && !op.cancelled {
-			c.mu.Unlock()
-			return op.err
-		}
-		return nil
-	}
-	hit := func(prefetched *bool, isRange bool) {
-		if waited {
-			waitEnds(awaited)
-		} else {
-			c.stats.Hits++
-			if isRange {
-				c.stats.RangeHits++
-			}
-		}
-		if *prefetched {
-			*prefetched = false
-			c.stats.PrefetchHits++
-		}
-	}
-	// loaded ends a demand load this reader made from loadStart, called
-	// unlocked: the load's error, or the wait counted and the read
-	// recorded. A demand load a tier served is a wait on the tier: the
-	// page was not read ahead of the reader.
-	loaded := func(op *loadOp, loadStart time.Time) error {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if op.err != nil {
-			return op.err
-		}
-		switch {
-		case waited:
-			waitEnds(op)
-		case op.fromTier:
-			c.countTierWait(time.Since(loadStart))
-		}
-		if sample >= 0 {
-			c.recordRead(sample)
-		}
-		return nil
-	}
-	for {
-		if c.closed {
-			c.mu.Unlock()
-			return nil, ErrClosed
-		}
-		if si := c.pageSlot[dp]; si >= 0 {
-			s := &c.slots[si]
-			if !s.ready {
-				if err := awaitLoad(c.loads[dp]); err != nil {
-					return nil, err
-				}
-				continue
-			}
-			hit(&s.prefetched, false)
-			return c.pin(si, sample), nil
-		}
-		if sample >= 0 {
-			if e := c.rng.m[int32(sample)]; e != nil {
-				if !e.ready {
-					if err := awaitLoad(e.op); err != nil {
-						return nil, err
-					}
-					continue
-				}
-				hit(&e.prefetched, true)
-				e.pins++
-				c.recordRead(sample)
-				c.mu.Unlock()
-				return &e.pg, nil
-			}
-			if c.pol.RangeRead(sample) {
-				lo, n := c.extent(sample)
-				if !c.makeRoom(mappedSize(uint32(n)), -1) {
-					if err := waitChange(); err != nil {
-						return nil, err
-					}
-					continue
-				}
-				c.stats.Misses++
-				c.stats.RangeMisses++
-				op := &loadOp{done: make(chan struct{})}
-				e, err := c.newRange(sample, op, c.rangeRoom())
-				if err != nil {
-					c.mu.Unlock()
-					return nil, err
-				}
-				e.pins = 1
-				c.mu.Unlock()
-				t0 := time.Now()
-				c.loadRanges(ctx, []*rangeEntry{e}, lo, lo+int64(n), op)
-				if err := loaded(op, t0); err != nil {
-					return nil, err
-				}
-				return &e.pg, nil
-			}
-		}
-		si := c.victim()
-		if si < 0 {
-			// Every slot is pinned or loading: wait for a change.
-			if err := waitChange(); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		c.stats.Misses++
-		op := c.startLoad(si, dp, false)
-		c.mu.Unlock()
-		t0 := time.Now()
-		c.load(ctx, si, dp, op)
-		if err := loaded(op, t0); err != nil {
-			return nil, err
-		}
-		// The loader's pin becomes the caller's.
-		return &c.slots[si].pg, nil
-	}
-}
-
 // pin pins a ready slot, records that sample (if >= 0) is read, and
 // unlocks.
 func (c *Cache) pin(si int32, sample int) *Page {
@@ -702,7 +510,7 @@ func (c *Cache) victim() int32 {
 // startLoad assigns slot si (free, or holding an evictable page) to data
 // page dp, evicting what it held. A demand load keeps the slot pinned for
 // its loader.
-func (c *Cache) startLoad(si, dp int32, prefetch bool) *loadOp {
+func (c *Cache) startLoad(si, dp int32, prefetch bool) *call {
 	s := &c.slots[si]
 	if s.page >= 0 {
 		c.pol.Evict(s.page)
@@ -724,85 +532,9 @@ func (c *Cache) startLoad(si, dp int32, prefetch bool) *loadOp {
 		s.pins = 1
 	}
 	c.pageSlot[dp] = si
-	op := &loadOp{done: make(chan struct{})}
-	c.loads[dp] = op
+	op := c.loads.begin(dp)
 	c.pol.Loading(dp)
 	return op
-}
-
-// readBelow reads p at off from the tiers or the source, and reports
-// whether a tier served it.
-func (c *Cache) readBelow(ctx context.Context, p []byte, off int64) (int, bool, error) {
-	if c.tiers != nil {
-		return c.tiers.read(ctx, p, off)
-	}
-	n, err := c.src.ReadAt(ctx, p, off)
-	return n, false, err
-}
-
-// load reads data page dp into slot si, then publishes the result.
-func (c *Cache) load(ctx context.Context, si, dp int32, op *loadOp) {
-	s := &c.slots[si]
-	p := int64(dp) + c.firstPage
-	off := c.f.PageOffset(p)
-	n, fromTier, err := c.readBelow(ctx, s.buf, off)
-	if err == nil && n != len(s.buf) {
-		err = fmt.Errorf("short read of %d bytes", n)
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.loads, dp)
-	if err == nil && fromTier {
-		op.fromTier = true
-		c.countTier(n)
-	}
-	if err != nil {
-		op.err = fmt.Errorf("%s: reading page %d (bytes %d to %d): %w", c.src.Name(), p, off, off+c.pageSize, err)
-		op.cancelled = ctx.Err() != nil
-		if !op.cancelled {
-			c.stats.ReadErrors++
-		}
-		c.pageSlot[dp] = -1
-		s.page, s.ready, s.pins, s.prefetched = -1, false, 0, false
-		c.free = append(c.free, si)
-		c.pol.Failed(dp)
-		// The error goes to every reader of the page, who reports it
-		// (fs once per cause); a failed prefetch is read again on demand.
-		c.opts.Logger.Debug("page read failed", "err", op.err)
-	} else {
-		s.ready = true
-		c.pol.Loaded(dp, s.pins > 0)
-		c.stats.PagesRead++
-		c.stats.BytesRead += uint64(n)
-	}
-	c.countRequest()
-	close(op.done)
-	c.broadcast()
-	c.schedule()
-}
-
-func (c *Cache) reader(ctx context.Context) {
-	defer c.wg.Done()
-	for {
-		select {
-		case j := <-c.jobs:
-			n := c.pageSize
-			if j.ranges != nil {
-				c.loadRanges(ctx, j.ranges, j.lo, j.hi, j.op)
-				n = j.hi - j.lo
-			} else {
-				c.load(ctx, j.slot, j.dp, j.op)
-			}
-			c.mu.Lock()
-			c.inflight--
-			c.inflightBytes -= n
-			c.schedule()
-			c.broadcast()
-			c.mu.Unlock()
-		case <-ctx.Done():
-			return
-		}
-	}
 }
 
 // broadcast wakes everyone waiting for a change.
@@ -899,7 +631,7 @@ func (c *Cache) schedule() {
 		op := c.startLoad(si, w, true)
 		c.inflight++
 		c.inflightBytes += c.pageSize
-		c.jobs <- prefetchJob{slot: si, dp: w, op: op}
+		c.jobs <- job{slot: si, dp: w, op: op}
 	}
 }
 
@@ -924,7 +656,7 @@ func (c *Cache) check() {
 		if c.pageSlot[s.page] != int32(i) {
 			panic(fmt.Sprintf("pagecache: slot %d holds page %d, which maps to slot %d", i, s.page, c.pageSlot[s.page]))
 		}
-		if _, loading := c.loads[s.page]; s.ready == loading {
+		if loading := c.loads.get(s.page) != nil; s.ready == loading {
 			panic(fmt.Sprintf("pagecache: slot %d page %d ready %v loading %v", i, s.page, s.ready, loading))
 		}
 		if s.pins < 0 {

@@ -30,19 +30,28 @@
 // Ranges are prefetched along plans as pages are, neighbours in a page in
 // one request.
 //
-// # Tiers
+// # Below the slots: one chain, in pages
 //
-// Below the slots, a read may be served by a compressed RAM tier
-// (Options.CompressRAM) and then a disk tier (Options.DiskDir), before
-// storage (package tier keeps their entries). A tier stores whole pages,
-// so that a random order, served by ranges, fills it all the same: each
-// page comes from storage once. Pages the tiers could not take when they
-// were read are read again for them later (Backfills). The tiers' fill
-// buffers are slots of the budget, handed back to pages once no tier
-// takes pages any more. Nothing in a reader's path waits for a tier.
+// A read the slots miss goes down one chain of levels (chain.go), each of
+// which reads bytes of a data page and counts what it served: the tiers'
+// stores, a compressed RAM tier (Options.CompressRAM) and then a disk tier
+// (Options.DiskDir), kept by package tier; the tiers' fills (tiers.go);
+// the cluster's peer tier (Options.Peers, peers.go); storage (source.go).
+// A cache without tiers or peers has a chain of storage alone. The slots'
+// loads, the tiers' fills and the pages a node reads for its cluster are
+// each one keyed single flight (flight.go): concurrent readers of a page
+// share one read, and when the reader making it goes away, another reads
+// it again. A reader's acquisition of a page or a range is a waiter
+// (waiter.go); loads, its own or a prefetcher's, are jobs (load.go).
 //
-// Below them a cluster's peer tier (Options.Peers, package peer's) may
-// serve a read from the page's owner among the nodes, before storage; the
+// A tier stores whole pages, so that a random order, served by ranges,
+// fills it all the same: each page comes from storage once. Pages the
+// tiers could not take when they were read are read again for them later
+// (Backfills). The tiers' fill buffers are slots of the budget, handed
+// back to pages once no tier takes pages any more. Nothing in a reader's
+// path waits for a tier.
+//
+// On the peer tier, a read asks the page's owner among the nodes; the
 // cache reads the pages its node owns itself, once for the node and its
 // peers, keeps them before any other page (Options.PeerBudget of RAM, and
 // its tiers), and answers peers through ServePeer (peers.go).

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 
+	"github.com/ffcvfs/ffcvfs/internal/peerstats"
 	"github.com/ffcvfs/ffcvfs/pagecache/tier"
 )
 
@@ -28,47 +31,15 @@ type PeerTier interface {
 	// Read copies bytes [off, off+len(b)) of absolute page p from the
 	// node that owns it. When it cannot, its error says why the cache
 	// must read storage (a StorageReason method returning one of
-	// the names PeerStats.StorageReasons counts; "owner_error" without
+	// the names of peerstats.Reasons; "owner_error" without
 	// one), and whether this node
 	// fills the page for the cluster meanwhile (a FillsForCluster method
 	// returning true: it reads the whole page once and keeps it), or is
 	// ctx's.
 	Read(ctx context.Context, p, off int64, b []byte) error
-}
-
-// Why a read below the tiers went to storage (PeerStats.StorageReasons),
-// as the peer tier's errors name them.
-const (
-	// ReasonOwned: this node owns the page: the cluster's one read of it.
-	ReasonOwned = "owned"
-	// ReasonOwnerGone: the owner could not be reached, or failed lately;
-	// also a page this node fills for a peer without owning it (its owner
-	// is down for that peer).
-	ReasonOwnerGone = "owner_gone"
-	// ReasonOwnerError: the owner answered an error.
-	ReasonOwnerError = "owner_error"
-)
-
-// peerReasons are the reasons a storage read is counted by
-// (PeerStats.StorageReasons).
-var peerReasons = [...]string{ReasonOwned, "owner_timeout", ReasonOwnerGone, ReasonOwnerError, "corrupt_value"}
-
-// PeerStats are what the cache read through the peer tier.
-type PeerStats struct {
-	Reads     uint64 `json:"reads"`      // reads below the tiers
-	BytesRead uint64 `json:"bytes_read"` // their bytes: from peers or storage
-	// StorageReads and StorageBytes are the reads below the tiers that
-	// went to storage; StorageReasons counts them by why (owned,
-	// owner_timeout, owner_gone, owner_error, corrupt_value, each
-	// present), and they sum to StorageReads.
-	StorageReads   uint64            `json:"storage_reads"`
-	StorageBytes   uint64            `json:"storage_bytes"`
-	StorageReasons map[string]uint64 `json:"storage_reasons"`
-	// HeldReads counts the values served to peers from the slots and
-	// tiers, without reading storage.
-	HeldReads uint64 `json:"held_reads"`
-	// CacheBytes is the pages Options.PeerBudget holds.
-	CacheBytes int64 `json:"cache_bytes"`
+	// Stats returns the tier's own figures (members, pages owned,
+	// requests); the cache adds its reads through it.
+	Stats() peerstats.Stats
 }
 
 // peerEntryOverhead is the room an entry's header and index take beside
@@ -82,106 +53,147 @@ func fillsForCluster(err error) bool {
 	return errors.As(err, &f) && f.FillsForCluster()
 }
 
-// reasonOf returns the index in peerReasons of why err sent a read to
-// storage.
+// reasonOf returns the index in peerstats.Reasons of why err sent a read
+// to storage.
 func reasonOf(err error) int {
 	var r interface{ StorageReason() string }
 	if errors.As(err, &r) {
-		if i := slices.Index(peerReasons[:], r.StorageReason()); i >= 0 {
+		if i := slices.Index(peerstats.Reasons[:], r.StorageReason()); i >= 0 {
 			return i
 		}
 	}
-	return reasonIndex(ReasonOwnerError)
+	return reasonOwnerError
 }
 
-// reasonIndex returns the index in peerReasons of a reason's name.
-func reasonIndex(name string) int {
-	i := slices.Index(peerReasons[:], name)
-	if i < 0 {
-		panic("pagecache: no peer reason " + name)
-	}
-	return i
+// Indexes in peerstats.Reasons.
+var (
+	reasonOwned      = slices.Index(peerstats.Reasons[:], peerstats.ReasonOwned)
+	reasonOwnerGone  = slices.Index(peerstats.Reasons[:], peerstats.ReasonOwnerGone)
+	reasonOwnerError = slices.Index(peerstats.Reasons[:], peerstats.ReasonOwnerError)
+)
+
+// peerLevel is the chain's level of the peer tier, above storage: a read
+// of a page this node does not own asks the page's owner; a page this node
+// owns is read from storage here, once for the node and its peers
+// (owned), and kept in the tiers before any other page (keepIn).
+type peerLevel struct {
+	// Immutable after newChain.
+	peers     PeerTier
+	next      *sourceLevel
+	store     *tier.Store   // the RAM for the pages this node owns (Options.PeerBudget); nil without
+	keepIn    []*tier.Store // every store of the chain, store last
+	pageSize  int64
+	firstPage int64
+
+	mu    sync.Mutex
+	owned flight // pages being read whole for the cluster; guarded by mu
+	// recent holds the last pages asked a range of where the node cannot
+	// keep its share (readOwned), oldest first; guarded by mu.
+	recent []int32
+
+	// Reads through the level and their bytes, the bytes of those that
+	// went to storage, the values served to peers from the tiers and
+	// slots, and the storage reads by reason (peerstats.Reasons).
+	reads, bytes, storageBytes, held atomic.Uint64
+	why                              [len(peerstats.Reasons)]atomic.Uint64
+}
+
+func newPeerLevel(opts Options, geom tier.Geometry, next *sourceLevel) *peerLevel {
+	l := &peerLevel{peers: opts.Peers, next: next, store: newPeerStore(geom, opts.PeerBudget, opts), pageSize: geom.PageSize, firstPage: next.firstPage}
+	l.owned = newFlight(&l.mu, nil)
+	return l
 }
 
 // owns reports whether this node owns data page dp.
-func (t *tiered) owns(dp int32) bool {
-	return t.peers != nil && t.peers.Owns(int64(dp)+t.firstPage)
+func (l *peerLevel) owns(dp int32) bool {
+	return l.peers.Owns(int64(dp) + l.firstPage)
 }
 
-// below reads [off, off+len(p)), which lies in one data page this node
-// does not own, from the page's owner, or from storage when the owner
-// cannot serve it.
-func (t *tiered) below(ctx context.Context, p []byte, off int64) (int, error) {
-	if t.peers == nil {
-		return t.fromStorage(ctx, p, off)
-	}
-	t.peerReads.Add(1)
-	page := off / t.pageSize
-	err := t.peers.Read(ctx, page, off-page*t.pageSize, p)
+func (l *peerLevel) keepsWhole(dp int32) bool { return l.owns(dp) }
+
+// read reads bytes [lo, lo+len(p)) of data page dp: a page this node owns
+// for the cluster (readOwned), another from its owner, or from storage
+// when the owner cannot serve it.
+func (l *peerLevel) read(ctx context.Context, dp int32, lo int64, p []byte) error {
+	l.reads.Add(1)
+	err := l.fetch(ctx, dp, lo, p)
 	if err == nil {
-		t.peerBytes.Add(uint64(len(p)))
-		return len(p), nil
+		l.bytes.Add(uint64(len(p)))
 	}
-	if ctx.Err() != nil {
-		return 0, ctx.Err()
-	}
-	if fillsForCluster(err) {
+	return err
+}
+
+func (l *peerLevel) fetch(ctx context.Context, dp int32, lo int64, p []byte) error {
+	why := reasonOwned
+	if !l.owns(dp) {
+		err := l.peers.Read(ctx, int64(dp)+l.firstPage, lo, p)
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case !fillsForCluster(err):
+			return l.fromStorage(ctx, dp, lo, p, reasonOf(err))
+		}
 		// Its owner is down, and this node fills it for the others,
 		// who ask it: read once, kept.
-		if dp, lo, ok := t.locate(off, len(p)); ok {
-			if err := t.readOwned(ctx, dp, lo, p, reasonOf(err)); err != nil {
-				return 0, err
-			}
-			t.peerBytes.Add(uint64(len(p)))
-			return len(p), nil
-		}
+		why = reasonOf(err)
 	}
-	n, err := t.storageFor(ctx, p, off, reasonOf(err))
-	t.peerBytes.Add(uint64(n))
-	return n, err
+	return l.readOwned(ctx, dp, lo, p, why)
 }
 
-// storageFor reads from storage for the peer tier, counted by reason.
-// (Reads and BytesRead count the cache's own reads below the tiers: their
-// callers count them.)
-func (t *tiered) storageFor(ctx context.Context, p []byte, off int64, why int) (int, error) {
-	n, err := t.fromStorage(ctx, p, off)
-	t.why[why].Add(1)
-	t.peerStorage.Add(uint64(n))
-	return n, err
+// fromStorage reads from storage for the peer tier, counted by reason.
+func (l *peerLevel) fromStorage(ctx context.Context, dp int32, lo int64, p []byte, why int) error {
+	err := l.next.read(ctx, dp, lo, p)
+	l.why[why].Add(1)
+	if err == nil {
+		l.storageBytes.Add(uint64(len(p)))
+	}
+	return err
 }
 
 // readOwned reads bytes [lo, lo+len(p)) of data page dp, which this node
 // owns (or fills for the cluster while its owner is down), for itself or a
-// peer. Where the node keeps its share, the whole page, kept (ownedRead).
-// Where it cannot (its share is larger than what keeps it), a page read
-// whole for one range would be gone before its next, and each range would
-// cost a page from storage (an epoch of random reads, as many pages as
-// samples): a range is read alone, unless its page is being read or was
-// asked among the last K pages asked, K the pages the node keeps: its next
-// ranges are then likely near (orders by pages), and the whole page is
-// read and kept. So an epoch reads about the share's bytes from storage,
-// whatever the order.
-func (t *tiered) readOwned(ctx context.Context, dp int32, lo int64, p []byte, why int) error {
-	if int64(len(p)) < t.pageSize {
-		if keep, all := t.keeps(); !all && !t.askedLately(dp, keep) {
-			n, err := t.storageFor(ctx, p, (int64(dp)+t.firstPage)*t.pageSize+lo, why)
-			if err == nil && n != len(p) {
-				err = fmt.Errorf("short read of %d bytes", n)
-			}
-			return err
+// peer. Where the node keeps its share, the whole page, read once for
+// every reader of it meanwhile and kept in the tiers (the pages this node
+// owns before any other). Where it cannot (its share is larger than what
+// keeps it), a page read whole for one range would be gone before its
+// next, and each range would cost a page from storage (an epoch of random
+// reads, as many pages as samples): a range is read alone, unless its page
+// is being read or was asked among the last K pages asked, K the pages the
+// node keeps: its next ranges are then likely near (orders by pages), and
+// the whole page is read and kept. So an epoch reads about the share's
+// bytes from storage, whatever the order. why is the reason counted.
+func (l *peerLevel) readOwned(ctx context.Context, dp int32, lo int64, p []byte, why int) error {
+	if int64(len(p)) < l.pageSize {
+		if keep, all := l.keeps(); !all && !l.askedLately(dp, keep) {
+			return l.fromStorage(ctx, dp, lo, p, why)
 		}
 	}
-	return t.ownedRead(ctx, dp, lo, p, why)
+	// Kept in the tiers before it is no longer being read: a reader that
+	// misses it meanwhile would read it again.
+	return l.owned.share(ctx, dp, lo, p, func() []byte { return make([]byte, l.pageSize) }, storageFor{l, why}, l.keep(dp))
 }
+
+// storageFor is storage read for the peer tier, counted by a reason.
+type storageFor struct {
+	l   *peerLevel
+	why int
+}
+
+func (s storageFor) read(ctx context.Context, dp int32, lo int64, p []byte) error {
+	return s.l.fromStorage(ctx, dp, lo, p, s.why)
+}
+
+func (s storageFor) keepsWhole(int32) bool { return false }
 
 // maxRecentOwned bounds askedLately's memory of pages.
 const maxRecentOwned = 1024
 
 // keeps returns the peer tier's Keeps: the pages this node keeps of those
 // it owns, and whether that is all of them (true without it).
-func (t *tiered) keeps() (int64, bool) {
-	k, ok := t.peers.(interface{ Keeps() (int64, bool) })
+func (l *peerLevel) keeps() (int64, bool) {
+	k, ok := l.peers.(interface{ Keeps() (int64, bool) })
 	if !ok {
 		return -1, true
 	}
@@ -190,92 +202,46 @@ func (t *tiered) keeps() (int64, bool) {
 
 // askedLately reports whether data page dp is being read for the cluster
 // or was asked a range of among the last k pages so asked; and notes it.
-func (t *tiered) askedLately(dp int32, k int64) bool {
+func (l *peerLevel) askedLately(dp int32, k int64) bool {
 	k = min(max(k, 1), maxRecentOwned)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.owning[dp] != nil {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.owned.get(dp) != nil {
 		return true
 	}
-	if int64(len(t.recent)) > k {
-		t.recent = t.recent[int64(len(t.recent))-k:]
+	if int64(len(l.recent)) > k {
+		l.recent = l.recent[int64(len(l.recent))-k:]
 	}
-	if slices.Contains(t.recent, dp) {
+	if slices.Contains(l.recent, dp) {
 		return true
 	}
-	if int64(len(t.recent)) == k {
-		copy(t.recent, t.recent[1:])
-		t.recent = t.recent[:k-1]
+	if int64(len(l.recent)) == k {
+		copy(l.recent, l.recent[1:])
+		l.recent = l.recent[:k-1]
 	}
-	t.recent = append(t.recent, dp)
+	l.recent = append(l.recent, dp)
 	return false
 }
 
-// ownedRead reads bytes [lo, lo+len(p)) of data page dp for this node or
-// a peer: the whole page from storage, once for every reader of it
-// meanwhile, kept in the tiers (the pages this node owns before any
-// other). why is the reason counted.
-func (t *tiered) ownedRead(ctx context.Context, dp int32, lo int64, p []byte, why int) error {
-	for {
-		t.mu.Lock()
-		f := t.owning[dp]
-		if f == nil {
-			f = &fill{done: make(chan struct{}), buf: make([]byte, t.pageSize)}
-			t.owning[dp] = f
-			t.mu.Unlock()
-			var n int
-			n, f.err = t.storageFor(ctx, f.buf, (int64(dp)+t.firstPage)*t.pageSize, why)
-			if f.err == nil && n != len(f.buf) {
-				f.err = fmt.Errorf("short read of %d bytes", n)
-			}
-			if f.err == nil {
-				// Into the tiers before it is no longer being read: a
-				// reader that misses it meanwhile would read it again.
-				t.keep(ctx, dp, f.buf)
-			}
-			t.mu.Lock()
-			delete(t.owning, dp)
-			close(f.done)
-			t.mu.Unlock()
-			if f.err != nil {
-				return f.err
-			}
-			copy(p, f.buf[lo:])
-			return nil
+// keep returns what share does with page dp, read whole from storage for
+// the cluster: offer it to every store that takes it, waiting while their
+// queues are full (until ctx ends), so that a page the node keeps for its
+// cluster is not read from storage again for want of a place in a queue.
+// The buffer is the stores' until stored.
+func (l *peerLevel) keep(dp int32) func(context.Context, *call) {
+	return func(ctx context.Context, c *call) {
+		for _, s := range l.keepIn {
+			s.PutWait(ctx, dp, c.buf, func() {})
 		}
-		t.mu.Unlock()
-		select {
-		case <-f.done:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		if f.err == nil {
-			copy(p, f.buf[lo:])
-			return nil
-		}
-		if !errors.Is(f.err, context.Canceled) && !errors.Is(f.err, context.DeadlineExceeded) {
-			return f.err
-		}
-		// The reader that read it went away: read it again.
-	}
-}
-
-// keep offers page dp, read whole from storage for the cluster, to every
-// tier that takes it, waiting while their queues are full (until ctx
-// ends): a page the node keeps for its cluster is not read from storage
-// again for want of a place in a queue. buf is the tiers' until stored.
-func (t *tiered) keep(ctx context.Context, dp int32, buf []byte) {
-	for _, s := range t.all {
-		s.PutWait(ctx, dp, buf, func() {})
 	}
 }
 
 // readHeld copies bytes [lo, lo+len(p)) of data page dp for a peer from a
-// tier, and reports whether one held them.
-func (t *tiered) readHeld(dp int32, lo int64, p []byte) bool {
-	for _, s := range t.all {
+// store, and reports whether one held them.
+func (l *peerLevel) readHeld(dp int32, lo int64, p []byte) bool {
+	for _, s := range l.keepIn {
 		if s.Read(dp, lo, p) {
-			t.held.Add(1)
+			l.held.Add(1)
 			return true
 		}
 	}
@@ -283,36 +249,33 @@ func (t *tiered) readHeld(dp int32, lo int64, p []byte) bool {
 }
 
 // serve reads bytes [lo, lo+len(p)) of data page dp for a peer: from a
-// tier, or from storage for the cluster.
-func (t *tiered) serve(ctx context.Context, dp int32, lo int64, p []byte) error {
-	if t.readHeld(dp, lo, p) {
+// store, or from storage for the cluster.
+func (l *peerLevel) serve(ctx context.Context, dp int32, lo int64, p []byte) error {
+	if l.readHeld(dp, lo, p) {
 		return nil
 	}
-	why := reasonIndex(ReasonOwned)
-	if !t.owns(dp) {
-		why = reasonIndex(ReasonOwnerGone)
+	why := reasonOwned
+	if !l.owns(dp) {
+		why = reasonOwnerGone
 	}
-	return t.readOwned(ctx, dp, lo, p, why)
+	return l.readOwned(ctx, dp, lo, p, why)
 }
 
-// peerStats returns the peer tier's counters; nil without one.
-func (t *tiered) peerStats() *PeerStats {
-	if t.peers == nil {
-		return nil
-	}
-	st := &PeerStats{
-		Reads: t.peerReads.Load(), BytesRead: t.peerBytes.Load(), StorageBytes: t.peerStorage.Load(),
-		HeldReads: t.held.Load(), StorageReasons: make(map[string]uint64, len(peerReasons)),
-	}
-	for i, name := range peerReasons {
-		n := t.why[i].Load()
+// stats returns the tier's figures with the cache's reads through it.
+func (l *peerLevel) stats() *peerstats.Stats {
+	st := l.peers.Stats()
+	st.Reads, st.BytesRead, st.StorageBytes, st.HeldReads = l.reads.Load(), l.bytes.Load(), l.storageBytes.Load(), l.held.Load()
+	st.StorageReads = 0
+	st.StorageReasons = make(map[string]uint64, len(peerstats.Reasons))
+	for i, name := range peerstats.Reasons {
+		n := l.why[i].Load()
 		st.StorageReasons[name] = n
 		st.StorageReads += n
 	}
-	if t.peerStore != nil {
-		st.CacheBytes = t.peerStore.Stats().RawBytes
+	if l.store != nil {
+		st.CacheBytes = l.store.Stats().RawBytes
 	}
-	return st
+	return &st
 }
 
 // newPeerStore returns the RAM the pages this node owns are kept in, of
@@ -335,11 +298,11 @@ func (c *Cache) ServePeer(ctx context.Context, p, off int64, b []byte) error {
 	if dp < 0 || dp >= int64(len(c.pageSlot)) || off < 0 || off+int64(len(b)) > c.pageSize {
 		return fmt.Errorf("%s: bytes %d to %d of page %d are not in a data page", c.src.Name(), off, off+int64(len(b)), p)
 	}
-	t := c.tiers
-	if t == nil || t.peers == nil {
+	l := c.below.peer
+	if l == nil {
 		return fmt.Errorf("%s: the cache has no peer tier", c.src.Name())
 	}
-	if t.readHeld(int32(dp), off, b) {
+	if l.readHeld(int32(dp), off, b) {
 		return nil
 	}
 	c.mu.Lock()
@@ -351,11 +314,11 @@ func (c *Cache) ServePeer(ctx context.Context, p, off int64, b []byte) error {
 		pg := c.pin(si, -1)
 		copy(b, pg.Data[off:])
 		pg.Release()
-		t.held.Add(1)
+		l.held.Add(1)
 		return nil
 	}
 	c.mu.Unlock()
-	if err := t.serve(ctx, int32(dp), off, b); err != nil {
+	if err := l.serve(ctx, int32(dp), off, b); err != nil {
 		return fmt.Errorf("%s: reading page %d for a peer: %w", c.src.Name(), p, err)
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/ffcvfs/ffcvfs/beton"
+	"github.com/ffcvfs/ffcvfs/internal/peerstats"
 )
 
 // cachePeer is the peer tier between caches of one process: the cache it
@@ -34,13 +35,15 @@ func (e *peerError) FillsForCluster() bool { return e.fill }
 
 func (c *cachePeer) Owns(p int64) bool { return c.owns(p) }
 
+func (c *cachePeer) Stats() peerstats.Stats { return peerstats.Stats{} }
+
 func (c *cachePeer) Read(ctx context.Context, p, off int64, b []byte) error {
 	c.asked.Add(1)
 	if c.down.Load() {
-		return &peerError{reason: ReasonOwnerGone}
+		return &peerError{reason: peerstats.ReasonOwnerGone}
 	}
 	if err := c.other.ServePeer(ctx, p, off, b); err != nil {
-		return errors.Join(&peerError{reason: ReasonOwnerError}, err)
+		return errors.Join(&peerError{reason: peerstats.ReasonOwnerError}, err)
 	}
 	return nil
 }
@@ -52,7 +55,7 @@ func peerStorage(t *testing.T, c *Cache, allowed ...string) uint64 {
 	t.Helper()
 	st := c.Stats().Peers
 	var sum uint64
-	for _, why := range peerReasons {
+	for _, why := range peerstats.Reasons {
 		n, ok := st.StorageReasons[why]
 		if !ok || n > 0 && !slices.Contains(allowed, why) {
 			t.Errorf("storage reasons %v, want reads for %v alone (every reason named)", st.StorageReasons, allowed)
@@ -86,10 +89,10 @@ func TestPeerTierReadsEachPageOnce(t *testing.T) {
 	pa.other, pb.other = b, a
 	dataBytes := uint64(f.NumPages()) * uint64(ps)
 	for epoch := 1; epoch <= 2; epoch++ {
-		before := peerStorage(t, a, ReasonOwned) + peerStorage(t, b, ReasonOwned)
+		before := peerStorage(t, a, peerstats.ReasonOwned) + peerStorage(t, b, peerstats.ReasonOwned)
 		readAllSamples(t, a, f, data, uint64(epoch), 2)
 		readAllSamples(t, b, f, data, uint64(epoch)+10, 2)
-		got := peerStorage(t, a, ReasonOwned) + peerStorage(t, b, ReasonOwned) - before
+		got := peerStorage(t, a, peerstats.ReasonOwned) + peerStorage(t, b, peerstats.ReasonOwned) - before
 		t.Logf("epoch %d: %d bytes from storage for %d bytes of pages", epoch, got, dataBytes)
 		if epoch == 1 && got != dataBytes || epoch == 2 && got != 0 {
 			t.Errorf("epoch %d: %d bytes from storage, want %d", epoch, got, map[int]uint64{1: dataBytes, 2: 0}[epoch])
@@ -104,9 +107,9 @@ func TestPeerTierReadsEachPageOnce(t *testing.T) {
 
 	// b gone: a reads b's pages from storage, right bytes, no error.
 	pa.down.Store(true)
-	before := peerStorage(t, a, ReasonOwned)
+	before := peerStorage(t, a, peerstats.ReasonOwned)
 	readAllSamples(t, a, f, data, 5, 2)
-	if got := peerStorage(t, a, ReasonOwned, ReasonOwnerGone) - before; got == 0 || a.Stats().Peers.StorageReasons[ReasonOwnerGone] == 0 {
+	if got := peerStorage(t, a, peerstats.ReasonOwned, peerstats.ReasonOwnerGone) - before; got == 0 || a.Stats().Peers.StorageReasons[peerstats.ReasonOwnerGone] == 0 {
 		t.Errorf("with its peer gone, a read %d bytes from storage, reasons %v: want b's pages, owner_gone", got, a.Stats().Peers.StorageReasons)
 	}
 	if n := a.Stats().ReadErrors; n != 0 {
@@ -142,7 +145,7 @@ func TestServePeer(t *testing.T) {
 	if err := c.ServePeer(ctx, first+2, 5000, part); err != nil || !bytes.Equal(part, page(first + 2)[5000:6000]) {
 		t.Fatalf("a range of it served: %v", err)
 	}
-	if st := c.Stats().Peers; st.StorageReads != 1 || st.StorageReasons[ReasonOwned] != 1 {
+	if st := c.Stats().Peers; st.StorageReads != 1 || st.StorageReasons[peerstats.ReasonOwned] != 1 {
 		t.Errorf("a page and a range of it served: %+v, want one storage read, owned", st)
 	}
 	for _, bad := range []struct{ p, off int64 }{{first - 1, 0}, {first + n, 0}, {first, ps - 10}, {first, -1}} {

@@ -1,7 +1,6 @@
 package pagecache
 
 import (
-	"context"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -38,7 +37,7 @@ type rangeEntry struct {
 	ready      bool
 	prefetched bool // loaded by prefetch and not used since
 	pins       int32
-	op         *loadOp
+	op         *call
 	// The next use known: position pos of plan; nil if none.
 	plan       *policy.Plan
 	pos        int
@@ -435,7 +434,7 @@ func (c *Cache) makeRoom(need int64, dist int) bool {
 // newRange makes the entry of sample s, loading under op, with its mapping
 // of at most limit bytes counted against the ranges' bytes (makeRoom made
 // room).
-func (c *Cache) newRange(s int, op *loadOp, limit int64) (*rangeEntry, error) {
+func (c *Cache) newRange(s int, op *call, limit int64) (*rangeEntry, error) {
 	lo, n := c.extent(s)
 	buf, err := c.mapping(uint32(n), limit)
 	if err != nil {
@@ -446,56 +445,6 @@ func (c *Cache) newRange(s int, op *loadOp, limit int64) (*rangeEntry, error) {
 	c.rng.m[int32(s)] = e
 	c.rng.used += int64(len(buf))
 	return e, nil
-}
-
-// loadRanges reads [lo, hi) of the file and fills the ranges es, which it
-// covers, then publishes the result.
-func (c *Cache) loadRanges(ctx context.Context, es []*rangeEntry, lo, hi int64, op *loadOp) {
-	var buf []byte
-	if len(es) == 1 {
-		buf = es[0].pg.Data
-	} else {
-		buf = make([]byte, hi-lo)
-	}
-	n, fromTier, err := c.readBelow(ctx, buf, lo)
-	if err == nil && n != len(buf) {
-		err = fmt.Errorf("short read of %d bytes", n)
-	}
-	if err == nil && len(es) > 1 {
-		for _, e := range es {
-			copy(e.pg.Data, buf[e.pg.Off-lo:])
-		}
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.countRequest()
-	if err == nil && fromTier {
-		op.fromTier = true
-		c.countTier(n)
-	}
-	if err != nil {
-		op.err = fmt.Errorf("%s: reading sample %d (bytes %d to %d): %w", c.src.Name(), es[0].s, lo, hi, err)
-		op.cancelled = ctx.Err() != nil
-		if !op.cancelled {
-			c.stats.ReadErrors++
-		}
-		for _, e := range es {
-			e.pins = 0
-			c.unmapRange(e)
-		}
-		c.opts.Logger.Debug("range read failed", "err", op.err)
-	} else {
-		c.stats.RangeRequests++
-		c.stats.RangesRead += uint64(len(es))
-		c.stats.BytesRead += uint64(n)
-		for _, e := range es {
-			e.ready, e.op = true, nil
-			c.rekey(e)
-		}
-	}
-	close(op.done)
-	c.broadcast()
-	c.schedule()
 }
 
 // prefetchRange starts the prefetch of the next range the plans need, if
@@ -531,7 +480,7 @@ func (c *Cache) prefetchRange() bool {
 				return false
 			}
 		}
-		op := &loadOp{done: make(chan struct{})}
+		op := newCall()
 		es := make([]*rangeEntry, 0, len(group))
 		left := int64(0) // what the group's members take at least
 		for _, g := range group {
@@ -555,7 +504,7 @@ func (c *Cache) prefetchRange() bool {
 		c.pol.SkipRange(pl)
 		c.inflight++
 		c.inflightBytes += hi - lo
-		c.jobs <- prefetchJob{op: op, ranges: es, lo: lo, hi: hi}
+		c.jobs <- job{dp: c.samplePage[s], op: op, ranges: es, lo: lo, hi: hi}
 		return true
 	}
 }

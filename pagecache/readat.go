@@ -36,7 +36,7 @@ func (c *Cache) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 			if o < dataStart && int64(len(rest)) > dataStart-o && len(c.pageSlot) > 0 {
 				rest = rest[:dataStart-o]
 			}
-			m, _, err := c.readBelow(ctx, rest, o)
+			m, err := c.below.readAt(ctx, rest, o)
 			n += m
 			if err != nil && !(err == io.EOF && m == len(rest)) {
 				return n, err

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ffcvfs/ffcvfs/internal/peerstats"
 	"github.com/ffcvfs/ffcvfs/pagecache/policy"
 )
 
@@ -77,9 +78,9 @@ type Stats struct {
 	// Tiers are the compressed RAM and disk tiers' counters; nil without
 	// tiers.
 	Tiers *TierStats `json:"tiers,omitempty"`
-	// Peers is what the cache read through the peer tier; nil without
-	// one (stats.json has it in its peers section, with the tier's own).
-	Peers *PeerStats `json:"-"`
+	// Peers is what the peer tier did, the cache's reads through it
+	// included; nil without one (stats.json has it in its peers section).
+	Peers *peerstats.Stats `json:"-"`
 }
 
 // TierEpoch is what the tiers served in one epoch: loads and bytes, and
@@ -105,12 +106,8 @@ func (s Stats) Storage() (requests, bytes uint64) {
 
 // Stats returns a snapshot of the counters.
 func (c *Cache) Stats() Stats {
-	var ts *TierStats
-	var ps *PeerStats
-	if c.tiers != nil {
-		// Outside the cache's lock: a tier takes it to rank pages.
-		ts, ps = c.tiers.stats(), c.tiers.peerStats()
-	}
+	// Outside the cache's lock: a tier takes it to rank pages.
+	ts, ps := c.below.stats()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := c.stats
@@ -125,7 +122,7 @@ func (c *Cache) Stats() Stats {
 		}
 		st.Pinned += int(s.pins)
 	}
-	ops := map[*loadOp]bool{}
+	ops := map[*call]bool{}
 	for _, e := range c.rng.m {
 		st.Ranges++
 		st.Pinned += int(e.pins)

@@ -3,7 +3,6 @@ package pagecache
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -19,55 +18,47 @@ import (
 // a compressed RAM tier alone takes one.
 const fillBuffers = 2
 
-// tiered is the cache's read path when it has tiers (or a peer tier,
-// peers.go, below them).
+// tierLevel is the chain's level of the compressed RAM (Options.CompressRAM)
+// and disk (Options.DiskDir) tiers (package tier keeps their entries):
+// what their stores miss (chain.read asks them first) it reads from the
+// level below, the peer tier or storage, and offers to them.
 //
-// Below the slots, a read may be served by a compressed RAM tier
-// (Options.CompressRAM) and then a disk tier (Options.DiskDir), before
-// storage (package tier). The cache reads through tiered, a Source that
-// asks the tiers first and offers what storage returns to them.
+// A tier stores whole pages. A page read whole is copied into a fill
+// buffer and offered; a range of a page the tiers want is read as the
+// whole page into a fill buffer (one request, shared by the readers of
+// that page meanwhile: fills), so that a random order, which the slots
+// serve by ranges, fills the tiers all the same: each page comes from
+// storage once. Fill buffers are slots of the budget; when none is free, a
+// read goes below as it would without tiers, and nothing waits for a tier.
 //
-// A tier stores whole pages. A page read whole from storage is copied
-// into a fill buffer and offered; a range of a page the tiers want is
-// read as the whole page into a fill buffer (one request, shared by
-// the readers of that page meanwhile), so that a random order, which the
-// slots serve by ranges, fills the tiers all the same: each page comes
-// from storage once. Fill buffers are slots of the budget; when none is
-// free, a read goes to storage as it would without tiers, and nothing
-// waits for a tier.
+// Backfill: a page read whole that the tiers want but cannot take at once
+// (no fill buffer free, or a tier's queue full, as when its writer is slow
+// on a busy machine) is owed: a goroutine reads it again once a fill
+// buffer is free and offers it, one page at a time, so that the tiers end
+// up with every page they were offered while under budget, and a later
+// epoch finds them there. It backfills only into a tier with room for the
+// page without evicting (tier.Store.HasRoom): a full tier would take it
+// only in place of another, and reading pages again to churn a full tier
+// is no saving. Nothing in a reader's path waits for it.
 //
-// Backfill: a page read whole that the tiers want but cannot take at once (no fill
-// buffer free, or a tier's queue full, as when its writer is slow on a
-// busy machine) is owed: a goroutine reads it from storage again once a
-// fill buffer is free and offers it, one page at a time, so that the tiers end up with every
-// page they were offered while under budget, and a later epoch finds them
-// there. It backfills only into a tier with room for the page without
-// evicting (tier.Store.HasRoom): a full tier would take it only in place
-// of another, and reading pages again to churn a full tier is no saving.
-// Nothing in a reader's path waits for it.
-//
-// Fill buffers: the fill buffers are slots of the budget kept for the tiers. Once no
-// tier will take a page any more (each holds every page, or stores
-// nothing), they are handed back to the cache as page slots for good
-// (release): a later epoch from a full disk tier, or a fresh mount over
-// one, has the whole budget for pages read ahead of the readers.
-type tiered struct {
-	storage.Source
-	// Immutable after newTiered.
-	stores    []*tier.Store
-	pageSize  int64
-	firstPage int64
-	numPages  int64
-	free      chan []byte // fill buffers not in use
+// Fill buffers: the fill buffers are slots of the budget kept for the
+// tiers. Once no tier will take a page any more (each holds every page, or
+// stores nothing), they are handed back to the cache as page slots for
+// good (release): a later epoch from a full disk tier, or a fresh mount
+// over one, has the whole budget for pages read ahead of the readers.
+type tierLevel struct {
+	// Immutable after newTierLevel.
+	stores   []*tier.Store // compressed RAM, then disk
+	next     level
+	pageSize int64
+	free     chan []byte // fill buffers not in use
 
 	mu        sync.Mutex
-	fills     map[int32]*fill // guarded by mu
-	owed      []bool          // pages to backfill; guarded by mu
-	owedQueue []int32         // the owed pages, oldest first; guarded by mu
-	stored    atomic.Uint64   // bytes read from storage
-	reqs      atomic.Uint64   // requests to storage
-	filled    atomic.Uint64   // pages read whole for the tiers
-	backfills atomic.Uint64   // pages read again for the tiers (backfill)
+	fills     flight        // pages read whole for the tiers; guarded by mu
+	owed      []bool        // pages to backfill; guarded by mu
+	owedQueue []int32       // the owed pages, oldest first; guarded by mu
+	filled    atomic.Uint64 // pages read whole for the tiers
+	backfills atomic.Uint64 // pages read again for the tiers (backfill)
 
 	kick   chan struct{} // wakes the backfill; capacity 1
 	cancel context.CancelFunc
@@ -79,30 +70,6 @@ type tiered struct {
 	kept     atomic.Int32 // fill buffers not handed back
 
 	storedCh chan struct{} // closed when a tier is next done with a page offered; guarded by mu
-
-	// The peer tier (peers.go); nil without one. all is stores and
-	// peerStore, the RAM for the pages this node owns (nil without
-	// Options.PeerBudget), which takes pages only through keep.
-	peers     PeerTier
-	peerStore *tier.Store
-	all       []*tier.Store
-	owning    map[int32]*fill // pages being read for the cluster; guarded by mu
-	// recent holds the last pages asked a range of where the node cannot
-	// keep its share (readOwned), oldest first; guarded by mu.
-	recent []int32
-	// Reads below the tiers and their bytes, those of storage, the
-	// values served to peers from the tiers and slots, and the storage
-	// reads by reason (peerReasons).
-	peerReads, peerBytes, peerStorage, held atomic.Uint64
-	why                                     [len(peerReasons)]atomic.Uint64
-}
-
-// fill is a page on its way from storage to the tiers.
-type fill struct {
-	done chan struct{}
-	buf  []byte
-	err  error
-	refs int // guarded by tiered.mu: its reader, waiters, tiers storing it
 }
 
 // TierStats are the tiers' counters.
@@ -180,20 +147,21 @@ func layouts(f *beton.File) func(dp int32) []tier.Chunk {
 	}
 }
 
-// newTiered opens the tiers the options ask for, and the peer tier's.
-// Fill buffers come from fills. start begins the backfill.
-func newTiered(src storage.Source, f *beton.File, opts Options, memBudget int64, fills [][]byte) (*tiered, error) {
-	t := &tiered{
-		Source: src, pageSize: f.PageSize(), firstPage: f.FirstPage(), numPages: int64(f.NumPages()),
-		free: make(chan []byte, len(fills)), fills: map[int32]*fill{},
-		owed: make([]bool, f.NumPages()), kick: make(chan struct{}, 1), done: make(chan struct{}),
-		peers: opts.Peers, owning: map[int32]*fill{},
+// newTierLevel opens the tiers the options ask for, above next. Fill
+// buffers come from fills. start begins the backfill.
+func newTierLevel(src storage.Source, geom tier.Geometry, opts Options, memBudget int64, fills [][]byte, next level) (*tierLevel, error) {
+	t := &tierLevel{
+		next: next, pageSize: geom.PageSize, free: make(chan []byte, len(fills)),
+		owed: make([]bool, geom.NumPages), kick: make(chan struct{}, 1), done: make(chan struct{}),
 	}
+	t.fills = newFlight(&t.mu, func(b []byte) {
+		t.free <- b
+		t.wake() // to backfill or release it
+	})
 	for _, b := range fills {
 		t.free <- b
 	}
 	t.kept.Store(int32(len(fills)))
-	geom := tier.Geometry{PageSize: f.PageSize(), NumPages: f.NumPages(), Layout: layouts(f)}
 	if memBudget > 0 {
 		t.stores = append(t.stores, tier.NewMem(geom, tier.Options{Budget: memBudget, Compress: true, Logger: opts.Logger, Stored: t.tierStored}))
 	}
@@ -204,27 +172,67 @@ func newTiered(src storage.Source, f *beton.File, opts Options, memBudget int64,
 		}
 		d, err := tier.OpenDisk(opts.DiskDir, tier.Object{Name: src.Name(), Identity: id}, geom, tier.Options{Budget: opts.DiskBudget, Compress: true, Logger: opts.Logger, Stored: t.tierStored})
 		if err != nil {
-			t.close()
+			for _, s := range t.stores {
+				s.Close()
+			}
 			return nil, err
 		}
 		t.stores = append(t.stores, d)
 	}
-	t.all = t.stores
-	if t.peers != nil {
-		if t.peerStore = newPeerStore(geom, opts.PeerBudget, opts); t.peerStore != nil {
-			t.all = append(slices.Clip(t.stores), t.peerStore)
-		}
-		// The pages this node owns displace any other in every tier.
-		for _, s := range t.all {
-			s.SetKeep(func(dp int32) bool { return t.owns(dp) })
-		}
-	}
 	return t, nil
+}
+
+// read reads what the tiers' stores missed from the level below, for
+// them too: a page read whole is offered; a range of a page they want is
+// read out of the whole page, filled once for its readers meanwhile.
+func (t *tierLevel) read(ctx context.Context, dp int32, lo int64, p []byte) error {
+	if t.next.keepsWhole(dp) {
+		return t.next.read(ctx, dp, lo, p)
+	}
+	if int64(len(p)) == t.pageSize {
+		err := t.next.read(ctx, dp, 0, p)
+		if err == nil {
+			t.offerCopy(dp, p)
+		}
+		return err
+	}
+	return t.fills.share(ctx, dp, lo, p, func() []byte { return t.fillBuffer(dp) }, t.next, t.filledPage(dp))
+}
+
+// filledPage returns what share does with page dp read whole for the
+// tiers: offer it.
+func (t *tierLevel) filledPage(dp int32) func(context.Context, *call) {
+	return func(_ context.Context, c *call) {
+		t.filled.Add(1)
+		t.mu.Lock()
+		t.offer(dp, c)
+		t.mu.Unlock()
+	}
+}
+
+func (t *tierLevel) keepsWhole(dp int32) bool { return t.next.keepsWhole(dp) }
+
+// fillBuffer returns a free fill buffer to read page dp into for the
+// tiers; nil when no tier wants the page or no buffer is free. Called
+// with mu held.
+func (t *tierLevel) fillBuffer(dp int32) []byte {
+	if !t.wanted(dp) {
+		return nil
+	}
+	select {
+	case buf := <-t.free:
+		return buf
+	default:
+		// Not owed: a page read by ranges is missed again by the next
+		// sample of it read, which fills it when a buffer is free;
+		// owing it would read it twice.
+		return nil
+	}
 }
 
 // start begins the backfill, which hands fill buffers to giveBack once
 // the tiers take no more pages.
-func (t *tiered) start(giveBack func([][]byte)) {
+func (t *tierLevel) start(giveBack func([][]byte)) {
 	t.giveBack = giveBack
 	t.release() // a tier opened full: at once, before the first read
 	ctx, cancel := context.WithCancel(context.Background())
@@ -232,9 +240,17 @@ func (t *tiered) start(giveBack func([][]byte)) {
 	go t.backfill(ctx)
 }
 
+// stop ends the backfill.
+func (t *tierLevel) stop() {
+	if t.cancel != nil {
+		t.cancel()
+		<-t.done
+	}
+}
+
 // owe records that the tiers want page dp but could not take it, and
 // wakes the backfill. Called with mu held.
-func (t *tiered) owe(dp int32) {
+func (t *tierLevel) owe(dp int32) {
 	if !t.owed[dp] {
 		t.owed[dp] = true
 		t.owedQueue = append(t.owedQueue, dp)
@@ -244,7 +260,7 @@ func (t *tiered) owe(dp int32) {
 
 // tierStored is called by a tier done with a page offered: the backfill may
 // release the fill buffers, and waiters on storedSignal look again.
-func (t *tiered) tierStored() {
+func (t *tierLevel) tierStored() {
 	t.wake()
 	t.mu.Lock()
 	if t.storedCh != nil {
@@ -256,7 +272,7 @@ func (t *tiered) tierStored() {
 
 // storedSignal returns a channel closed when a tier is next done with a
 // page offered.
-func (t *tiered) storedSignal() <-chan struct{} {
+func (t *tierLevel) storedSignal() <-chan struct{} {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.storedCh == nil {
@@ -266,16 +282,16 @@ func (t *tiered) storedSignal() <-chan struct{} {
 }
 
 // wake wakes the backfill, without waiting.
-func (t *tiered) wake() {
+func (t *tierLevel) wake() {
 	select {
 	case t.kick <- struct{}{}:
 	default:
 	}
 }
 
-// backfill reads owed pages from storage into free fill buffers and
-// offers them, until ctx ends. See Backfill.
-func (t *tiered) backfill(ctx context.Context) {
+// backfill reads owed pages from below into free fill buffers and offers
+// them, until ctx ends. See Backfill.
+func (t *tierLevel) backfill(ctx context.Context) {
 	defer close(t.done)
 	for {
 		select {
@@ -289,24 +305,23 @@ func (t *tiered) backfill(ctx context.Context) {
 				t.release()
 				break // nothing owed, or no buffer free: wait for a kick
 			}
-			_, err := t.below(ctx, buf, (int64(dp)+t.firstPage)*t.pageSize)
-			f := &fill{done: make(chan struct{}), buf: buf, refs: 1}
-			close(f.done)
+			err := t.next.read(ctx, dp, 0, buf)
+			c := &call{buf: buf, refs: 1}
 			t.mu.Lock()
 			if err == nil {
 				t.backfills.Add(1)
-				t.offer(dp, f)
+				t.offer(dp, c)
 			}
-			t.unref(f)
+			t.fills.unref(c)
 			t.mu.Unlock()
 		}
 	}
 }
 
 // release hands the free fill buffers to the cache once no tier will
-// take a page any more; those in use follow as they come free (unref
-// wakes the backfill).
-func (t *tiered) release() {
+// take a page any more; those in use follow as they come free (their
+// return wakes the backfill).
+func (t *tierLevel) release() {
 	if t.giveBack == nil || t.kept.Load() == 0 {
 		return
 	}
@@ -333,12 +348,12 @@ func (t *tiered) release() {
 // nextOwed takes the oldest owed page that a tier has room for, and a
 // free fill buffer for it. Pages no tier wants any more, or has room for,
 // are forgotten; the rest stay owed while no buffer is free.
-func (t *tiered) nextOwed() (int32, []byte, bool) {
+func (t *tierLevel) nextOwed() (int32, []byte, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for len(t.owedQueue) > 0 {
 		dp := t.owedQueue[0]
-		if t.fills[dp] != nil {
+		if t.fills.get(dp) != nil {
 			return 0, nil, false // being filled: offered when done; look again then
 		}
 		room := false
@@ -362,71 +377,8 @@ func (t *tiered) nextOwed() (int32, []byte, bool) {
 	return 0, nil, false
 }
 
-// locate returns the data page and the offset in it of bytes [off,
-// off+n), if they lie in one data page.
-func (t *tiered) locate(off int64, n int) (int32, int64, bool) {
-	p := off / t.pageSize
-	dp := p - t.firstPage
-	if dp < 0 || dp >= t.numPages || off+int64(n) > (p+1)*t.pageSize {
-		return 0, 0, false
-	}
-	return int32(dp), off - p*t.pageSize, true
-}
-
-func (t *tiered) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
-	n, _, err := t.read(ctx, p, off)
-	return n, err
-}
-
-// read is ReadAt, also reporting whether a tier served the bytes.
-func (t *tiered) read(ctx context.Context, p []byte, off int64) (n int, fromTier bool, err error) {
-	dp, lo, ok := t.locate(off, len(p))
-	if !ok {
-		n, err = t.fromStorage(ctx, p, off)
-		return n, false, err
-	}
-	for _, s := range t.all {
-		if s.Read(dp, lo, p) {
-			return len(p), true, nil
-		}
-	}
-	n, err = t.fromBelow(ctx, dp, lo, p, off)
-	return n, false, err
-}
-
-// fromBelow reads what the tiers did not hold from the peer tier or
-// storage, for them too. A page this node owns is read whole and kept.
-func (t *tiered) fromBelow(ctx context.Context, dp int32, lo int64, p []byte, off int64) (int, error) {
-	if t.owns(dp) {
-		t.peerReads.Add(1)
-		if err := t.readOwned(ctx, dp, lo, p, reasonIndex(ReasonOwned)); err != nil {
-			return 0, err
-		}
-		t.peerBytes.Add(uint64(len(p)))
-		return len(p), nil
-	}
-	if int64(len(p)) == t.pageSize {
-		n, err := t.below(ctx, p, off)
-		if err == nil {
-			t.offerCopy(dp, p)
-		}
-		return n, err
-	}
-	if t.fillRead(ctx, dp, lo, p) {
-		return len(p), nil
-	}
-	return t.below(ctx, p, off)
-}
-
-func (t *tiered) fromStorage(ctx context.Context, p []byte, off int64) (int, error) {
-	n, err := t.Source.ReadAt(ctx, p, off)
-	t.reqs.Add(1)
-	t.stored.Add(uint64(n))
-	return n, err
-}
-
 // wanted reports whether a tier would store page dp.
-func (t *tiered) wanted(dp int32) bool {
+func (t *tierLevel) wanted(dp int32) bool {
 	for _, s := range t.stores {
 		if s.Wants(dp) {
 			return true
@@ -435,73 +387,17 @@ func (t *tiered) wanted(dp int32) bool {
 	return false
 }
 
-// fillRead serves bytes [lo, lo+len(p)) of page dp from a fill of the
-// whole page (its own, or one under way), and reports whether it did: no
-// fill buffer free, a page no tier wants, or a failed fill leave the read
-// to the caller.
-func (t *tiered) fillRead(ctx context.Context, dp int32, lo int64, p []byte) bool {
-	t.mu.Lock()
-	f := t.fills[dp]
-	if f == nil {
-		if !t.wanted(dp) {
-			t.mu.Unlock()
-			return false
-		}
-		select {
-		case buf := <-t.free:
-			f = &fill{done: make(chan struct{}), buf: buf, refs: 1}
-			t.fills[dp] = f
-		default:
-			// Not owed: a page read by ranges is missed again by the
-			// next sample of it read, which fills it when a buffer is
-			// free; owing it would read it twice.
-			t.mu.Unlock()
-			return false
-		}
-		t.mu.Unlock()
-		_, f.err = t.below(ctx, f.buf, (int64(dp)+t.firstPage)*t.pageSize)
-		if f.err == nil {
-			t.filled.Add(1)
-			copy(p, f.buf[lo:])
-		}
-		t.mu.Lock()
-		delete(t.fills, dp)
-		close(f.done)
-		if f.err == nil {
-			t.offer(dp, f)
-		}
-		t.unref(f)
-		t.mu.Unlock()
-		return f.err == nil
-	}
-	f.refs++
-	t.mu.Unlock()
-	ok := false
-	select {
-	case <-f.done:
-		if f.err == nil {
-			copy(p, f.buf[lo:])
-			ok = true
-		}
-	case <-ctx.Done():
-	}
-	t.mu.Lock()
-	t.unref(f)
-	t.mu.Unlock()
-	return ok
-}
-
-// offer hands a filled page to every tier that takes it. Called with mu
-// held.
-func (t *tiered) offer(dp int32, f *fill) {
+// offer hands a filled page to every tier that takes it; each holds its
+// buffer until stored. Called with mu held.
+func (t *tierLevel) offer(dp int32, c *call) {
 	for _, s := range t.stores {
-		f.refs++
-		if !s.Put(dp, f.buf, func() {
+		c.refs++
+		if !s.Put(dp, c.buf, func() {
 			t.mu.Lock()
-			t.unref(f)
+			t.fills.unref(c)
 			t.mu.Unlock()
 		}) {
-			f.refs--
+			c.refs--
 			if s.Wants(dp) {
 				t.owe(dp) // its queue was full
 			}
@@ -509,20 +405,10 @@ func (t *tiered) offer(dp int32, f *fill) {
 	}
 }
 
-// unref drops a reference to a fill; the last returns its buffer. Called
-// with mu held.
-func (t *tiered) unref(f *fill) {
-	f.refs--
-	if f.refs == 0 {
-		t.free <- f.buf
-		t.wake() // to backfill or release it
-	}
-}
-
 // offerCopy offers a page read whole into a slot: it is copied into a
 // fill buffer if one is free, since the slot may be reused before a tier
 // has stored it.
-func (t *tiered) offerCopy(dp int32, page []byte) {
+func (t *tierLevel) offerCopy(dp int32, page []byte) {
 	if !t.wanted(dp) {
 		return
 	}
@@ -536,23 +422,16 @@ func (t *tiered) offerCopy(dp int32, page []byte) {
 		return
 	}
 	copy(buf, page)
-	f := &fill{done: make(chan struct{}), buf: buf, refs: 1}
-	close(f.done)
+	c := &call{buf: buf, refs: 1}
 	t.mu.Lock()
-	t.offer(dp, f)
-	t.unref(f)
+	t.offer(dp, c)
+	t.fills.unref(c)
 	t.mu.Unlock()
 }
 
-// setRank lets the tiers evict by the cache's announced orders.
-func (t *tiered) setRank(rank func(dp int32) int) {
-	for _, s := range t.all {
-		s.SetRank(rank)
-	}
-}
-
-func (t *tiered) stats() *TierStats {
-	st := &TierStats{StorageBytes: t.stored.Load(), StorageRequests: t.reqs.Load(), PageFills: t.filled.Load(), Backfills: t.backfills.Load()}
+// addStats adds the tiers' figures to st.
+func (t *tierLevel) addStats(st *TierStats) {
+	st.PageFills, st.Backfills = t.filled.Load(), t.backfills.Load()
 	t.mu.Lock()
 	st.Owed = len(t.owedQueue)
 	st.FillBuffers = int(t.kept.Load())
@@ -560,21 +439,6 @@ func (t *tiered) stats() *TierStats {
 	for _, s := range t.stores {
 		st.Tiers = append(st.Tiers, s.Stats())
 	}
-	return st
-}
-
-// close stores what the tiers took and closes them. The fill buffers are
-// free afterwards.
-func (t *tiered) close() error {
-	if t.cancel != nil {
-		t.cancel()
-		<-t.done
-	}
-	var errs []error
-	for _, s := range t.all {
-		errs = append(errs, s.Close())
-	}
-	return errors.Join(errs...)
 }
 
 // tierBudget splits n slots between pages, fill buffers and a compressed

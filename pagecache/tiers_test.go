@@ -140,7 +140,7 @@ func readAllSamples(t *testing.T, c *Cache, f *beton.File, data []byte, seed uin
 func waitTierEntries(c *Cache, n int) {
 	timeout := time.After(testenv.Patience)
 	for {
-		ch := c.tiers.storedSignal()
+		ch := c.below.tiers.storedSignal()
 		if c.Stats().Tiers.Tiers[0].Entries >= n {
 			return
 		}
@@ -154,7 +154,7 @@ func waitTierEntries(c *Cache, n int) {
 
 // waitLoadsDone waits until c has no load under way, prefetch or demand.
 func waitLoadsDone(c *Cache) {
-	waitCache(c, func() bool { return c.inflight == 0 && len(c.loads) == 0 })
+	waitCache(c, func() bool { return c.inflight == 0 && len(c.loads.calls) == 0 })
 }
 
 // waitCache waits until cond, called with c's lock held, holds, woken at
@@ -301,18 +301,18 @@ func TestDiskTierBackfillsSkippedPages(t *testing.T) {
 	defer c.Close()
 	var held [][]byte
 	for range fillBuffers {
-		held = append(held, <-c.tiers.free)
+		held = append(held, <-c.below.tiers.free)
 	}
 	readAllSamples(t, c, f, data, 1, 4)
 	if st := c.Stats().Tiers; st.Tiers[0].Entries != 0 || st.Owed != f.NumPages() {
 		t.Fatalf("with no fill buffer: %d entries, %d pages owed; want 0 and %d", st.Tiers[0].Entries, st.Owed, f.NumPages())
 	}
-	c.tiers.mu.Lock()
+	c.below.tiers.mu.Lock()
 	for _, b := range held {
-		c.tiers.free <- b
+		c.below.tiers.free <- b
 	}
-	c.tiers.wake()
-	c.tiers.mu.Unlock()
+	c.below.tiers.wake()
+	c.below.tiers.mu.Unlock()
 	waitTierEntries(c, f.NumPages())
 	st := c.Stats().Tiers
 	if st.Owed != 0 || st.Backfills != uint64(f.NumPages()) {

@@ -17,14 +17,14 @@ func rangeKey(prefix string, p, off, n int64) string {
 }
 
 // parseKey returns a key's source, page and range (n = 0: the page).
-func parseKey(key string) (s *Object, p, off, n int64, err error) {
+func (nd *Node) parseKey(key string) (s *Object, p, off, n int64, err error) {
 	prefix, rest, ok := strings.Cut(key, "/")
 	if !ok {
 		return nil, 0, 0, 0, fmt.Errorf("bad key %q", key)
 	}
-	node.mu.Lock()
-	s = node.objects[prefix]
-	node.mu.Unlock()
+	nd.mu.Lock()
+	s = nd.objects[prefix]
+	nd.mu.Unlock()
 	if s == nil {
 		return nil, 0, 0, 0, fmt.Errorf("key %q: no such object here", key)
 	}

@@ -48,6 +48,8 @@ type members struct {
 	// (called with mu held), and returns how many changed owner.
 	set    func(r *ring) (moved int64)
 	reload chan struct{}
+	// warned holds the causes logged once (its node's; nil: a fresh set).
+	warned *onceSet
 
 	mu    sync.Mutex
 	nodes []string // sorted
@@ -313,7 +315,7 @@ func (m *members) withSelf(nodes []string) []string {
 	if i := slices.IndexFunc(nodes, func(n string) bool { return n != m.self && sameNode(n, m.self) }); i >= 0 {
 		// This node under another name (localhost for 127.0.0.1): it
 		// would own pages under that name and ask itself for them.
-		if warnOnce("alias " + nodes[i]) {
+		if m.warned.first("alias " + nodes[i]) {
 			m.logger.Warn("peer tier: a peer listed is this node under another name; it counts once, as "+m.self, "peer", nodes[i])
 		}
 		nodes = slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return n != m.self && sameNode(n, m.self) })

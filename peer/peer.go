@@ -30,8 +30,12 @@
 // (its singleflight), and the wire is its protocol. groupcache's memory is
 // not used (the cache's tiers keep the pages), nor its routing, which
 // knows only a plain hash ring: owners are placed with bounded loads, and
-// a node asks each owner itself. Keys carry the object's identity (its
-// URL, ETag and size, as the disk tier's do) and the page number.
+// a node asks each owner itself. Nor is its HTTPPool, which a process may
+// make once and which finds groups by process-wide names: a node answers
+// the protocol's one request itself (serveValue) from groups of its own,
+// so that a node is a value (Start), and two run in one process. Keys
+// carry the object's identity (its URL, ETag and size, as the disk tier's
+// do) and the page number.
 //
 // # Trust
 //
@@ -76,18 +80,19 @@ import (
 
 	"github.com/golang/groupcache"
 	"golang.org/x/sync/semaphore"
+
+	"github.com/ffcvfs/ffcvfs/internal/peerstats"
 )
 
-// node is the process's member of the tier: groupcache allows one pool
-// of peers per process.
-var node struct {
-	once sync.Once
-	err  error
+// Node is a member of the tier: its listener, its view of the members,
+// and the objects read through it. It is a value: a process may run
+// several (a test runs two), each with its own groups and listener.
+type Node struct {
 	opts Options
-	pool *groupcache.HTTPPool
 	srv  *http.Server
 	ln   net.Listener
 	tr   http.RoundTripper
+	stop context.CancelFunc // ends the members' watch
 
 	pages, ranges *groupcache.Group
 	members       *members
@@ -97,8 +102,10 @@ var node struct {
 	// fails counts each node's failures in a row (*atomic.Int32), which
 	// lengthen its hold (holdFor).
 	fails sync.Map
-	// warns limits the warnings of failed peers (failedWarnings a minute).
-	warns warnLimit
+	// warns limits the warnings of failed peers (failedWarnings a minute);
+	// warned holds the causes logged once.
+	warns  warnLimit
+	warned onceSet
 
 	// reqKey signs requests, valueKey tags values; both derive from the
 	// secret.
@@ -142,6 +149,7 @@ type Info struct {
 
 // Object is one object (a beton) read through the tier.
 type Object struct {
+	node   *Node
 	info   Info
 	prefix string // the key prefix: a hash of the identity
 	pages  int64
@@ -160,10 +168,10 @@ type Object struct {
 	corrupt, peerLoads, peerErrors atomic.Uint64
 }
 
-// Open joins the tier with opts at the first call, and returns the object
-// info describes, whose pages are placed on the members from now on. The
-// node serves peers that ask for its pages once Serve is called.
-func Open(info Info, opts Options) (*Object, error) {
+// Open returns the object info describes, read through the node: its
+// pages are placed on the members from now on. The node serves peers that
+// ask for its pages once Serve is called.
+func (n *Node) Open(info Info) (*Object, error) {
 	if info.Identity == "" {
 		return nil, fmt.Errorf("%s: the peer tier needs an object version (ETag, or size and time) to name its pages by", info.Name)
 	}
@@ -173,19 +181,15 @@ func Open(info Info, opts Options) (*Object, error) {
 	if pages := (info.Size + info.PageSize - 1) / info.PageSize; pages > maxPages {
 		return nil, fmt.Errorf("%s: %d pages of %d bytes, more than the peer tier places (%d)", info.Name, pages, info.PageSize, maxPages)
 	}
-	node.once.Do(func() { node.err = start(opts) })
-	if node.err != nil {
-		return nil, node.err
-	}
-	o := &Object{info: info, prefix: prefixOf(info.Identity), pages: (info.Size + info.PageSize - 1) / info.PageSize}
+	o := &Object{node: n, info: info, prefix: prefixOf(info.Identity), pages: (info.Size + info.PageSize - 1) / info.PageSize}
 	o.tags = make([]atomic.Pointer[[tagLen]byte], o.pages)
 	o.serving = semaphore.NewWeighted(servePages * info.PageSize)
-	node.members.mu.Lock()
-	o.replace(node.members.ring)
-	node.mu.Lock()
-	node.objects[o.prefix] = o
-	node.mu.Unlock()
-	node.members.mu.Unlock()
+	n.members.mu.Lock()
+	o.replace(n.members.ring)
+	n.mu.Lock()
+	n.objects[o.prefix] = o
+	n.mu.Unlock()
+	n.members.mu.Unlock()
 	return o, nil
 }
 
@@ -216,7 +220,7 @@ func (o *Object) Keeps() (pages int64, all bool) {
 	if o.info.KeepBytes <= 0 {
 		return -1, true
 	}
-	return o.info.KeepBytes / o.info.PageSize, o.place.Load().count(node.opts.Self)*o.info.PageSize <= o.info.KeepBytes
+	return o.info.KeepBytes / o.info.PageSize, o.place.Load().count(o.node.opts.Self)*o.info.PageSize <= o.info.KeepBytes
 }
 
 // checkShare logs, once per placement, a share larger than Info.KeepBytes.
@@ -224,13 +228,13 @@ func (o *Object) checkShare(pl *placement) {
 	if o.info.KeepBytes <= 0 || o.info.KeepFlag == "" {
 		return
 	}
-	owned := pl.count(node.opts.Self)
+	owned := pl.count(o.node.opts.Self)
 	need := owned * o.info.PageSize
 	if need <= o.info.KeepBytes || o.warned.Swap(pl) == pl {
 		return
 	}
 	hold := (need + 2*o.info.PageSize + 1<<20 - 1) >> 20 // its pages and two more, in MiB
-	node.opts.Logger.Warn(fmt.Sprintf("peer tier: this node owns %s of %s (%d MiB) among %s, more than %s %d MiB keeps: "+
+	o.node.opts.Logger.Warn(fmt.Sprintf("peer tier: this node owns %s of %s (%d MiB) among %s, more than %s %d MiB keeps: "+
 		"the rest is read from storage again each epoch, by this node for the cluster; %s %dMiB would hold them",
 		plural(owned, "page"), o.info.Name, need>>20, plural(int64(len(pl.nodes)), "node"), o.info.KeepFlag, o.info.KeepBytes>>20, o.info.KeepFlag, hold))
 }
@@ -250,7 +254,7 @@ func (o *Object) Serve(fn ServeFunc) { o.serve.Store(&fn) }
 // Owns reports whether this node owns page p (absolute) now.
 func (o *Object) Owns(p int64) bool {
 	owner, ok := o.owner(p)
-	return ok && owner == node.opts.Self
+	return ok && owner == o.node.opts.Self
 }
 
 // Owner returns the base URL of the node that owns page p (absolute)
@@ -277,56 +281,55 @@ func (o *Object) pageLen(p int64) int64 {
 
 // placeAll places every object's pages on r and returns how many pages
 // changed owner. Called with the members' lock held.
-func placeAll(r *ring) int64 {
-	node.mu.Lock()
-	objs := make([]*Object, 0, len(node.objects))
-	for _, o := range node.objects {
+func (n *Node) placeAll(r *ring) int64 {
+	n.mu.Lock()
+	objs := make([]*Object, 0, len(n.objects))
+	for _, o := range n.objects {
 		objs = append(objs, o)
 	}
-	node.mu.Unlock()
-	var n int64
+	n.mu.Unlock()
+	var moved int64
 	for _, o := range objs {
-		n += o.replace(r)
+		moved += o.replace(r)
 	}
-	return n
+	return moved
 }
 
 // Reload re-reads the peers file (Options.PeersFile) or resolves the
 // peers' name (Options.PeersDNS) now, as on SIGHUP; the tier's members
-// follow them. It does nothing before the tier started or without either.
-func Reload() {
-	if node.members == nil {
-		return
-	}
+// follow them. It does nothing without either.
+func (n *Node) Reload() {
 	select {
-	case node.members.reload <- struct{}{}:
+	case n.members.reload <- struct{}{}:
 	default:
 	}
 }
 
-// Addr returns the address the tier listens on, or "" before it started.
-func Addr() string {
-	if node.ln == nil {
-		return ""
-	}
-	return node.ln.Addr().String()
+// Addr returns the address the node listens on.
+func (n *Node) Addr() string { return n.ln.Addr().String() }
+
+// Close stops serving peers and watching the members. The node's objects
+// are not read through it afterwards.
+func (n *Node) Close() error {
+	n.stop()
+	return n.srv.Close()
 }
 
 // Stats returns what the tier did for this object, and the node's
-// figures.
-func (o *Object) Stats() Stats {
+// figures; the page cache reading through it adds its reads.
+func (o *Object) Stats() peerstats.Stats {
 	pl := o.place.Load()
-	st := Stats{
+	st := peerstats.Stats{
 		Corrupt:       o.corrupt.Load(),
 		PeerLoads:     int64(o.peerLoads.Load()),
 		PeerErrors:    int64(o.peerErrors.Load()),
 		Members:       len(pl.nodes),
-		MemberChanges: node.members.changes.Load(),
-		PagesMoved:    node.members.lastMoved.Load(),
-		PagesOwned:    pl.count(node.opts.Self),
+		MemberChanges: o.node.members.changes.Load(),
+		PagesMoved:    o.node.members.lastMoved.Load(),
+		PagesOwned:    pl.count(o.node.opts.Self),
 		PagesLimit:    pl.limit,
 	}
-	for _, g := range []*groupcache.Group{node.pages, node.ranges} {
+	for _, g := range []*groupcache.Group{o.node.pages, o.node.ranges} {
 		st.ServerRequests += g.Stats.ServerRequests.Get()
 	}
 	return st

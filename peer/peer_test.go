@@ -10,18 +10,21 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ffcvfs/ffcvfs/internal/peerstats"
 )
 
+// testNode is a node of no tier, which tests register objects with.
+var testNode = &Node{objects: map[string]*Object{}}
+
 // testSource registers an object of size bytes in pages of block bytes
-// under prefix "t", as Open does, without joining a tier.
+// under prefix "t" with testNode, as Node.Open does, without joining a
+// tier.
 func testSource(t testing.TB, size, block int64) *Object {
-	s := &Object{info: Info{Name: "mem://t", Size: size, PageSize: block}, prefix: "t", pages: (size + block - 1) / block}
-	node.mu.Lock()
-	if node.objects == nil {
-		node.objects = map[string]*Object{}
-	}
-	node.objects["t"] = s
-	node.mu.Unlock()
+	s := &Object{node: testNode, info: Info{Name: "mem://t", Size: size, PageSize: block}, prefix: "t", pages: (size + block - 1) / block}
+	testNode.mu.Lock()
+	testNode.objects["t"] = s
+	testNode.mu.Unlock()
 	return s
 }
 
@@ -46,7 +49,7 @@ func TestParseKey(t *testing.T) {
 		{key: "u/0", wantErrSub: "no such object"},
 		{key: "t", wantErrSub: "bad key"},
 	} {
-		got, p, off, n, err := parseKey(tc.key)
+		got, p, off, n, err := testNode.parseKey(tc.key)
 		switch {
 		case tc.wantErrSub != "":
 			if err == nil || !strings.Contains(err.Error(), tc.wantErrSub) {
@@ -66,7 +69,7 @@ func FuzzParseKey(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, key string) {
 		s := testSource(t, 5000, 2048)
-		_, p, off, n, err := parseKey(key)
+		_, p, off, n, err := testNode.parseKey(key)
 		if err != nil {
 			return
 		}
@@ -84,7 +87,7 @@ func TestParseKeyCanonical(t *testing.T) {
 	testSource(t, 5000, 2048)
 	for _, key := range []string{"t/+0", "t/000", "t/00", "t/01", "t/0@0+2048", "t/2@0+904", "t/1@05+1", "t/1@5+01",
 		"t/1@+5+1", "t/1@5++1", "t/1@5+1@", "t/ 1", "t/1@5+1 "} {
-		if _, _, _, _, err := parseKey(key); err == nil {
+		if _, _, _, _, err := testNode.parseKey(key); err == nil {
 			t.Errorf("%q parses: one page or range under two keys", key)
 		}
 	}
@@ -95,24 +98,24 @@ func TestParseKeyCanonical(t *testing.T) {
 // tagged with another secret, and one too short to hold a tag all fail,
 // where an unkeyed CRC let any peer forge values.
 func TestValueTags(t *testing.T) {
-	node.valueKey = derive("s3cr3t-0123456789abcdef", "ffcvfs peer value")
-	v := sealed("t/0", []byte("page bytes"))
-	if b, ok := open("t/0", v); !ok || string(b) != "page bytes" {
+	nd := &Node{valueKey: derive("s3cr3t-0123456789abcdef", "ffcvfs peer value")}
+	v := nd.sealed("t/0", []byte("page bytes"))
+	if b, ok := nd.open("t/0", v); !ok || string(b) != "page bytes" {
 		t.Fatalf("open(sealed) = %q, %v", b, ok)
 	}
-	if _, ok := open("t/1", v); ok {
+	if _, ok := nd.open("t/1", v); ok {
 		t.Error("a value passed as another key's")
 	}
 	w := append([]byte(nil), v...)
 	w[3] ^= 1
-	if _, ok := open("t/0", w); ok {
+	if _, ok := nd.open("t/0", w); ok {
 		t.Error("a flipped bit passed the check")
 	}
-	if _, ok := open("t/0", []byte{1, 2}); ok {
+	if _, ok := nd.open("t/0", []byte{1, 2}); ok {
 		t.Error("a value shorter than its tag passed the check")
 	}
-	node.valueKey = derive("another-secret-0123456789", "ffcvfs peer value")
-	if _, ok := open("t/0", v); ok {
+	nd.valueKey = derive("another-secret-0123456789", "ffcvfs peer value")
+	if _, ok := nd.open("t/0", v); ok {
 		t.Error("a value tagged with another secret passed the check")
 	}
 }
@@ -141,8 +144,12 @@ func FuzzResponseValue(f *testing.F) {
 // pagecache's TestServePeer.)
 func TestGroupsRefuseOtherKeys(t *testing.T) {
 	const block = 1 << 20
-	s, err := Open(Info{Name: "mem://groups", Identity: "mem://groups v1", Size: 3 * block, PageSize: block},
-		Options{Listen: "127.0.0.1:0", Peers: []string{"http://127.0.0.1:0"}, Secret: "0123456789abcdef0123"})
+	nd, err := Start(Options{Listen: "127.0.0.1:0", Peers: []string{"http://127.0.0.1:0"}, Secret: "0123456789abcdef0123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nd.Close()
+	s, err := nd.Open(Info{Name: "mem://groups", Identity: "mem://groups v1", Size: 3 * block, PageSize: block})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,11 +161,11 @@ func TestGroupsRefuseOtherKeys(t *testing.T) {
 	})
 	ask := func(group, key string) int {
 		path := basePath + group + "/" + key
-		req, err := http.NewRequest(http.MethodGet, "http://"+Addr()+path, nil)
+		req, err := http.NewRequest(http.MethodGet, "http://"+nd.Addr()+path, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		req.Header.Set(authHeader, signRequest(http.MethodGet, path, time.Now()))
+		req.Header.Set(authHeader, nd.signRequest(http.MethodGet, path, time.Now()))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -189,11 +196,15 @@ func TestGroupsRefuseOtherKeys(t *testing.T) {
 
 // TestReadRefuses: a read outside the object's pages, or empty, is an
 // error that sends nothing to a peer; a page this node owns is the
-// cache's to read (ReasonOwned); a node alone owns every page.
+// cache's to read (peerstats.ReasonOwned); a node alone owns every page.
 func TestReadRefuses(t *testing.T) {
 	const block = 1 << 20
-	o, err := Open(Info{Name: "mem://read", Identity: "mem://read v1", Size: 3*block - 100, PageSize: block},
-		Options{Listen: "127.0.0.1:0", Peers: []string{"http://127.0.0.1:0"}, Secret: "0123456789abcdef0123"})
+	nd, err := Start(Options{Listen: "127.0.0.1:0", Peers: []string{"http://127.0.0.1:0"}, Secret: "0123456789abcdef0123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nd.Close()
+	o, err := nd.Open(Info{Name: "mem://read", Identity: "mem://read v1", Size: 3*block - 100, PageSize: block})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,15 +214,15 @@ func TestReadRefuses(t *testing.T) {
 		n      int
 	}{{-1, 0, 10}, {3, 0, 10}, {0, -1, 10}, {0, block - 5, 10}, {2, block - 150, 100}, {0, 0, 0}, {1 << 50, 0, 1}} {
 		var e *Error
-		if err := o.Read(ctx, c.p, c.off, make([]byte, c.n)); !errors.As(err, &e) || e.Reason != ReasonOwnerError || e.Fill {
+		if err := o.Read(ctx, c.p, c.off, make([]byte, c.n)); !errors.As(err, &e) || e.Reason != peerstats.ReasonOwnerError || e.Fill {
 			t.Errorf("page %d, %d bytes at %d: %v, want an owner_error", c.p, c.n, c.off, err)
 		}
 	}
-	if _, err := Open(Info{Name: "mem://huge", Identity: "mem://huge v1", Size: 1 << 62, PageSize: 1 << 21}, Options{}); err == nil || !strings.Contains(err.Error(), "more than the peer tier places") {
+	if _, err := nd.Open(Info{Name: "mem://huge", Identity: "mem://huge v1", Size: 1 << 62, PageSize: 1 << 21}); err == nil || !strings.Contains(err.Error(), "more than the peer tier places") {
 		t.Errorf("an object of 2^41 pages: %v", err)
 	}
 	var e *Error
-	if err := o.Read(ctx, 2, 0, make([]byte, block-100)); !errors.As(err, &e) || e.Reason != ReasonOwned {
+	if err := o.Read(ctx, 2, 0, make([]byte, block-100)); !errors.As(err, &e) || e.Reason != peerstats.ReasonOwned {
 		t.Errorf("a page this node owns: %v, want owned", err)
 	}
 	if st := o.Stats(); st.PagesOwned != 3 || st.PagesLimit != 4 || st.PeerLoads != 0 || st.PeerErrors != 0 {

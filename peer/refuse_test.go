@@ -17,18 +17,13 @@ import (
 // was said: nodes with different secrets or clocks shared nothing.
 func TestAuthorizeSaysWhy(t *testing.T) {
 	var logs bytes.Buffer
-	logger, key := node.opts.Logger, node.reqKey
-	defer func() { node.opts.Logger, node.reqKey = logger, key }()
-	node.opts.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-	node.reqKey = derive("the server's secret", "ffcvfs peer request")
-	h := authorize(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	nd := &Node{opts: Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, reqKey: derive("the server's secret", "ffcvfs peer request")}
+	h := nd.authorize(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	ask := func(key []byte, at time.Time) *http.Response {
 		r := httptest.NewRequest(http.MethodGet, basePath+"pages/t/0", nil)
 		r.RemoteAddr = "127.77.0.9:1234"
-		held := node.reqKey
-		node.reqKey = key
-		r.Header.Set(authHeader, signRequest(r.Method, r.URL.Path, at))
-		node.reqKey = held
+		asker := &Node{reqKey: key}
+		r.Header.Set(authHeader, asker.signRequest(r.Method, r.URL.Path, at))
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
 		return w.Result()
@@ -42,7 +37,7 @@ func TestAuthorizeSaysWhy(t *testing.T) {
 		if err := refusal(resp); !strings.Contains(err.Error(), "secret is not the peer's") {
 			t.Errorf("the asker's error: %v", err)
 		}
-		resp = ask(node.reqKey, time.Now().Add(-7*time.Minute))
+		resp = ask(nd.reqKey, time.Now().Add(-7*time.Minute))
 		if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get(refusedHeader) != refusedClock {
 			t.Fatalf("a clock 7 minutes off: %d %q", resp.StatusCode, resp.Header.Get(refusedHeader))
 		}
@@ -51,7 +46,7 @@ func TestAuthorizeSaysWhy(t *testing.T) {
 			t.Errorf("the asker's error: %v", err)
 		}
 	}
-	if resp := ask(node.reqKey, time.Now()); resp.StatusCode == http.StatusUnauthorized {
+	if resp := ask(nd.reqKey, time.Now()); resp.StatusCode == http.StatusUnauthorized {
 		t.Error("a right request refused")
 	}
 	out := logs.String()
@@ -124,13 +119,12 @@ func TestFailedPeersQuiet(t *testing.T) {
 		t.Errorf("a minute later: %v, %d said left out; want %d", ok, dropped, 100-failedWarnings)
 	}
 	base := "http://127.77.9.9:1"
+	nd := &Node{}
 	var holds []time.Duration
 	for range 9 {
-		holds = append(holds, holdDown(base))
+		holds = append(holds, nd.holdDown(base))
 	}
 	if holds[0] != downHold || holds[1] != 2*downHold || holds[8] != maxDownHold {
 		t.Errorf("holds %v: want %v doubling to %v", holds, downHold, maxDownHold)
 	}
-	node.down.Delete(base)
-	node.fails.Delete(base)
 }

@@ -13,54 +13,61 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/golang/groupcache"
 	"golang.org/x/net/netutil"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// start joins the tier: the members, the groups and the listener.
-func start(opts Options) error {
+// groupSeq numbers the groups of the nodes of a process: groupcache
+// registers groups by name, once per process.
+var groupSeq atomic.Int64
+
+// Start joins the tier with opts: the members, the groups and the
+// listener. Close leaves it.
+func Start(opts Options) (*Node, error) {
 	if err := opts.Validate(); err != nil {
-		return err
+		return nil, err
 	}
 	ln, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
-		return fmt.Errorf("peer tier: %w", err)
+		return nil, fmt.Errorf("peer tier: %w", err)
 	}
-	node.opts = opts
-	node.objects = map[string]*Object{}
-	node.reqKey = derive(opts.Secret, "ffcvfs peer request")
-	node.valueKey = derive(opts.Secret, "ffcvfs peer value")
-	// The pool serves groupcache's protocol and is never given the
-	// members: it routes nothing (a node asks owners itself, client.go),
-	// so that a peer's request is always filled here.
-	node.pool = groupcache.NewHTTPPoolOpts(opts.Self, &groupcache.HTTPPoolOptions{BasePath: basePath})
-	node.tr = &http.Transport{
+	n := &Node{
+		opts: opts, ln: ln, objects: map[string]*Object{},
+		reqKey: derive(opts.Secret, "ffcvfs peer request"), valueKey: derive(opts.Secret, "ffcvfs peer value"),
+	}
+	n.tr = &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: opts.Timeout}).DialContext,
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
 		TLSClientConfig:     opts.tls,
 		TLSHandshakeTimeout: opts.Timeout,
 	}
-	node.members = &members{
+	n.members = &members{
 		self: opts.Self, scheme: strings.SplitN(opts.Self, "://", 2)[0], file: opts.PeersFile, dns: opts.PeersDNS,
-		logger: opts.Logger, reload: make(chan struct{}, 1), set: placeAll,
+		logger: opts.Logger, reload: make(chan struct{}, 1), set: n.placeAll, warned: &n.warned,
 	}
+	ctx, stop := context.WithCancel(context.Background())
+	n.stop = stop
 	if opts.PeersDNS != "" {
-		node.members.refresh(context.Background())
+		n.members.refresh(ctx)
 	}
-	if node.members.count() == 0 {
-		node.members.apply(opts.Peers)
+	if n.members.count() == 0 {
+		n.members.apply(opts.Peers)
 	}
-	go node.members.watch(context.Background())
-	// No memory of groupcache's: the cache's tiers keep the pages.
-	node.pages = groupcache.NewGroup("pages", 0, groupcache.GetterFunc(getPage))
-	node.ranges = groupcache.NewGroup("ranges", 0, groupcache.GetterFunc(getRange))
+	go n.members.watch(ctx)
+	// No memory of groupcache's: the cache's tiers keep the pages. Its
+	// names are the process's; the wire names them pagesGroup and
+	// rangesGroup (serveValue).
+	seq := groupSeq.Add(1)
+	n.pages = groupcache.NewGroup(fmt.Sprintf("%s.%d", pagesGroup, seq), 0, groupcache.GetterFunc(n.getPage))
+	n.ranges = groupcache.NewGroup(fmt.Sprintf("%s.%d", rangesGroup, seq), 0, groupcache.GetterFunc(n.getRange))
 	mux := http.NewServeMux()
-	mux.Handle(basePath, authorize(bounded(node.pool)))
-	node.ln = ln
-	node.srv = &http.Server{
+	mux.Handle(basePath, n.authorize(n.bounded(http.HandlerFunc(n.serveValue))))
+	n.srv = &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readHeaderTimeout,
@@ -74,9 +81,40 @@ func start(opts Options) error {
 		// The handshake runs within the server's read timeouts.
 		served = tls.NewListener(served, opts.tls)
 	}
-	go node.srv.Serve(served)
-	opts.Logger.Info("peer tier: serving", "listen", ln.Addr().String(), "self", opts.Self, "peers", node.members.count(), "tls", opts.tls != nil)
-	return nil
+	go n.srv.Serve(served)
+	opts.Logger.Info("peer tier: serving", "listen", ln.Addr().String(), "self", opts.Self, "peers", n.members.count(), "tls", opts.tls != nil)
+	return n, nil
+}
+
+// The groups' names on the wire: BASE/GROUP/KEY.
+const (
+	pagesGroup  = "pages"
+	rangesGroup = "ranges"
+)
+
+// serveValue answers groupcache's request BASE/GROUP/KEY from the node's
+// group, with a GetResponse message, as groupcache's HTTPPool does. The
+// pool is not used: it may be made once per process, and finds groups by
+// their process-wide names, so that two nodes could not run in one.
+func (n *Node) serveValue(w http.ResponseWriter, r *http.Request) {
+	name, key, ok := strings.Cut(strings.TrimPrefix(r.URL.Path, basePath), "/")
+	g := map[string]*groupcache.Group{pagesGroup: n.pages, rangesGroup: n.ranges}[name]
+	switch {
+	case !ok:
+		http.Error(w, "bad request", http.StatusBadRequest)
+		return
+	case g == nil:
+		http.Error(w, "no such group: "+name, http.StatusNotFound)
+		return
+	}
+	g.Stats.ServerRequests.Add(1)
+	var value []byte
+	if err := g.Get(r.Context(), key, groupcache.AllocatingByteSliceSink(&value)); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	w.Write(protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), value))
 }
 
 // servePages bounds what an object's node holds for its peers at once:
@@ -94,10 +132,10 @@ const servePages = 8
 // A request waits without holding memory beyond its connection's, and
 // connections are bounded (maxConns). Requests whose key names no
 // object pass: groupcache refuses them without reading anything.
-func bounded(next http.Handler) http.Handler {
+func (nd *Node) bounded(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, key, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, basePath), "/")
-		o, p, _, n, err := parseKey(key)
+		o, p, _, n, err := nd.parseKey(key)
 		if err != nil {
 			next.ServeHTTP(w, r)
 			return
@@ -128,8 +166,8 @@ var errNotServing = errors.New("not serving this object yet")
 
 // getPage fills a page's value for a peer, through the object's
 // ServeFunc.
-func getPage(ctx context.Context, key string, dest groupcache.Sink) error {
-	o, p, _, n, err := parseKey(key)
+func (nd *Node) getPage(ctx context.Context, key string, dest groupcache.Sink) error {
+	o, p, _, n, err := nd.parseKey(key)
 	if err != nil {
 		return err
 	}
@@ -144,8 +182,8 @@ func getPage(ctx context.Context, key string, dest groupcache.Sink) error {
 // getRange fills a range's value for a peer, through the object's
 // ServeFunc, which reads the whole page once for the cluster when it must
 // go to storage.
-func getRange(ctx context.Context, key string, dest groupcache.Sink) error {
-	o, p, off, n, err := parseKey(key)
+func (nd *Node) getRange(ctx context.Context, key string, dest groupcache.Sink) error {
+	o, p, off, n, err := nd.parseKey(key)
 	if err != nil {
 		return err
 	}
@@ -176,12 +214,12 @@ func (o *Object) fill(ctx context.Context, key string, p, off, n int64, dest gro
 		return err
 	}
 	if off != 0 || n != o.pageLen(p) {
-		return dest.SetBytes(sealed(key, buf)) // a copy
+		return dest.SetBytes(o.node.sealed(key, buf)) // a copy
 	}
 	t := o.tags[p].Load()
 	if t == nil {
 		t = new([tagLen]byte)
-		copy(t[:], tag(key, buf))
+		copy(t[:], o.node.tag(key, buf))
 		o.tags[p].Store(t)
 	}
 	return dest.SetBytes(append(buf, t[:]...)) // a copy

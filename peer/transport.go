@@ -29,9 +29,9 @@ func derive(secret, label string) []byte {
 }
 
 // signRequest returns the authHeader value of a request for path at t.
-func signRequest(method, path string, t time.Time) string {
+func (n *Node) signRequest(method, path string, t time.Time) string {
 	ts := strconv.FormatInt(t.Unix(), 10)
-	m := hmac.New(sha256.New, node.reqKey)
+	m := hmac.New(sha256.New, n.reqKey)
 	m.Write([]byte(method + "\n" + path + "\n" + ts))
 	return ts + "." + hex.EncodeToString(m.Sum(nil))
 }
@@ -40,15 +40,15 @@ func signRequest(method, path string, t time.Time) string {
 // the largest value of its key's object and the framing, its tag checked.
 // It returns the answer's status, and for 200 the value (its bytes and
 // tag).
-func fetch(ctx context.Context, tr http.RoundTripper, r *http.Request) (int, []byte, error) {
+func (nd *Node) fetch(ctx context.Context, r *http.Request) (int, []byte, error) {
 	group, key, ok := strings.Cut(strings.TrimPrefix(r.URL.Path, basePath), "/")
-	s, p, _, n, err := parseKey(key)
+	s, p, _, n, err := nd.parseKey(key)
 	if !ok || err != nil {
 		return 0, nil, fmt.Errorf("peer tier: asking for %q: %v", r.URL.Path, err)
 	}
 	r = r.Clone(ctx)
-	r.Header.Set(authHeader, signRequest(r.Method, r.URL.Path, time.Now()))
-	resp, err := tr.RoundTrip(r)
+	r.Header.Set(authHeader, nd.signRequest(r.Method, r.URL.Path, time.Now()))
+	resp, err := nd.tr.RoundTrip(r)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -71,7 +71,7 @@ func fetch(ctx context.Context, tr http.RoundTripper, r *http.Request) (int, []b
 	if err != nil {
 		return 0, nil, fmt.Errorf("peer tier: the answer for %s/%s: %w", group, key, err)
 	}
-	if _, ok := open(key, value); !ok {
+	if _, ok := nd.open(key, value); !ok {
 		s.corrupt.Add(1)
 		return 0, nil, fmt.Errorf("peer tier: the value for %s/%s %w", group, key, errCorruptValue)
 	}
@@ -140,23 +140,23 @@ const (
 // authorize refuses requests whose MAC is wrong or whose time is more than
 // maxSkew from the server's, saying which (refusedHeader), and logs it once
 // per asker and cause.
-func authorize(next http.Handler) http.Handler {
+func (n *Node) authorize(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ts, mac, _ := strings.Cut(r.Header.Get(authHeader), ".")
 		sec, err := strconv.ParseInt(ts, 10, 64)
 		if err != nil || sec < -1<<40 || sec > 1<<40 {
-			refuse(w, r, refusedSecret, "its requests are not signed as a peer's")
+			n.refuse(w, r, refusedSecret, "its requests are not signed as a peer's")
 			return
 		}
 		if skew := time.Since(time.Unix(sec, 0)); skew.Abs() > maxSkew {
-			refuse(w, r, refusedClock, fmt.Sprintf("its clock is %v off this node's (more than %v): set both by NTP", skew.Round(time.Second), maxSkew))
+			n.refuse(w, r, refusedClock, fmt.Sprintf("its clock is %v off this node's (more than %v): set both by NTP", skew.Round(time.Second), maxSkew))
 			return
 		}
 		got, err := hex.DecodeString(mac)
-		want := signRequest(r.Method, r.URL.Path, time.Unix(sec, 0))
+		want := n.signRequest(r.Method, r.URL.Path, time.Unix(sec, 0))
 		wantMAC, _ := hex.DecodeString(want[strings.IndexByte(want, '.')+1:])
 		if err != nil || !hmac.Equal(got, wantMAC) {
-			refuse(w, r, refusedSecret, "its secret is not this node's (--peer-secret-file)")
+			n.refuse(w, r, refusedSecret, "its secret is not this node's (--peer-secret-file)")
 			return
 		}
 		// At once, before the value, which may come from storage: the
@@ -168,15 +168,15 @@ func authorize(next http.Handler) http.Handler {
 
 // refuse answers 401 saying why, and logs it the first time for the
 // asker's host and cause.
-func refuse(w http.ResponseWriter, r *http.Request, cause, why string) {
+func (n *Node) refuse(w http.ResponseWriter, r *http.Request, cause, why string) {
 	w.Header().Set(refusedHeader, cause)
 	http.Error(w, "not a peer", http.StatusUnauthorized)
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		host = r.RemoteAddr
 	}
-	if warnOnce("refused " + cause + " " + host) {
-		node.opts.Logger.Warn("peer tier: refused the requests of a node: "+why+"; it reads this node's pages from storage", "from", host)
+	if n.warned.first("refused " + cause + " " + host) {
+		n.opts.Logger.Warn("peer tier: refused the requests of a node: "+why+"; it reads this node's pages from storage", "from", host)
 	}
 }
 
@@ -205,35 +205,41 @@ func refusal(resp *http.Response) error {
 	return e
 }
 
-// warned holds the causes logged once (warnOnce); at most maxWarned.
-var (
-	warnedMu sync.Mutex
-	warned   = map[string]bool{}
-)
+// onceSet holds the causes logged once; at most maxWarned.
+type onceSet struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
 
-// maxWarned bounds warned: past it, nothing more is logged once.
+// maxWarned bounds a onceSet: past it, nothing more is logged once.
 const maxWarned = 4096
 
-// warnOnce reports whether key is logged for the first time.
-func warnOnce(key string) bool {
-	warnedMu.Lock()
-	defer warnedMu.Unlock()
-	if warned[key] || len(warned) >= maxWarned {
+// first reports whether key is logged for the first time.
+func (o *onceSet) first(key string) bool {
+	if o == nil {
+		return true
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.seen[key] || len(o.seen) >= maxWarned {
 		return false
 	}
-	warned[key] = true
+	if o.seen == nil {
+		o.seen = map[string]bool{}
+	}
+	o.seen[key] = true
 	return true
 }
 
 // sealed returns b, the value of key, with its tag appended.
-func sealed(key string, b []byte) []byte {
-	return append(b, tag(key, b)...)
+func (n *Node) sealed(key string, b []byte) []byte {
+	return append(b, n.tag(key, b)...)
 }
 
 // tag is a value's tag: HMAC-SHA256 over its key and its bytes, cut to
 // tagLen bytes.
-func tag(key string, b []byte) []byte {
-	m := hmac.New(sha256.New, node.valueKey)
+func (n *Node) tag(key string, b []byte) []byte {
+	m := hmac.New(sha256.New, n.valueKey)
 	m.Write([]byte(key))
 	m.Write([]byte{0})
 	m.Write(b)
@@ -241,12 +247,12 @@ func tag(key string, b []byte) []byte {
 }
 
 // open checks the tag of v, the value of key, and returns its bytes.
-func open(key string, v []byte) ([]byte, bool) {
+func (n *Node) open(key string, v []byte) ([]byte, bool) {
 	if len(v) < tagLen {
 		return nil, false
 	}
 	b := v[:len(v)-tagLen]
-	return b, hmac.Equal(v[len(v)-tagLen:], tag(key, b))
+	return b, hmac.Equal(v[len(v)-tagLen:], n.tag(key, b))
 }
 
 // strip returns the bytes of a value groupcache holds: one this node made,

@@ -45,7 +45,7 @@ func serveMetrics(addr string, fd *fed, s *feed.Stream) (*metrics.Server, error)
 			e.Gauge("decoded_cache_size_bytes", size, float64(d.DiskSize), "where", "disk")
 		}
 	})
-	reg, err := metrics.NewRegistry(m, metrics.Cache("ffcvfeed", fd.Cache, fd.Source, fd.Peers))
+	reg, err := metrics.NewRegistry(m, metrics.Cache("ffcvfeed", fd.Cache, fd.Source))
 	if err != nil {
 		return nil, err
 	}

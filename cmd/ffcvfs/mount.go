@@ -198,7 +198,7 @@ func runMount(c *cli.Context) error {
 	opts := fs.Options{
 		ImageField: c.String("image-field"), LabelField: c.String("label-field"),
 		Classes: classes, NoFileNames: c.Bool("no-file-names"), KernelCache: c.Bool("kernel-cache"), OrderBatchSize: c.Int("order-batch-size"),
-		Compat: compat, PlanLease: c.Duration("plan-lease"), RequestTimes: metricsAddr != "", Peers: data.Peers,
+		Compat: compat, PlanLease: c.Duration("plan-lease"), RequestTimes: metricsAddr != "",
 	}
 	localPath := ""
 	if !strings.Contains(src, "://") || strings.HasPrefix(src, "file://") {
@@ -214,7 +214,7 @@ func runMount(c *cli.Context) error {
 	defer view.Close()
 	// Metrics first: once the mount is visible, it can be scraped.
 	if metricsAddr != "" {
-		reg, err := metrics.NewRegistry(append(view.Collectors(), metrics.Cache("ffcvfs", cache, source, data.Peers))...)
+		reg, err := metrics.NewRegistry(append(view.Collectors(), metrics.Cache("ffcvfs", cache, source))...)
 		if err != nil {
 			return cli.Exit(err.Error(), 1)
 		}

@@ -27,13 +27,17 @@ type Opened struct {
 	Source storage.Source
 	File   *beton.File
 	Cache  *pagecache.Cache
-	// Peers reports what the peer tier did; nil without one.
-	Peers func() peer.Stats
+	// Node is the peer tier's node; nil without one.
+	Node *peer.Node
 }
 
-// Close closes the cache and the source.
+// Close closes the cache, the peer tier's node and the source.
 func (o *Opened) Close() error {
-	return errors.Join(o.Cache.Close(), o.Source.Close())
+	err := o.Cache.Close()
+	if o.Node != nil {
+		err = errors.Join(err, o.Node.Close())
+	}
+	return errors.Join(err, o.Source.Close())
 }
 
 // Open opens the beton at location and the page cache the flags say:
@@ -78,22 +82,29 @@ func Open(c *cli.Context, location string, base pagecache.Options) (*Opened, err
 			info.Identity = i.Identity()
 		}
 		info.KeepBytes, info.KeepFlag = keeps(copts, peerBudget)
-		if obj, err = peer.Open(info, popts); err != nil {
+		if o.Node, err = peer.Start(popts); err != nil {
+			src.Close()
+			return nil, cli.Exit(err.Error(), 1)
+		}
+		if obj, err = o.Node.Open(info); err != nil {
+			o.Node.Close()
 			src.Close()
 			return nil, cli.Exit(err.Error(), 1)
 		}
 		copts.Peers, copts.PeerBudget = obj, peerBudget
-		o.Peers = obj.Stats
 	}
 	switch {
 	case popts.PeersFile != "" || popts.PeersDNS != "":
-		hangup.Handle(peer.Reload)
+		hangup.Handle(o.Node.Reload)
 	case hangup.Caught(): // a mount, a feed server: SIGHUP must not end it
 		hangup.Handle(func() {
 			slog.Info("SIGHUP: nothing to reload (only --peers @FILE or dns:NAME:PORT is re-read on it); going on")
 		})
 	}
 	if o.Cache, err = pagecache.New(o.Source, f, copts); err != nil {
+		if o.Node != nil {
+			o.Node.Close()
+		}
 		o.Source.Close()
 		return nil, cli.Exit(fmt.Sprintf("%s: %v", o.Source.Name(), err), 1)
 	}

@@ -11,9 +11,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ffcvfs/ffcvfs/internal/peerstats"
 	"github.com/ffcvfs/ffcvfs/internal/testenv"
 	"github.com/ffcvfs/ffcvfs/pagecache"
-	"github.com/ffcvfs/ffcvfs/peer"
 )
 
 // open runs Open as a command whose flags are args would.
@@ -176,8 +176,8 @@ func TestOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer o.Close()
-	if o.Peers != nil || o.File.NumSamples() == 0 || o.Cache.Stats().BudgetBytes > 16<<20 {
-		t.Fatalf("opened %s: peers %v, %d samples, budget %d", path, o.Peers != nil, o.File.NumSamples(), o.Cache.Stats().BudgetBytes)
+	if o.Cache.Stats().Peers != nil || o.File.NumSamples() == 0 || o.Cache.Stats().BudgetBytes > 16<<20 {
+		t.Fatalf("opened %s: peers %v, %d samples, budget %d", path, o.Cache.Stats().Peers != nil, o.File.NumSamples(), o.Cache.Stats().BudgetBytes)
 	}
 }
 
@@ -262,10 +262,10 @@ func TestPeerReasonsAgree(t *testing.T) {
 	}
 	defer o.Close()
 	st := o.Cache.Stats().Peers
-	if st == nil || o.Peers == nil {
+	if st == nil {
 		t.Fatal("no peer tier")
 	}
-	for _, why := range []string{peer.ReasonOwned, peer.ReasonOwnerTimeout, peer.ReasonOwnerGone, peer.ReasonOwnerError, peer.ReasonCorrupt} {
+	for _, why := range []string{peerstats.ReasonOwned, peerstats.ReasonOwnerTimeout, peerstats.ReasonOwnerGone, peerstats.ReasonOwnerError, peerstats.ReasonCorrupt} {
 		if _, ok := st.StorageReasons[why]; !ok {
 			t.Errorf("the cache's storage reasons %v lack the peer tier's %q", st.StorageReasons, why)
 		}

@@ -6,16 +6,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ffcvfs/ffcvfs/internal/peerstats"
 	"github.com/ffcvfs/ffcvfs/pagecache"
-	"github.com/ffcvfs/ffcvfs/peer"
 	"github.com/ffcvfs/ffcvfs/storage"
 )
 
 // Cache returns a collector of c's metrics and of its storage's, named
-// NS_cache_* and NS_storage_*, and with peers (the peer tier's figures;
-// nil without one), NS_peer_*. src is the storage c reads from (its failed
-// attempts are counted when it is a storage.RequestCounter).
-func Cache(ns string, c *pagecache.Cache, src storage.Source, peers func() peer.Stats) prometheus.Collector {
+// NS_cache_* and NS_storage_*, and with a peer tier, NS_peer_*. src is the
+// storage c reads from (its failed attempts are counted when it is a
+// storage.RequestCounter).
+func Cache(ns string, c *pagecache.Cache, src storage.Source) prometheus.Collector {
 	pageSize := float64(c.File().PageSize())
 	return Func(ns, func(e *Emitter) {
 		st := c.Stats()
@@ -25,15 +25,16 @@ func Cache(ns string, c *pagecache.Cache, src storage.Source, peers func() peer.
 			rs = rc.RequestStats()
 		}
 		EmitStorage(e, st, rs)
-		if peers != nil && st.Peers != nil {
-			EmitPeers(e, *st.Peers, peers())
+		if st.Peers != nil {
+			EmitPeers(e, *st.Peers)
 		}
 	})
 }
 
 // EmitPeers sends the peer tier's metrics: what the cache read through it
-// (cs) and what the tier did (st).
-func EmitPeers(e *Emitter, cs pagecache.PeerStats, st peer.Stats) {
+// and what the tier did.
+func EmitPeers(e *Emitter, st peerstats.Stats) {
+	cs := st
 	e.Counter("peer_read_bytes_total", "Bytes the cache read through the peer tier (from peers, this node's share of the cluster's pages, or storage).", float64(cs.BytesRead))
 	e.Counter("peer_storage_read_bytes_total", "Bytes this node read from storage for the peer tier: the pages it owns, and what peers could not serve.", float64(cs.StorageBytes))
 	for _, why := range slices.Sorted(maps.Keys(cs.StorageReasons)) {

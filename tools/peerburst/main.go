@@ -55,8 +55,13 @@ func run(location, listen, peers, node, secretFile string, pages, rounds int) er
 	if i, ok := src.(storage.Identifier); ok {
 		info.Identity = i.Identity()
 	}
-	obj, err := peer.Open(info, peer.Options{Listen: listen, Peers: peer.SplitPeers(peers),
+	nd, err := peer.Start(peer.Options{Listen: listen, Peers: peer.SplitPeers(peers),
 		Secret: strings.TrimSpace(string(secret)), Timeout: peer.DefaultTimeout})
+	if err != nil {
+		return err
+	}
+	defer nd.Close()
+	obj, err := nd.Open(info)
 	if err != nil {
 		return err
 	}
