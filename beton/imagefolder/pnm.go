@@ -17,146 +17,180 @@ import (
 //   - binary samples above maxval are clamped, plain ones are an error;
 //   - in bitmaps, 1 is black.
 func decodePNM(b []byte, s *Scratch) ([]byte, int, int, error) {
-	if len(b) < 2 || b[0] != 'P' || b[1] < '1' || b[1] > '6' {
-		return nil, 0, 0, errors.New("not a PNM file")
+	r, p, err := readPNMHeader(b)
+	if err != nil {
+		return nil, 0, 0, err
 	}
-	kind := b[1]
+	s.pix = grow(s.pix, p.w*p.h*3)
+	p.dst = s.pix
+	if p.kind != '1' && p.kind != '4' {
+		// lut maps a sample to its 8-bit RGB value.
+		s.lut = grow(s.lut, p.maxval+1)
+		p.lut = s.lut
+		outMax := 255.0
+		if p.bands == 1 && p.maxval > 255 {
+			outMax = 65535 // mode "I"
+		}
+		for v := range p.lut {
+			p.lut[v] = byte(min(math.RoundToEven(float64(v)/float64(p.maxval)*outMax), 255))
+		}
+	}
+	switch p.kind {
+	case '4':
+		err = p.bitmap(b[r.i:])
+	case '5', '6':
+		err = p.binary(b[r.i:])
+	case '1':
+		err = p.plainBitmap(&r)
+	case '2', '3':
+		err = p.plain(&r)
+	}
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	return p.dst, p.w, p.h, nil
+}
+
+// pnmImage is a PNM file's header, and where its pixels go: dst, packed
+// RGB, through lut for gray and color samples.
+type pnmImage struct {
+	kind                byte // '1' to '6'
+	w, h, maxval, bands int
+	dst, lut            []byte
+}
+
+// readPNMHeader reads the magic, the size and the maxval, and returns the
+// reader at the first sample.
+func readPNMHeader(b []byte) (pnmReader, *pnmImage, error) {
+	if len(b) < 2 || b[0] != 'P' || b[1] < '1' || b[1] > '6' {
+		return pnmReader{}, nil, errors.New("not a PNM file")
+	}
+	p := &pnmImage{kind: b[1], maxval: 1, bands: 1}
 	r := pnmReader{b: b, i: 2}
 	// PIL reads the magic up to whitespace: "P6x" is no PNM file.
 	if r.i < len(b) && !isPNMSpace(b[r.i]) {
-		return nil, 0, 0, fmt.Errorf("bad magic %q", b[:min(len(b), 4)])
+		return r, nil, fmt.Errorf("bad magic %q", b[:min(len(b), 4)])
 	}
-	w, err := r.int("width")
-	if err != nil {
-		return nil, 0, 0, err
+	var err error
+	if p.w, err = r.int("width"); err != nil {
+		return r, nil, err
 	}
-	h, err := r.int("height")
-	if err != nil {
-		return nil, 0, 0, err
+	if p.h, err = r.int("height"); err != nil {
+		return r, nil, err
 	}
-	if err := checkPixels(w, h); err != nil {
-		return nil, 0, 0, err
+	if err := checkPixels(p.w, p.h); err != nil {
+		return r, nil, err
 	}
-	maxval := 1
-	if kind != '1' && kind != '4' {
-		if maxval, err = r.int("maxval"); err != nil {
-			return nil, 0, 0, err
+	if p.kind != '1' && p.kind != '4' {
+		if p.maxval, err = r.int("maxval"); err != nil {
+			return r, nil, err
 		}
-		if maxval <= 0 || maxval >= 65536 {
-			return nil, 0, 0, fmt.Errorf("maxval %d is outside 1..65535", maxval)
+		if p.maxval <= 0 || p.maxval >= 65536 {
+			return r, nil, fmt.Errorf("maxval %d is outside 1..65535", p.maxval)
 		}
 	}
-	bands := 1
-	if kind == '3' || kind == '6' {
-		bands = 3
+	if p.kind == '3' || p.kind == '6' {
+		p.bands = 3
 	}
-	s.pix = grow(s.pix, w*h*3)
-	dst := s.pix
-	n := w * h * bands
+	return r, p, nil
+}
 
-	// lut maps a sample to its 8-bit RGB value.
-	var lut []byte
-	if kind != '1' && kind != '4' {
-		s.lut = grow(s.lut, maxval+1)
-		lut = s.lut
-		outMax := 255.0
-		if bands == 1 && maxval > 255 {
-			outMax = 65535 // mode "I"
-		}
-		for v := range lut {
-			lut[v] = byte(min(math.RoundToEven(float64(v)/float64(maxval)*outMax), 255))
+// samples is the number of samples the pixels hold.
+func (p *pnmImage) samples() int { return p.w * p.h * p.bands }
+
+// put sets sample i to v: a channel, or a gray pixel's three.
+func (p *pnmImage) put(i int, v byte) {
+	if p.bands == 3 {
+		p.dst[i] = v
+		return
+	}
+	p.dst[3*i], p.dst[3*i+1], p.dst[3*i+2] = v, v, v
+}
+
+// bitmap reads a binary bitmap (P4): rows of packed bits, 1 black.
+func (p *pnmImage) bitmap(data []byte) error {
+	rowBytes := (p.w + 7) / 8
+	if len(data) < rowBytes*p.h {
+		return errTruncatedPNM
+	}
+	for y := 0; y < p.h; y++ {
+		row := data[y*rowBytes:]
+		for x := 0; x < p.w; x++ {
+			var v byte = 255
+			if row[x/8]&(0x80>>(x%8)) != 0 {
+				v = 0
+			}
+			p.put(y*p.w+x, v)
 		}
 	}
+	return nil
+}
 
-	put := func(i int, v byte) {
-		if bands == 3 {
-			dst[i] = v
-			return
+// binary reads binary samples (P5, P6), of one byte or two (big-endian);
+// samples above maxval are clamped.
+func (p *pnmImage) binary(data []byte) error {
+	n := p.samples()
+	if p.maxval >= 256 {
+		if len(data) < 2*n {
+			return errTruncatedPNM
 		}
-		dst[3*i], dst[3*i+1], dst[3*i+2] = v, v, v
-	}
-
-	switch kind {
-	case '4':
-		rowBytes := (w + 7) / 8
-		data := b[r.i:]
-		if len(data) < rowBytes*h {
-			return nil, 0, 0, errTruncatedPNM
-		}
-		for y := 0; y < h; y++ {
-			row := data[y*rowBytes:]
-			for x := 0; x < w; x++ {
-				var v byte = 255
-				if row[x/8]&(0x80>>(x%8)) != 0 {
-					v = 0
-				}
-				put(y*w+x, v)
-			}
-		}
-	case '5', '6':
-		data := b[r.i:]
-		if maxval < 256 {
-			if len(data) < n {
-				return nil, 0, 0, errTruncatedPNM
-			}
-			switch {
-			case maxval == 255 && bands == 3:
-				copy(dst, data[:n])
-			default:
-				for i, v := range data[:n] {
-					if int(v) > maxval {
-						v = byte(maxval)
-					}
-					put(i, lut[v])
-				}
-			}
-		} else {
-			if len(data) < 2*n {
-				return nil, 0, 0, errTruncatedPNM
-			}
-			for i := 0; i < n; i++ {
-				v := min(int(data[2*i])<<8|int(data[2*i+1]), maxval)
-				put(i, lut[v])
-			}
-		}
-	case '1':
-		// Plain bitmap: the digits need no separators.
-		i := 0
-		for i < n {
-			c, ok := r.next()
-			if !ok {
-				return nil, 0, 0, errTruncatedPNM
-			}
-			switch c {
-			case '0':
-				put(i, 255)
-			case '1':
-				put(i, 0)
-			default:
-				return nil, 0, 0, fmt.Errorf("invalid character %q in a plain bitmap", c)
-			}
-			i++
-		}
-	case '2', '3':
 		for i := 0; i < n; i++ {
-			tok, err := r.token()
-			if err != nil {
-				if errors.Is(err, errPNMEOF) {
-					return nil, 0, 0, errTruncatedPNM
-				}
-				return nil, 0, 0, err
-			}
-			v, err := strconv.Atoi(tok)
-			if err != nil || v < 0 {
-				return nil, 0, 0, fmt.Errorf("invalid sample %q", tok)
-			}
-			if v > maxval {
-				return nil, 0, 0, fmt.Errorf("sample %d is above maxval %d", v, maxval)
-			}
-			put(i, lut[v])
+			p.put(i, p.lut[min(int(data[2*i])<<8|int(data[2*i+1]), p.maxval)])
+		}
+		return nil
+	}
+	if len(data) < n {
+		return errTruncatedPNM
+	}
+	if p.maxval == 255 && p.bands == 3 {
+		copy(p.dst, data[:n])
+		return nil
+	}
+	for i, v := range data[:n] {
+		p.put(i, p.lut[min(int(v), p.maxval)])
+	}
+	return nil
+}
+
+// plainBitmap reads a plain bitmap (P1): the digits need no separators.
+func (p *pnmImage) plainBitmap(r *pnmReader) error {
+	for i := 0; i < p.samples(); i++ {
+		c, ok := r.next()
+		if !ok {
+			return errTruncatedPNM
+		}
+		switch c {
+		case '0':
+			p.put(i, 255)
+		case '1':
+			p.put(i, 0)
+		default:
+			return fmt.Errorf("invalid character %q in a plain bitmap", c)
 		}
 	}
-	return dst, w, h, nil
+	return nil
+}
+
+// plain reads plain samples (P2, P3): decimal, none above maxval.
+func (p *pnmImage) plain(r *pnmReader) error {
+	for i := 0; i < p.samples(); i++ {
+		tok, err := r.token()
+		if err != nil {
+			if errors.Is(err, errPNMEOF) {
+				return errTruncatedPNM
+			}
+			return err
+		}
+		v, err := strconv.Atoi(tok)
+		if err != nil || v < 0 {
+			return fmt.Errorf("invalid sample %q", tok)
+		}
+		if v > p.maxval {
+			return fmt.Errorf("sample %d is above maxval %d", v, p.maxval)
+		}
+		p.put(i, p.lut[v])
+	}
+	return nil
 }
 
 var (
