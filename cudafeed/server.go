@@ -62,6 +62,9 @@ type StreamInfo struct {
 	WorldSize int      `json:"world_size"`
 	BatchSize int      `json:"batch_size"`
 	Segments  [][2]int `json:"segments"`
+	// Mixture is the fingerprint of the mixture of sources the stream
+	// reads (package order's Mixture); "" for one source.
+	Mixture string `json:"mixture,omitempty"`
 }
 
 // Validate checks the options.

@@ -64,8 +64,10 @@ type Options struct {
 	// StartEpoch, then the epochs after it. StartBatch must then be 0.
 	Resumed []order.Segment
 	// WorldSize and BatchSize describe the pipeline's order to the
-	// consumer (cudafeed.StreamInfo), for resuming it elsewhere.
+	// consumer (cudafeed.StreamInfo), for resuming it elsewhere, and
+	// Mixture its mixture of sources (pipeline.Fingerprint).
 	WorldSize, BatchSize int
+	Mixture              string
 	// Device, when set, prepares the device side of the ring (a
 	// cudafeed.DeviceRing); close runs after the server's Close and before
 	// the ring's. Nil: the host ring only.
@@ -123,7 +125,7 @@ func New(p *pipeline.Pipeline, o Options) (*Stream, error) {
 			s.o.StartEpoch, s.o.Resumed, s.rest = o.StartEpoch+1, nil, nil
 		}
 	}
-	stream := cudafeed.StreamInfo{WorldSize: max(1, o.WorldSize), BatchSize: o.BatchSize}
+	stream := cudafeed.StreamInfo{WorldSize: max(1, o.WorldSize), BatchSize: o.BatchSize, Mixture: o.Mixture}
 	for _, seg := range s.o.Resumed {
 		stream.Segments = append(stream.Segments, [2]int{seg.WorldSize, seg.Position})
 	}

@@ -19,12 +19,13 @@ import (
 type outKind int
 
 const (
-	outImage outKind = iota // the decoded (cropped, resized, converted) image
-	outMeta                 // an int or float field: 8 bytes of the metadata record
-	outArray                // an ndarray or torch tensor field: its bytes, fixed size
-	outVar                  // a bytes or JSON field: its bytes, variable size
-	outEnds                 // where each sample of the outVar field before it ends
-	outMixup                // LabelMixup's (label, label before, weight) of a batch
+	outImage  outKind = iota // the decoded (cropped, resized, converted) image
+	outMeta                  // an int or float field: 8 bytes of the metadata record
+	outArray                 // an ndarray or torch tensor field: its bytes, fixed size
+	outVar                   // a bytes or JSON field: its bytes, variable size
+	outEnds                  // where each sample of the outVar field before it ends
+	outMixup                 // LabelMixup's (label, label before, weight) of a batch
+	outSource                // the sample's source among several (SourceField)
 )
 
 // output is one field of a batch: its spec, how it is filled, from which
@@ -40,11 +41,11 @@ type output struct {
 // for ffcvfeed to deliver the field: batch buffers are sized by the largest.
 const MaxSampleBytes = 1 << 28
 
-// outputs lists the batch fields the options ask of f: the beton fields of
-// Options.Fields in order, or else the image and the label field as
-// "image" and "label". p.image is the image field New chose.
+// outputs lists the batch fields the options ask of the first source: the
+// beton fields of Options.Fields in order, or else the image and the label
+// field as "image" and "label". p.image is the image field New chose.
 func (p *Pipeline) outputs() ([]output, error) {
-	o, f := p.opts, p.f
+	o, f := p.opts, p.parts[0].f
 	B := o.BatchSize
 	names := o.Fields
 	rename := map[string]string{}
@@ -127,30 +128,34 @@ func (p *Pipeline) outputs() ([]output, error) {
 	return outs, nil
 }
 
-// fill writes sample s's non-image fields into row j of the batch's
+// fill writes sample s of pt's non-image fields into row j of the batch's
 // buffers. data is the sample's pinned page data starting at file offset
 // off (nil when no field needs it).
-func (p *Pipeline) fill(b *batch, j, s int, data []byte, off int64) error {
+func (p *Pipeline) fill(b *batch, j int, pt *part, s int, data []byte, off int64) error {
+	f := pt.f
 	for k, out := range p.outs {
 		buf := b.bufs[k]
+		field := pt.fields[k]
 		switch out.kind {
 		case outMeta:
-			if out.field == p.label && p.opts.ReplaceLabel != nil {
-				binary.LittleEndian.PutUint64(buf[j*8:], uint64(p.opts.ReplaceLabel.Label(int64(s), p.f.Int(s, out.field))))
+			if field == pt.label && p.opts.ReplaceLabel != nil {
+				binary.LittleEndian.PutUint64(buf[j*8:], uint64(p.opts.ReplaceLabel.Label(int64(pt.first)+int64(s), f.Int(s, field))))
 				continue
 			}
-			copy(buf[j*8:j*8+8], p.f.Record(s)[p.f.RecordLayout().Offsets[out.field]:][:8])
+			copy(buf[j*8:j*8+8], f.Record(s)[f.RecordLayout().Offsets[field]:][:8])
+		case outSource:
+			binary.LittleEndian.PutUint64(buf[j*8:], uint64(pt.index))
 		case outArray, outVar:
-			a, err := p.f.Data(s, out.field)
+			a, err := f.Data(s, field)
 			if err != nil {
 				return err
 			}
 			lo := int64(a.Ptr) - off
 			if a.Size > 0 && (lo < 0 || lo+int64(a.Size) > int64(len(data))) {
-				return fmt.Errorf("%s: sample %d, field %q: data at %d lies outside the sample's page: %w", p.f.Name(), s, out.spec.Name, a.Ptr, beton.ErrCorrupt)
+				return fmt.Errorf("%s: sample %d, field %q: data at %d lies outside the sample's page: %w", pt.name, s, out.spec.Name, a.Ptr, beton.ErrCorrupt)
 			}
 			if a.Size > uint64(out.per) { // cannot be: per is the largest
-				return fmt.Errorf("%s: sample %d, field %q: %d bytes, more than the %d the batch has room for: %w", p.f.Name(), s, out.spec.Name, a.Size, out.per, beton.ErrCorrupt)
+				return fmt.Errorf("%s: sample %d, field %q: %d bytes, more than the %d the batch has room for: %w", pt.name, s, out.spec.Name, a.Size, out.per, beton.ErrCorrupt)
 			}
 			if a.Size > 0 {
 				copy(buf[j*out.per:], data[lo:lo+int64(a.Size)])
@@ -217,7 +222,7 @@ func (p *Pipeline) checkAugment() error {
 		}
 	}
 	if (o.ReplaceLabel != nil || o.MixupAlpha > 0) && p.label < 0 {
-		return fmt.Errorf("%s: replacing labels and mixup need the int label field %q", p.f.Name(), o.LabelField)
+		return fmt.Errorf("%s: replacing labels and mixup need the int label field %q", p.names(), o.LabelField)
 	}
 	if o.MixupAlpha > 0 {
 		if slices.ContainsFunc(p.outs, func(out output) bool { return out.spec.Name == "mixup" }) {
@@ -263,7 +268,8 @@ func (p *Pipeline) mixup(b *batch, good int) {
 		if b.failed[j] && good >= 0 {
 			s = b.ids[good]
 		}
-		labels[j] = o.ReplaceLabel.Label(int64(s), p.f.Int(int(s), p.label))
+		pt, smp := p.partOf(s)
+		labels[j] = o.ReplaceLabel.Label(int64(s), pt.f.Int(smp, pt.label))
 	}
 	out := make([]float32, 3*n)
 	augment.MixLabels(labels, lam, out)

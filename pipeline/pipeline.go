@@ -221,20 +221,27 @@ type Sink interface {
 	Publish(slot, epoch, batch, size int) error
 }
 
-// Pipeline produces batches from one beton.
+// Pipeline produces batches from one beton, or from several mixed
+// (NewSources).
 type Pipeline struct {
-	c        *pagecache.Cache
-	f        *beton.File
+	parts    []*part // the sources (sources.go)
 	opts     Options
-	image    int      // the beton field decoded, or -1
-	outs     []output // the fields of a batch
-	imageOut int      // the index in outs of the image
-	label    int      // the beton's label field, or -1
-	subset   []uint32 // how often Options.Indices names each sample
-	augment  bool     // whether Options.Augment does anything
-	data     bool     // whether fields other than the image need the page
-	announce func(order []uint32) error
+	image    int               // the first source's field decoded, or -1
+	outs     []output          // the fields of a batch
+	imageOut int               // the index in outs of the image
+	label    int               // the first source's label field, or -1
+	subset   []uint32          // how often Options.Indices names each sample
+	augment  bool              // whether Options.Augment does anything
+	data     bool              // whether fields other than the image need the page
 	idle     chan *workerState // workers' states between epochs
+
+	// A mixture of several sources (sources.go): its definition and
+	// fingerprint, and the last epoch's samples.
+	mix         *order.Mixture
+	fingerprint string
+	mixMu       sync.Mutex
+	mixed       *order.MixedMap // guarded by mixMu
+	mixedEpoch  uint64          // guarded by mixMu
 
 	lut16 [3][256]uint16 // float16 bits
 	lut32 [3][256]uint32 // float32 bits
@@ -251,27 +258,25 @@ type Pipeline struct {
 // when an epoch ends before.
 const restartProbe = 64
 
-// AdviseRestarts logs, once, a warning when most of the JPEGs decoded so
-// far lack restart markers: such a beton (FFCV's writer makes them) is
-// slower to crop than it needs to be, and ffcvfs write --from-beton
-// gives it the markers. A pipeline calls it itself after restartProbe
-// JPEGs, or at the end of its first epoch.
+// AdviseRestarts logs, once, a warning for each source most of whose
+// JPEGs decoded so far lack restart markers: such a beton (FFCV's writer
+// makes them) is slower to crop than it needs to be, and ffcvfs write
+// --from-beton gives it the markers. A pipeline calls it itself after
+// restartProbe JPEGs, or at the end of its first epoch.
 func (p *Pipeline) AdviseRestarts() {
-	j, r := p.JPEGs.Load(), p.Restarts.Load()
-	if j == 0 {
+	if p.JPEGs.Load() == 0 {
 		return
 	}
 	p.advised.Do(func() {
-		if 2*r >= j {
-			return
+		for _, pt := range p.parts {
+			j, r := pt.jpegs.Load(), pt.restarts.Load()
+			if j == 0 || 2*r >= j {
+				continue
+			}
+			p.opts.Logger.Warn(fmt.Sprintf("%d of the first %d JPEGs of %s have no restart markers: "+
+				"'ffcvfs write --from-beton %s OUT.beton' adds them losslessly (the same pixels for every decoder), "+
+				"and random-resized crops then decode about %s faster", j-r, j, pt.name, pt.name, RestartSpeedup))
 		}
-		name := p.f.Name()
-		if p.opts.SourceName != "" {
-			name = p.opts.SourceName
-		}
-		p.opts.Logger.Warn(fmt.Sprintf("%d of the first %d JPEGs of %s have no restart markers: "+
-			"'ffcvfs write --from-beton %s OUT.beton' adds them losslessly (the same pixels for every decoder), "+
-			"and random-resized crops then decode about %s faster", j-r, j, name, name, RestartSpeedup))
 	})
 }
 
@@ -282,14 +287,25 @@ const RestartSpeedup = "1.1-1.3×"
 // New returns a pipeline over the cache's beton. announce, if set, is told
 // each epoch's order before it is read (the cache is told in any case).
 func New(c *pagecache.Cache, opts Options, announce func([]uint32) error) (*Pipeline, error) {
+	return newPipeline([]Source{{Cache: c, Announce: announce, Name: opts.SourceName}}, opts)
+}
+
+// newPipeline returns a pipeline over srcs, the first of which has the
+// fields the others must match; several are a mixture (NewSources sets
+// it).
+func newPipeline(srcs []Source, opts Options) (*Pipeline, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	f := c.File()
-	if opts.Decoded != nil && opts.Decoded.Samples() < f.NumSamples() {
-		return nil, fmt.Errorf("%s: the decoded-image cache indexes %d samples; the beton has %d", f.Name(), opts.Decoded.Samples(), f.NumSamples())
+	parts, err := newParts(srcs)
+	if err != nil {
+		return nil, err
 	}
-	p := &Pipeline{c: c, f: f, opts: opts, image: -1, announce: announce, idle: make(chan *workerState, opts.Workers)}
+	f := parts[0].f
+	p := &Pipeline{parts: parts, opts: opts, image: -1, label: -1, idle: make(chan *workerState, opts.Workers)}
+	if opts.Decoded != nil && opts.Decoded.Samples() < p.samples() {
+		return nil, fmt.Errorf("%s: the decoded-image cache indexes %d samples; the data has %d", p.names(), opts.Decoded.Samples(), p.samples())
+	}
 	// The image field decoded: the one Options.Fields names (outputs
 	// refuses two), or else Options.ImageField's.
 	names := opts.Fields
@@ -301,12 +317,12 @@ func New(c *pagecache.Cache, opts Options, announce func([]uint32) error) (*Pipe
 			p.image = i
 		}
 	}
+	parts[0].image = p.image
 	if opts.Op.Kind == decode.Whole && p.image >= 0 {
-		if err := p.wholeSize(); err != nil {
+		if err := p.wholeSize(parts[0]); err != nil {
 			return nil, err
 		}
 	}
-	var err error
 	if p.outs, err = p.outputs(); err != nil {
 		return nil, err
 	}
@@ -316,8 +332,30 @@ func New(c *pagecache.Cache, opts Options, announce func([]uint32) error) (*Pipe
 	if p.label >= 0 && f.Fields()[p.label].Type != beton.TypeInt {
 		p.label = -1
 	}
+	if err := p.matchFields(); err != nil {
+		return nil, err
+	}
+	if opts.Op.Kind == decode.Whole && p.image >= 0 {
+		for _, pt := range parts[1:] {
+			if err := p.wholeSize(pt); err != nil {
+				return nil, err
+			}
+		}
+	}
 	if err := p.checkAugment(); err != nil {
 		return nil, err
+	}
+	if len(parts) > 1 {
+		so, err := p.sourceOutput()
+		if err != nil {
+			return nil, err
+		}
+		p.outs = append(p.outs, so)
+	}
+	for _, pt := range parts {
+		for len(pt.fields) < len(p.outs) {
+			pt.fields = append(pt.fields, -1) // mixup, source
+		}
 	}
 	if len(opts.Indices) > 0 {
 		p.subset = make([]uint32, f.NumSamples())
@@ -366,11 +404,11 @@ func (p *Pipeline) Fields() []fields.Spec {
 // wholeSize sets the output size of a Whole op (FFCV's
 // SimpleRGBImageDecoder) to the size every image has, or fails naming a
 // sample whose size differs.
-func (p *Pipeline) wholeSize() error {
-	f := p.f
+func (p *Pipeline) wholeSize(pt *part) error {
+	f := pt.f
 	w, h := 0, 0
 	for s := range f.NumSamples() {
-		img, err := f.Image(s, p.image)
+		img, err := f.Image(s, pt.image)
 		if err != nil {
 			return err
 		}
@@ -429,14 +467,20 @@ func (p *Pipeline) batches(n int) int {
 	return (n + p.opts.BatchSize - 1) / p.opts.BatchSize
 }
 
-// generate is order.Generate over the beton, or over the subset of
-// Options.Indices: a sequential order takes them as given, any other the
-// whole beton's order with the rest left out, both dealt to the ranks in
-// equal contiguous shares (padded with the share's start, or cut with
+// generate is order.Generate over the beton, or over an epoch of the
+// mixture of sources (global ids), or over the subset of Options.Indices:
+// a sequential order takes them as given, any other the whole beton's
+// order with the rest left out, both dealt to the ranks in equal
+// contiguous shares (padded with the share's start, or cut with
 // DropLast).
 func (p *Pipeline) generate(o order.Options) ([]uint32, error) {
 	if p.subset == nil {
-		return order.Generate(p.f, o)
+		l, mm := p.epochMap(o.Epoch)
+		ids, err := order.Generate(l, o)
+		if err == nil && mm != nil {
+			p.global(mm, ids)
+		}
+		return ids, err
 	}
 	world, rank := max(1, o.WorldSize), o.Rank
 	var ids []uint32
@@ -445,7 +489,7 @@ func (p *Pipeline) generate(o order.Options) ([]uint32, error) {
 	} else {
 		whole := o
 		whole.Rank, whole.WorldSize = 0, 1
-		all, err := order.Generate(p.f, whole)
+		all, err := order.Generate(p.parts[0].f, whole)
 		if err != nil {
 			return nil, err
 		}
@@ -562,13 +606,7 @@ func (p *Pipeline) run(ctx context.Context, epoch int, all []uint32, start int, 
 	// The mount first: once its own cache has the plan, prefetches read
 	// through the mount at once, and reads the mount's plan does not yet
 	// know would not advance it.
-	reads := p.pageReads(ids)
-	if p.announce != nil {
-		if err := p.announce(reads); err != nil {
-			return 0, err
-		}
-	}
-	if err := p.c.Announce("ffcvfeed", reads); err != nil {
+	if err := p.announceParts(p.pageReads(ids)); err != nil {
 		return 0, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -712,7 +750,7 @@ func (p *Pipeline) finish(b *batch) error {
 			continue
 		}
 		if good < 0 {
-			return fmt.Errorf("%s: batch %d: no sample of the batch could be decoded", p.f.Name(), b.index)
+			return fmt.Errorf("%s: batch %d: no sample of the batch could be decoded", p.names(), b.index)
 		}
 		p.replace(b, j, good)
 	}
@@ -804,15 +842,15 @@ func (p *Pipeline) worker(ctx context.Context, epoch int, jobs <-chan *batch, do
 
 func (p *Pipeline) sample(ctx context.Context, dec *decode.Decoder, rng *rand.Rand, b *batch, j int, id uint32, ws *workerState) error {
 	o := p.opts
-	s := int(id)
+	pt, s := p.partOf(id)
 	var img beton.Image
 	if p.image >= 0 {
 		var err error
-		if img, err = p.f.Image(s, p.image); err != nil {
+		if img, err = pt.f.Image(s, pt.image); err != nil {
 			return err
 		}
 		if img.Size == 0 || img.Width == 0 || img.Height == 0 {
-			return fmt.Errorf("%s: sample %d: empty image (%dx%d, %d bytes): %w", p.f.Name(), s, img.Width, img.Height, img.Size, beton.ErrCorrupt)
+			return fmt.Errorf("%s: sample %d: empty image (%dx%d, %d bytes): %w", pt.name, s, img.Width, img.Height, img.Size, beton.ErrCorrupt)
 		}
 	}
 	// A JPEG the decoded-image tier holds needs no page (unless other
@@ -825,18 +863,18 @@ func (p *Pipeline) sample(ctx context.Context, dec *decode.Decoder, rng *rand.Ra
 	var held []byte
 	if tier != nil {
 		var ok bool
-		if planes, held, ok = tier.Get(s, &ws.planes); !ok {
+		if planes, held, ok = tier.Get(int(id), &ws.planes); !ok {
 			held = nil
 		}
 	}
 	var pg *pagecache.Page
 	if p.image >= 0 && held == nil || p.data {
 		var err error
-		if pg, err = p.c.AcquireSample(ctx, s); err != nil {
+		if pg, err = pt.c.AcquireSample(ctx, s); err != nil {
 			return err
 		}
 		if pg == nil && p.image >= 0 { // no page: cannot be, with a non-empty image
-			return fmt.Errorf("%s: sample %d: no data page: %w", p.f.Name(), s, beton.ErrCorrupt)
+			return fmt.Errorf("%s: sample %d: no data page: %w", pt.name, s, beton.ErrCorrupt)
 		}
 		if pg != nil {
 			defer pg.Release()
@@ -855,27 +893,27 @@ func (p *Pipeline) sample(ctx context.Context, dec *decode.Decoder, rng *rand.Ra
 		if dst == nil {
 			dst = out[:pix]
 		}
-		if err := p.image1(dec, rng, ws, s, img, tier, planes, held, data, off, dst); err != nil {
+		if err := p.image1(dec, rng, ws, pt, s, int(id), img, tier, planes, held, data, off, dst); err != nil {
 			return err
 		}
 		if p.augment {
 			o.Augment.Apply(rng, dst, o.Op.OutW, o.Op.OutH, ws.aug)
 		}
-		if o.Poison.Has(int64(s)) {
+		if o.Poison.Has(int64(id)) {
 			o.Poison.Apply(dst)
 		}
 		if ws.scratch != nil {
 			p.convert(out, ws.scratch)
 		}
 	}
-	return p.fill(b, j, s, data, off)
+	return p.fill(b, j, pt, s, data, off)
 }
 
-// image1 makes sample s's image into dst: from the planes the tier holds
-// (held), or from the stored image in the sample's page (data, at offset
-// off of the beton), putting a JPEG's planes in the tier while it has
-// room.
-func (p *Pipeline) image1(dec *decode.Decoder, rng *rand.Rand, ws *workerState, s int, img beton.Image,
+// image1 makes sample s of pt's image into dst: from the planes the tier
+// holds (held), or from the stored image in the sample's page (data, at
+// offset off of the beton), putting a JPEG's planes in the tier, under
+// the sample's global id, while it has room.
+func (p *Pipeline) image1(dec *decode.Decoder, rng *rand.Rand, ws *workerState, pt *part, s, id int, img beton.Image,
 	tier *decoded.Tier, planes jpeg.Planes, held, data []byte, off int64, dst []byte) error {
 	o := p.opts
 	if held != nil {
@@ -888,8 +926,10 @@ func (p *Pipeline) image1(dec *decode.Decoder, rng *rand.Rand, ws *workerState, 
 	src := data[int64(img.Ptr)-off:][:img.Size]
 	if mode == decode.JPEG {
 		n := p.JPEGs.Add(1)
+		pt.jpegs.Add(1)
 		if jpeg.HasCropRestarts(src) {
 			p.Restarts.Add(1)
+			pt.restarts.Add(1)
 		}
 		if n == restartProbe {
 			p.AdviseRestarts()
@@ -919,9 +959,9 @@ func (p *Pipeline) image1(dec *decode.Decoder, rng *rand.Rand, ws *workerState, 
 		j.UseLibjpegEntropy(o.Op.LibjpegEntropy)
 	}
 	if err := j.DecodePlanes(src, pl, ws.planes); err != nil {
-		return fmt.Errorf("%s: sample %d: %w", p.f.Name(), s, err)
+		return fmt.Errorf("%s: sample %d: %w", pt.name, s, err)
 	}
-	tier.Put(s, pl, ws.planes)
+	tier.Put(id, pl, ws.planes)
 	return dec.ApplyPlanes(pl, ws.planes, o.Op, rng, dst)
 }
 

@@ -89,6 +89,10 @@ func benchCommand() *cli.Command {
 			if sums != nil {
 				fmt.Printf("checksum: sha256 %s (%d batches)\n", sums.sum(), len(sums.sums))
 			}
+			for i, s := range fd.sources {
+				st, f := s.Cache.Stats(), s.Cache.File()
+				fmt.Printf("source %d: %s: %d pages and %d ranges read (%d bytes; it has %d pages)\n", i, f.Name(), st.PagesRead, st.RangesRead, st.BytesRead, f.NumPages())
+			}
 			return nil
 		},
 	}

@@ -22,8 +22,10 @@ import (
 // the augmentations and the output, and the cache's and storage's.
 func pipelineFlags() []cli.Flag {
 	return append([]cli.Flag{
-		&cli.StringFlag{Name: "data", Required: true, Usage: "the beton `SRC`: " + storage.Locations() + ", or an ffcvfs mountpoint; - reads it from standard input (a presigned URL then stays out of the command line)", Category: everyRun},
-		&cli.StringFlag{Name: "cache-size", Value: "512MiB", Usage: "RAM for pages of the beton", Category: "data"},
+		&cli.StringSliceFlag{Name: "data", Required: true, Usage: "the beton `SRC`: " + storage.Locations() + ", or an ffcvfs mountpoint; - reads it from standard input (a presigned URL then stays out of the command line);\n\tgive it once per source to mix several betons (--weights)", Category: everyRun},
+		&cli.StringFlag{Name: "weights", Usage: "mix the --data sources, each's share of an epoch in the order of --data: `W,...` proportions (0.5,0.3,0.2; taken relative to their sum,\n\tof --epoch-size samples), or repeat factors (x2: each sample twice an epoch) and counts (n1000); within its share a\n\tsource's samples are drawn without replacement, a share larger than the source repeats it, a smaller one takes another\n\tpart each epoch until all are seen; batches carry a field \"source\" (default: each source once an epoch)", Category: "data"},
+		&cli.IntFlag{Name: "epoch-size", Usage: "`N` samples an epoch of --weights proportions holds (default: the sources' samples in all)", Category: "data"},
+		&cli.StringFlag{Name: "cache-size", Value: "512MiB", Usage: "RAM for pages of the beton (of the betons: each --data has its part)", Category: "data"},
 		&cli.StringFlag{Name: "image-field", Usage: "RGB image field (default: the first)", Category: "data"},
 		&cli.StringFlag{Name: "label-field", Value: "label", Usage: "int field of labels", Category: "data"},
 		&cli.StringFlag{Name: "fields", Usage: "the beton fields each batch carries, `NAME,...` in order, under their names (default: the image\n\tfield and --label-field, as \"image\" and \"label\"): the image field decoded and augmented, int fields as\n\tint64 [B], float fields as float64 [B], ndarray and torch tensor fields as [B, shape...] of their dtype,\n\tbytes and JSON fields as each sample's bytes one after another plus NAME.ends (int64 [B], where\n\teach sample ends); ffcvfs info lists a beton's fields", Category: "data"},

@@ -28,9 +28,12 @@ func main() {
 	cli.VersionFlag = &cli.BoolFlag{Name: "version", Usage: "print the version and exit"}
 	cli.VersionPrinter = func(*cli.Context) { fmt.Print(versionReport()) }
 	app := &cli.App{
-		Name:    "ffcvfeed",
-		Version: version.Release,
-		Usage:   "decode, augment and deliver training batches from a .beton to any framework",
+		// --data is given once per source, whole: a location may hold a
+		// comma.
+		DisableSliceFlagSeparator: true,
+		Name:                      "ffcvfeed",
+		Version:                   version.Release,
+		Usage:                     "decode, augment and deliver training batches from a .beton to any framework",
 		Description: `ffcvfeed serve reads a beton (` + storage.Locations() + `, or an ffcvfs mount),
 decodes its JPEGs with libjpeg-turbo (only the region each crop needs), crops,
 flips and converts them, and puts finished batches into shared memory; a

@@ -17,6 +17,7 @@ import (
 	"github.com/ffcvfs/ffcvfs/internal/profile"
 	"github.com/ffcvfs/ffcvfs/internal/sockpath"
 	"github.com/ffcvfs/ffcvfs/order"
+	"github.com/ffcvfs/ffcvfs/pipeline"
 )
 
 // serveCommand is `ffcvfeed serve`: its flags are checked, the pipeline
@@ -32,6 +33,8 @@ func serveCommand() *cli.Command {
 			&cli.IntFlag{Name: "start-epoch", Usage: "resume: the first epoch to deliver (the client's Loader.state_dict() says which)", Category: "batches"},
 			&cli.IntFlag{Name: "start-batch", Usage: "resume: the first batch of --start-epoch to deliver; the earlier ones are neither read nor announced", Category: "batches"},
 			&cli.StringFlag{Name: "resume", Usage: "resume at another world size: the parts of --start-epoch read before, as `WORLDxPOSITION[,...]` (each of WORLD ranks took POSITION samples); this rank serves its share of the rest of the epoch (the client's Loader.resume_args() gives it)", Category: "batches"},
+			&cli.StringFlag{Name: "mixture", Usage: "resume: the `FINGERPRINT` of the mixture of --data sources the state was saved under (the client's resume_args() gives it); another mixture's state is\n\trefused, or taken as --resume-changed says", Category: "batches"},
+			&cli.StringFlag{Name: "resume-changed", Value: "refuse", Usage: "what a resume whose mixture changed (a weight, a source, --epoch-size, --seed) does: refuse, or new-epoch (start\n\t--start-epoch + 1 whole)", Category: "batches"},
 			&cli.StringFlag{Name: "metrics-addr", Usage: metrics.FlagUsage, Category: "monitoring"},
 			deviceFlag(),
 		),
@@ -77,17 +80,23 @@ func serveCommand() *cli.Command {
 					return cli.Exit(err.Error(), 2)
 				}
 			}
+			if rc := c.String("resume-changed"); rc != "refuse" && rc != "new-epoch" {
+				return cli.Exit(fmt.Sprintf("--resume-changed %q: want refuse or new-epoch", rc), 2)
+			}
 			fd, err := openPipeline(c)
 			if err != nil {
 				return err
 			}
 			defer fd.close()
+			if startEpoch, startBatch, resumed, err = resumeMixture(c, fd.p, epochs, startEpoch, startBatch, resumed); err != nil {
+				return err
+			}
 			// From here on a signal ends the stream through ctx, so that
 			// the shared memory and the socket are removed on the way out.
 			ctx := interrupt.Context(c.Context)
 			opts := feed.Options{Socket: c.String("socket"), Slots: c.Int("slots"),
 				Epochs: epochs, StartEpoch: startEpoch, StartBatch: startBatch, Resumed: resumed,
-				WorldSize: c.Int("world-size"), BatchSize: c.Int("batch-size")}
+				WorldSize: c.Int("world-size"), BatchSize: c.Int("batch-size"), Mixture: fd.p.Fingerprint()}
 			if dev.CUDA {
 				opts.Device = func(r *cudafeed.Ring) (cudafeed.DeviceSlots, func() error, error) { return openDevice(dev, r) }
 			}
@@ -145,4 +154,33 @@ func checkSocketPath(path string) error {
 		return cli.Exit(fmt.Sprintf("--socket %s: %s is not a folder", path, dir), 2)
 	}
 	return nil
+}
+
+// resumeMixture checks a resume against the mixture it was saved under
+// (--mixture): the same mixture resumes as asked; another is refused, or
+// with --resume-changed new-epoch starts the epoch after whole.
+func resumeMixture(c *cli.Context, p *pipeline.Pipeline, epochs, startEpoch, startBatch int, resumed []order.Segment) (int, int, []order.Segment, error) {
+	saved, now := c.String("mixture"), p.Fingerprint()
+	resuming := startBatch != 0 || resumed != nil
+	if !c.IsSet("mixture") || saved == now || !resuming {
+		return startEpoch, startBatch, resumed, nil
+	}
+	if c.String("resume-changed") != "new-epoch" {
+		return 0, 0, nil, cli.Exit(fmt.Sprintf("--mixture %s: the state was saved under another mixture of sources than this one (%s): a weight, a source, --epoch-size or --seed changed, "+
+			"and the rest of its epoch is not this mixture's; start epoch %d whole with --resume-changed new-epoch, or resume with the sources and weights it was saved under",
+			saved, orNone(now), startEpoch+1), 2)
+	}
+	if startEpoch+1 >= epochs {
+		return 0, 0, nil, cli.Exit(fmt.Sprintf("--resume-changed new-epoch: the mixture changed in epoch %d, the last of --epochs %d: nothing is left to start", startEpoch, epochs), 2)
+	}
+	slog.Warn("the mixture of sources changed since the state was saved: starting the next epoch whole", "saved", saved, "now", orNone(now), "epoch", startEpoch+1)
+	return startEpoch + 1, 0, nil, nil
+}
+
+// orNone is a fingerprint, or "one source" for none.
+func orNone(fp string) string {
+	if fp == "" {
+		return "one source"
+	}
+	return fp
 }

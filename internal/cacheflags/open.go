@@ -47,9 +47,22 @@ func (o *Opened) Close() error {
 // exit status of 2, anything else 1, each a sentence naming the flag or
 // the location; on error nothing is left open.
 func Open(c *cli.Context, location string, base pagecache.Options) (*Opened, error) {
+	return OpenPart(c, location, base, 1)
+}
+
+// OpenPart is Open for one of parts betons read together (a mixture): its
+// cache has 1/parts of --cache-size (and of --disk-cache-size), and the
+// peer tier, which serves one beton, is refused.
+func OpenPart(c *cli.Context, location string, base pagecache.Options, parts int) (*Opened, error) {
 	budget, err := bytesize.Parse(c.String("cache-size"))
 	if err != nil {
 		return nil, usage("--cache-size: %v", err)
+	}
+	if parts > 1 {
+		if c.String("peer-listen") != "" {
+			return nil, usage("--peer-listen serves one beton; with %d sources, leave the peer tier out", parts)
+		}
+		budget /= int64(parts)
 	}
 	popts, peerBudget, peers, err := PeerOptions(c)
 	if err != nil {
@@ -67,6 +80,9 @@ func Open(c *cli.Context, location string, base pagecache.Options) (*Opened, err
 	if err := Apply(c, &copts, f.Size()); err != nil {
 		src.Close()
 		return nil, usage("%v", err)
+	}
+	if parts > 1 && c.String("disk-cache-size") != "" {
+		copts.DiskBudget /= int64(parts)
 	}
 	var obj *peer.Object
 	if peers && peerBudget > 0 && peerBudget < f.PageSize() {

@@ -150,13 +150,18 @@ class FeedWarning(UserWarning):
 class Loader:
     """Reads batches from an ffcvfeed server, or starts one and reads it.
 
-    Two forms::
+    Three forms::
 
         Loader("/tmp/feed.sock")                  # a server started by hand
         Loader("train.beton", batch_size=512, epochs=16, resolution=160)
+        Loader([("a.beton", 0.7), ("b.beton", 0.3)], epoch_size=100000, ...)
 
     In the second, ``source`` is what ``ffcvfeed serve --data`` takes (a
-    beton, ``s3://``, ``http(s)://``, an ffcvfs mountpoint), and every other
+    beton, ``s3://``, ``http(s)://``, an ffcvfs mountpoint); in the third a
+    list of them, each with its weight (``ffcvfeed serve --weights``: a
+    proportion, ``"x2"`` a repeat factor, ``"n1000"`` a count; a source
+    alone is taken once an epoch), mixed in one stream whose batches carry
+    a field ``"source"``, each sample's index in the list. Every other
     keyword argument that is not one of the Loader's own becomes a flag of
     ``ffcvfeed serve`` (``batch_size=512`` → ``--batch-size 512``, ``True``
     → the flag alone). The Loader starts the server on a private socket,
@@ -190,6 +195,7 @@ class Loader:
         if serve_flags or _is_data(socket_path):
             self._server = _Server(socket_path, serve_flags)
             socket_path = self._server.socket_path
+        self.mixture = ""  # the fingerprint of the server's mixture of sources
         self.socket_path = socket_path
         self._sock = None
         self._rfile = None
@@ -250,6 +256,7 @@ class Loader:
             self.world_size = int(hello.get("world_size", 1))
             self.batch_size = int(hello.get("batch_size", 0))
             self.segments = [[int(w), int(p)] for w, p in hello.get("segments", [])]
+            self.mixture = str(hello.get("mixture", ""))
             fields = [(str(f["name"]), str(f["dtype"]), tuple(int(d) for d in f["shape"]),
                        int(f["offset"]), int(f["bytes"])) for f in hello["fields"]]
             # Variable-size fields: name → the field of their samples' ends.
@@ -534,7 +541,9 @@ class Loader:
         stream's shape (``batches_per_epoch``, ``epochs``), and for a resume
         at another world size its ``world_size``, ``batch_size``, the
         ``position`` reached in this rank's order of the epoch's current
-        part and the ``segments`` read before it."""
+        part and the ``segments`` read before it; for several sources, the
+        ``mixture`` they make (a fingerprint of the sources, weights and
+        seed: a resume under another mixture is refused)."""
         if self.current is None:
             epoch, batch = self.start_epoch, self.start_batch
         else:
@@ -548,9 +557,12 @@ class Loader:
             # epoch's last batches from start_batch on.
             segments = [list(x) for x in self.segments]
             position = (batch - self.start_batch) * self.batch_size
-        return {"epoch": epoch, "batch": batch, "batches_per_epoch": self.batches_per_epoch, "epochs": self.epochs,
-                "world_size": self.world_size, "batch_size": self.batch_size, "position": position,
-                "segments": segments}
+        st = {"epoch": epoch, "batch": batch, "batches_per_epoch": self.batches_per_epoch, "epochs": self.epochs,
+              "world_size": self.world_size, "batch_size": self.batch_size, "position": position,
+              "segments": segments}
+        if self.mixture:
+            st["mixture"] = self.mixture
+        return st
 
     def resume_args(self, world_size: Optional[int] = None) -> List[str]:
         """The flags of ``ffcvfeed serve`` that resume the stream after the
@@ -563,9 +575,10 @@ class Loader:
         if world_size is not None:
             world_size = int_arg("world_size", world_size, 1, MAX_WORLD_SIZE)
         expected = _expected_segments(st, world_size)
+        mixture = ["--mixture", st["mixture"]] if st.get("mixture") else []
         if not expected:
-            return ["--start-epoch", str(st["epoch"]), "--start-batch", str(st["batch"])]
-        return ["--start-epoch", str(st["epoch"]), "--resume", ",".join(f"{w}x{p}" for w, p in expected)]
+            return ["--start-epoch", str(st["epoch"]), "--start-batch", str(st["batch"])] + mixture
+        return ["--start-epoch", str(st["epoch"]), "--resume", ",".join(f"{w}x{p}" for w, p in expected)] + mixture
 
     def resume_kwargs(self, world_size: Optional[int] = None) -> Dict[str, Any]:
         """resume_args() as keyword arguments, for a Loader that starts its
@@ -591,6 +604,12 @@ class Loader:
         expected = _expected_segments(state_dict, self.world_size)
         if self.current is not None:
             raise FeedError("load_state_dict() must come before the first batch")
+        saved = str(state_dict.get("mixture", ""))
+        if saved != self.mixture and (batch or expected):
+            raise FeedError(f"the state was saved under the mixture {saved or 'of one source'}, the server at "
+                            f"{self.socket_path} reads {self.mixture or 'one source'}: a weight, a source, the epoch "
+                            f"size or the seed changed; start it with the sources and weights of the state, or with "
+                            f"--resume-changed new-epoch to start the next epoch whole")
         if expected:
             if epoch != self.start_epoch or self.segments != expected:
                 have = ",".join(f"{w}x{p}" for w, p in self.segments) or "none"
@@ -698,7 +717,9 @@ def _as_kwargs(text):
 def _is_data(source):
     """Whether source names data for a server to start on rather than a
     server's socket: a URL, a .beton, or an existing file or folder that is
-    not a socket."""
+    not a socket; or a list of sources to mix."""
+    if isinstance(source, (list, tuple)):
+        return True
     source = os.fspath(source)
     if "://" in source or source.endswith(".beton") or source == "-":
         return True
@@ -737,6 +758,35 @@ def _flag_args(flags, folder=None):
     return args
 
 
+def _data_args(data):
+    """ffcvfeed serve's --data (and --weights) of a Loader's source: one
+    location, or a list of locations or (location, weight) pairs to mix."""
+    if not isinstance(data, (list, tuple)):
+        return ["--data", os.fspath(data)]
+    if not data:
+        raise ValueError("Loader([]): give the sources to mix, as [(location, weight), ...]")
+    locations, weights = [], []
+    for i, item in enumerate(data):
+        if isinstance(item, (list, tuple)):
+            if len(item) != 2:
+                raise ValueError(f"Loader source {i}: {short(item)}: want (location, weight)")
+            location, weight = item
+            if isinstance(weight, bool) or not isinstance(weight, (int, float, str)):
+                raise ValueError(f"Loader source {i}: weight {short(weight)}: want a number, \"x2\" or \"n1000\"")
+            weights.append(repr(float(weight)) if isinstance(weight, (int, float)) else weight)
+        else:
+            location = item
+        locations.append(os.fspath(location))
+    if weights and len(weights) != len(locations):
+        raise ValueError("Loader sources: give every source a weight, or none (each source once an epoch)")
+    args = []
+    for location in locations:
+        args += ["--data", location]
+    if weights:
+        args += ["--weights", ",".join(weights)]
+    return args
+
+
 class _Server:
     """An ffcvfeed serve process a Loader owns, on a socket in a folder of
     its own (mode 0700)."""
@@ -752,10 +802,16 @@ class _Server:
                             "and $FFCVFEED is not set (build it: go build -o bin/ ./cmd/ffcvfeed)")
         self.dir = tempfile.mkdtemp(prefix="ffcvfeed-", dir=_socket_parent())
         self.socket_path = os.path.join(self.dir, "feed.sock")
-        self.data = os.fspath(data)
+        try:
+            data_args = _data_args(data)
+        except BaseException:
+            import shutil
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
+        self.data = ", ".join(v for k, v in zip(data_args[::2], data_args[1::2]) if k == "--data")
         self._log = open(os.path.join(self.dir, "serve.log"), "w+b")
         self._warned_at = 0  # the log's bytes looked at for warnings
-        args = [exe, "serve", "--data", self.data, "--socket", self.socket_path] + _flag_args(flags, self.dir)
+        args = [exe, "serve"] + data_args + ["--socket", self.socket_path] + _flag_args(flags, self.dir)
         try:
             # Its own session: a Ctrl-C meant for training reaches the
             # Loader, which stops the server. FFCVFEED_EXIT_WITH_PARENT: the
