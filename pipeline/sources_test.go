@@ -159,3 +159,60 @@ func TestSourcesRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestSourcesResume: an epoch of a mixture read in part by 4 ranks and
+// resumed by 3, and in part by 1 and resumed by 2, reads every sample of
+// the epoch's mixture, and none but them.
+func TestSourcesResume(t *testing.T) {
+	jpg := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
+	paths := []string{jpg, testenv.Fixture(t, "beton", "imagefolder-mixed.beton"), copyFile(t, jpg)}
+	var srcs []Source
+	for i, p := range paths {
+		srcs = append(srcs, Source{Cache: openCache(t, p), Share: order.Share{Kind: order.Proportion, Value: []float64{0.5, 0.3, 0.2}[i]}})
+	}
+	for _, c := range []struct{ before, pos, after int }{{4, 30, 3}, {1, 111, 2}} {
+		opts := Options{BatchSize: 16, Workers: 1, Op: decode.Op{Kind: decode.RandomResizedCrop, OutW: 16, OutH: 16},
+			Order: order.Options{Kind: order.QuasiRandom, Seed: 9, Epoch: 1}}
+		p, err := NewSources(srcs, opts, MixOptions{EpochSize: 300})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[uint32]bool{}
+		mm := p.mix.Epoch(1)
+		for id := range uint32(mm.NumSamples()) {
+			s, smp := mm.Source(id)
+			want[p.parts[s].first+smp] = true
+		}
+		got := map[uint32]bool{}
+		for r := range c.before {
+			o := opts.Order
+			o.Rank, o.WorldSize = r, c.before
+			ids, err := p.generate(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, g := range ids[:c.pos] {
+				got[g] = true
+			}
+		}
+		for r := range c.after {
+			o := opts.Order
+			o.Rank, o.WorldSize, o.Resumed = r, c.after, []order.Segment{{WorldSize: c.before, Position: c.pos}}
+			ids, err := p.generate(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, g := range ids {
+				got[g] = true
+			}
+		}
+		if len(got) != len(want) {
+			t.Errorf("%d ranks, then %d: %d samples read, the epoch holds %d", c.before, c.after, len(got), len(want))
+		}
+		for g := range got {
+			if !want[g] {
+				t.Fatalf("%d ranks, then %d: sample %d read, not in the epoch", c.before, c.after, g)
+			}
+		}
+	}
+}
