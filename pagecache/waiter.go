@@ -23,8 +23,13 @@ type waiter struct {
 // acquire pins data page dp, loading it if need be, and records that
 // sample (if >= 0) is read.
 func (c *Cache) acquire(ctx context.Context, dp int32, sample int) (*Page, error) {
-	w := waiter{c: c, dp: dp, sample: sample}
 	c.mu.Lock()
+	// A page ready, the most common case, at once.
+	if si := c.pageSlot[dp]; si >= 0 && c.slots[si].ready && !c.closed {
+		(&waiter{c: c}).hit(&c.slots[si].prefetched, false)
+		return c.pin(si, sample), nil
+	}
+	w := waiter{c: c, dp: dp, sample: sample}
 	for {
 		pg, j, err := w.step(ctx)
 		switch {
