@@ -3,7 +3,6 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,7 +49,7 @@ func TestFeedMixture(t *testing.T) {
 	py := installedPython(t, "numpy")
 	jpg := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
 	mixed := testenv.Fixture(t, "beton", "imagefolder-mixed.beton")
-	third := copyTo(t, jpg, filepath.Join(t.TempDir(), "third.beton"))
+	third := testenv.CopyFile(t, jpg, filepath.Join(t.TempDir(), "third.beton"))
 	ffcvfeed := binary(t, "ffcvfeed")
 
 	cmd := exec.Command(py, "-c", mixScript, jpg, mixed, third)
@@ -109,27 +108,6 @@ print(s.makefile("rb").readline().decode())
 		t.Fatalf("%v: %q", err, out)
 	}
 	return hello
-}
-
-// copyTo copies file from to to.
-func copyTo(t *testing.T, from, to string) string {
-	t.Helper()
-	in, err := os.Open(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	out, err := os.Create(to)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		t.Fatal(err)
-	}
-	if err := out.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return to
 }
 
 // TestFeedMixtureHostile: weights of 0, negative, NaN or not numbers, too

@@ -3,8 +3,6 @@ package pipeline
 import (
 	"context"
 	"encoding/binary"
-	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,39 +13,23 @@ import (
 	"github.com/ffcvfs/ffcvfs/pipeline/decode"
 )
 
-// copyFile copies a fixture to a path of the test's, another beton of
-// the same samples.
-func copyFile(t *testing.T, from string) string {
-	t.Helper()
-	in, err := os.Open(from)
-	if err != nil {
-		t.Fatal(err)
+// threeSources are two fixture betons and a copy of the first, weighted
+// 0.5, 0.3 and 0.2.
+func threeSources(t *testing.T) []Source {
+	jpg := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
+	paths := []string{jpg, testenv.Fixture(t, "beton", "imagefolder-mixed.beton"), testenv.CopyFile(t, jpg, filepath.Join(t.TempDir(), "copy.beton"))}
+	var srcs []Source
+	for i, p := range paths {
+		srcs = append(srcs, Source{Cache: openCache(t, p), Share: order.Share{Kind: order.Proportion, Value: []float64{0.5, 0.3, 0.2}[i]}})
 	}
-	defer in.Close()
-	to := filepath.Join(t.TempDir(), "copy.beton")
-	out, err := os.Create(to)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		t.Fatal(err)
-	}
-	if err := out.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return to
+	return srcs
 }
 
 // TestSourcesMix: three betons weighted 0.5/0.3/0.2 give each epoch the
 // mixture's samples, each batch sample with its source's label and its
 // source in the source field, the same batches for the same seed.
 func TestSourcesMix(t *testing.T) {
-	jpg := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
-	paths := []string{jpg, testenv.Fixture(t, "beton", "imagefolder-mixed.beton"), copyFile(t, jpg)}
-	var srcs []Source
-	for i, p := range paths {
-		srcs = append(srcs, Source{Cache: openCache(t, p), Share: order.Share{Kind: order.Proportion, Value: []float64{0.5, 0.3, 0.2}[i]}})
-	}
+	srcs := threeSources(t)
 	opts := Options{BatchSize: 16, Workers: 2, Op: decode.Op{Kind: decode.RandomResizedCrop, OutW: 32, OutH: 32},
 		Order: order.Options{Kind: order.QuasiRandom, Seed: 5}}
 	p, err := NewSources(srcs, opts, MixOptions{EpochSize: 300})
@@ -164,12 +146,7 @@ func TestSourcesRefused(t *testing.T) {
 // resumed by 3, and in part by 1 and resumed by 2, reads every sample of
 // the epoch's mixture, and none but them.
 func TestSourcesResume(t *testing.T) {
-	jpg := testenv.Fixture(t, "beton", "imagefolder-jpg.beton")
-	paths := []string{jpg, testenv.Fixture(t, "beton", "imagefolder-mixed.beton"), copyFile(t, jpg)}
-	var srcs []Source
-	for i, p := range paths {
-		srcs = append(srcs, Source{Cache: openCache(t, p), Share: order.Share{Kind: order.Proportion, Value: []float64{0.5, 0.3, 0.2}[i]}})
-	}
+	srcs := threeSources(t)
 	for _, c := range []struct{ before, pos, after int }{{4, 30, 3}, {1, 111, 2}} {
 		opts := Options{BatchSize: 16, Workers: 1, Op: decode.Op{Kind: decode.RandomResizedCrop, OutW: 16, OutH: 16},
 			Order: order.Options{Kind: order.QuasiRandom, Seed: 9, Epoch: 1}}

@@ -90,7 +90,7 @@ func Fixture(t testing.TB, elem ...string) string {
 	}
 	out := Gunzip(t, p+".gz")
 	if m := p + ".manifest.json"; fileExists(m) {
-		copyFile(t, m, out+".manifest.json")
+		CopyFile(t, m, out+".manifest.json")
 	}
 	return out
 }
@@ -112,7 +112,7 @@ func expandDir(t testing.TB, dir string) string {
 		if strings.HasSuffix(e.Name(), ".gz") {
 			gunzipTo(t, src, filepath.Join(out, strings.TrimSuffix(e.Name(), ".gz")))
 		} else {
-			copyFile(t, src, filepath.Join(out, e.Name()))
+			CopyFile(t, src, filepath.Join(out, e.Name()))
 		}
 	}
 	return out
@@ -123,7 +123,9 @@ func fileExists(p string) bool {
 	return err == nil && st.Mode().IsRegular()
 }
 
-func copyFile(t testing.TB, src, dst string) {
+// CopyFile copies the file src to dst: another file of the same bytes
+// (a beton at another location, say).
+func CopyFile(t testing.TB, src, dst string) string {
 	t.Helper()
 	b, err := os.ReadFile(src)
 	if err != nil {
@@ -132,6 +134,7 @@ func copyFile(t testing.TB, src, dst string) {
 	if err := os.WriteFile(dst, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return dst
 }
 
 // LookPath returns the path of an executable, or ends the test via Missing.
