@@ -57,6 +57,9 @@ func newChain(src storage.Source, f *beton.File, opts Options, memBudget int64, 
 	if len(fills) > 0 {
 		t, err := newTierLevel(src, geom, opts, memBudget, fills, ch.top)
 		if err != nil {
+			if ch.peer != nil && ch.peer.store != nil {
+				ch.peer.store.Close()
+			}
 			return nil, err
 		}
 		ch.tiers, ch.top = t, t
