@@ -91,10 +91,13 @@ func TestPlansBounded(t *testing.T) {
 	sh := testenv.LookPath(t, "sh")
 	logs := &testenv.OutputBuffer{}
 	mnt, v := testMount(t, fixture(t, "imagefolder-mixed.beton"), Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
-	// holder reads an order file, whole, then waits on its stdin.
+	// holder reads an order file, whole, then waits on its stdin. The shell
+	// reads it itself: the process that read an order owns its plan, which
+	// goes at the next lease check once that process has exited (a cat
+	// would, and a slow machine's check would come before the count).
 	holder := func(seed int) (*exec.Cmd, io.WriteCloser, error) {
 		path := control.Path(mnt, control.OrdersDir, "random", strconv.Itoa(seed), "0")
-		cmd := exec.Command(sh, "-c", `cat "$1" >/dev/null && echo ok && read x`, "sh", path)
+		cmd := exec.Command(sh, "-c", `while read -r l || [ -n "$l" ]; do :; done <"$1" && echo ok && read x`, "sh", path)
 		in, _ := cmd.StdinPipe()
 		out, _ := cmd.StdoutPipe()
 		var stderr strings.Builder
