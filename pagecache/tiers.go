@@ -166,11 +166,7 @@ func newTierLevel(src storage.Source, geom tier.Geometry, opts Options, memBudge
 		t.stores = append(t.stores, tier.NewMem(geom, tier.Options{Budget: memBudget, Compress: true, Logger: opts.Logger, Stored: t.tierStored}))
 	}
 	if opts.DiskDir != "" {
-		id := ""
-		if i, ok := src.(storage.Identifier); ok {
-			id = i.Identity()
-		}
-		d, err := tier.OpenDisk(opts.DiskDir, tier.Object{Name: src.Name(), Identity: id}, geom, tier.Options{Budget: opts.DiskBudget, Compress: true, Logger: opts.Logger, Stored: t.tierStored})
+		d, err := tier.OpenDisk(opts.DiskDir, tier.Object{Name: src.Name(), Identity: storage.IdentityOf(src)}, geom, tier.Options{Budget: opts.DiskBudget, Compress: true, Logger: opts.Logger, Stored: t.tierStored})
 		if err != nil {
 			for _, s := range t.stores {
 				s.Close()

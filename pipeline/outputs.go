@@ -102,11 +102,7 @@ func (p *Pipeline) outputs() ([]output, error) {
 				out.spec.Shape = append(out.spec.Shape, int(d))
 			}
 		case beton.TypeBytes, beton.TypeJSON:
-			most := uint64(0)
-			for s := range f.NumSamples() {
-				_, size := f.Pointer(s, i)
-				most = max(most, size)
-			}
+			most := largest(f, i)
 			if most > MaxSampleBytes {
 				return nil, fmt.Errorf("%s: field %q: a sample holds %d bytes; ffcvfeed delivers at most %d per sample", f.Name(), name, most, MaxSampleBytes)
 			}
@@ -126,6 +122,25 @@ func (p *Pipeline) outputs() ([]output, error) {
 		}
 	}
 	return outs, nil
+}
+
+// largest returns the most bytes a sample holds in field i of f.
+func largest(f *beton.File, i int) uint64 {
+	most := uint64(0)
+	for s := range f.NumSamples() {
+		_, size := f.Pointer(s, i)
+		most = max(most, size)
+	}
+	return most
+}
+
+// labelField returns f's int field name, or -1.
+func labelField(f *beton.File, name string) int {
+	i := f.FieldIndex(name)
+	if i < 0 || f.Fields()[i].Type != beton.TypeInt {
+		return -1
+	}
+	return i
 }
 
 // fill writes sample s of pt's non-image fields into row j of the batch's

@@ -328,10 +328,7 @@ func newPipeline(srcs []Source, opts Options) (*Pipeline, error) {
 	}
 	p.imageOut = slices.IndexFunc(p.outs, func(o output) bool { return o.kind == outImage })
 	p.data = needsData(p.outs)
-	p.label = f.FieldIndex(opts.LabelField)
-	if p.label >= 0 && f.Fields()[p.label].Type != beton.TypeInt {
-		p.label = -1
-	}
+	p.label = labelField(f, opts.LabelField)
 	if err := p.matchFields(); err != nil {
 		return nil, err
 	}

@@ -157,19 +157,16 @@ func (p *Pipeline) names() string {
 	return strings.Join(ns, ", ")
 }
 
-// matchFields finds, in every source but the first, the field of each
-// batch output, refusing a source that lacks one or has it of another
-// kind or shape, naming both.
+// matchFields finds, in every source, the field of each batch output (the
+// first source's are those outputs found), refusing a source that lacks
+// one or has it of another kind or shape, naming both. The outputs of no
+// beton field (mixup, source) come after.
 func (p *Pipeline) matchFields() error {
 	first := p.parts[0]
 	for _, pt := range p.parts {
 		pt.fields = make([]int, len(p.outs))
 		for k, out := range p.outs {
-			pt.fields[k] = -1
-			fi := first.fields0(k, out)
-			if fi < 0 {
-				continue
-			}
+			fi := out.field
 			name := first.f.Fields()[fi].Name
 			i := pt.f.FieldIndex(name)
 			if i < 0 {
@@ -180,12 +177,7 @@ func (p *Pipeline) matchFields() error {
 				return fmt.Errorf("field %q is %s in %s and %s in %s: the sources' fields must be of one kind and shape", name, describe(a), first.name, describe(b), pt.name)
 			}
 			if out.kind == outVar {
-				most := uint64(0)
-				for s := range pt.f.NumSamples() {
-					_, size := pt.f.Pointer(s, i)
-					most = max(most, size)
-				}
-				if most > uint64(out.per) {
+				if most := largest(pt.f, i); most > uint64(out.per) {
 					return fmt.Errorf("field %q of %s holds up to %d bytes a sample, more than the %d of %s: put the source with the largest first", name, pt.name, most, out.per, first.name)
 				}
 			}
@@ -194,23 +186,12 @@ func (p *Pipeline) matchFields() error {
 		if p.image >= 0 {
 			pt.image = pt.fields[p.imageOut]
 		}
-		pt.label = pt.f.FieldIndex(p.opts.LabelField)
-		if pt.label >= 0 && pt.f.Fields()[pt.label].Type != beton.TypeInt {
-			pt.label = -1
-		}
+		pt.label = labelField(pt.f, p.opts.LabelField)
 		if p.label >= 0 && pt.label < 0 {
 			return fmt.Errorf("%s has no int field %q for labels, which %s has", pt.name, p.opts.LabelField, first.name)
 		}
 	}
 	return nil
-}
-
-// fields0 is the first source's field of output k, as outputs found it.
-func (pt *part) fields0(k int, out output) int {
-	if out.kind == outMixup || out.kind == outSource {
-		return -1
-	}
-	return out.field
 }
 
 // describe says a field's kind and shape.

@@ -43,6 +43,14 @@ type Identifier interface {
 	Identity() string
 }
 
+// IdentityOf returns src's Identity, or "" when it cannot say one.
+func IdentityOf(src Source) string {
+	if i, ok := src.(Identifier); ok {
+		return i.Identity()
+	}
+	return ""
+}
+
 // ReaderAt returns src as an io.ReaderAt whose reads use ctx, for code
 // that takes one (beton.Open).
 func ReaderAt(ctx context.Context, src Source) io.ReaderAt { return readerAt{ctx, src} }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,18 +33,18 @@ type source struct {
 	name     string
 }
 
-// openData opens each --data: a source URL or path, or an ffcvfs mount
-// whose dataset.beton is read and whose announce socket is told each
-// order; a mount's name is what it serves (stats.json's source), for
-// advice. On error nothing is left open.
-func openData(c *cli.Context) ([]source, error) {
+// openData opens each --data, whose --weights are shares (nil: none): a
+// source URL or path, or an ffcvfs mount whose dataset.beton is read and
+// whose announce socket is told each order; a mount's name is what it
+// serves (stats.json's source), for advice. On error nothing is left open.
+func openData(c *cli.Context, shares []order.Share) ([]source, error) {
 	locs := c.StringSlice("data")
 	switch {
 	case len(locs) > MaxSources:
 		return nil, cli.Exit(fmt.Sprintf("--data given %d times: at most %d sources", len(locs), MaxSources), 2)
-	case len(locs) > 1 && c.IsSet("weights") && len(strings.Split(c.String("weights"), ",")) != len(locs):
-		return nil, cli.Exit(fmt.Sprintf("--weights %s: %d weights for %d --data sources: give one per source, in the order of --data", c.String("weights"), len(strings.Split(c.String("weights"), ",")), len(locs)), 2)
-	case len(locs) == 1 && c.IsSet("weights"):
+	case len(locs) > 1 && shares != nil && len(shares) != len(locs):
+		return nil, cli.Exit(fmt.Sprintf("--weights %s: %d weights for %d --data sources: give one per source, in the order of --data", c.String("weights"), len(shares), len(locs)), 2)
+	case len(locs) == 1 && shares != nil:
 		return nil, cli.Exit("--weights mixes several sources: give --data once per source", 2)
 	}
 	var srcs []source
@@ -105,13 +106,10 @@ func openData(c *cli.Context) ([]source, error) {
 	return srcs, nil
 }
 
-// identity names a source's object and version (storage.Identifier), or
+// identity names a source's object and version (storage.IdentityOf), or
 // its location.
 func identity(src storage.Source) string {
-	if id, ok := src.(storage.Identifier); ok {
-		return id.Identity()
-	}
-	return src.Name()
+	return cmp.Or(storage.IdentityOf(src), src.Name())
 }
 
 // fed is the pipeline the flags describe, with the betons it reads: the
@@ -143,7 +141,7 @@ func openPipeline(c *cli.Context) (*fed, error) {
 	if err != nil {
 		return nil, err
 	}
-	srcs, err := openData(c)
+	srcs, err := openData(c, shares)
 	if err != nil {
 		return nil, err
 	}

@@ -93,10 +93,7 @@ func OpenPart(c *cli.Context, location string, base pagecache.Options, parts int
 		// The peer tier is the cache's, below its tiers: the cache asks
 		// owners, reads and keeps the pages this node owns, and serves
 		// peers (ServePeer, below).
-		info := peer.Info{Name: src.Name(), Size: f.Size(), PageSize: f.PageSize()}
-		if i, ok := src.(storage.Identifier); ok {
-			info.Identity = i.Identity()
-		}
+		info := peer.Info{Name: src.Name(), Identity: storage.IdentityOf(src), Size: f.Size(), PageSize: f.PageSize()}
 		info.KeepBytes, info.KeepFlag = keeps(copts, peerBudget)
 		if o.Node, err = peer.Start(popts); err != nil {
 			src.Close()

@@ -51,10 +51,7 @@ func run(location, listen, peers, node, secretFile string, pages, rounds int) er
 		return err
 	}
 	defer src.Close()
-	info := peer.Info{Name: src.Name(), Size: f.Size(), PageSize: f.PageSize()}
-	if i, ok := src.(storage.Identifier); ok {
-		info.Identity = i.Identity()
-	}
+	info := peer.Info{Name: src.Name(), Identity: storage.IdentityOf(src), Size: f.Size(), PageSize: f.PageSize()}
 	nd, err := peer.Start(peer.Options{Listen: listen, Peers: peer.SplitPeers(peers),
 		Secret: strings.TrimSpace(string(secret)), Timeout: peer.DefaultTimeout})
 	if err != nil {
