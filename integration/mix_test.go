@@ -131,6 +131,11 @@ func TestFeedMixtureHostile(t *testing.T) {
 	bench := func(args ...string) []string {
 		return append([]string{"bench", "--epochs", "1", "--batch-size", "16", "--resolution", "32", "--workers", "1"}, args...)
 	}
+	// serve has the same 8 words before its own flags as bench, for the
+	// messages below.
+	serve := func(args ...string) []string {
+		return append([]string{"serve", "--socket", testenv.Socket(t, "hostile.sock"), "--data", jpg, "--data", mixed, "--epochs", "1"}, args...)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
@@ -146,6 +151,10 @@ func TestFeedMixtureHostile(t *testing.T) {
 		{bench("--data", jpg, "--weights", "1"), "--weights mixes several sources"},
 		{bench("--data", jpg, "--data", mixed, "--weights", "0.5,n10"), "mix proportions with repeat factors or counts"},
 		{bench("--data", jpg, "--data", mixed, "--peer-listen", "127.0.0.1:0", "--peers", "http://127.0.0.1:0"), "--peer-listen serves one beton"},
+		{bench("--data", jpg, "--data", mixed, "--weights", "1,1", "--epoch-size", "-5"), "--epoch-size -5: want a positive number"},
+		{bench("--data", jpg, "--data", mixed, "--weights", "1,1", "--epoch-size", "99999999999"), "epoch size 99999999999: want 1 to 4294967295"},
+		{serve("--resume-changed", "maybe"), `--resume-changed "maybe": want refuse or new-epoch`},
+		{serve("--mixture", strings.Repeat("x", 1<<16), "--start-epoch", "0", "--start-batch", "1"), "--mixture: 65536 bytes, not a mixture's fingerprint"},
 	} {
 		_, stderr := run(t, 2, ffcvfeed, c.args...)
 		if !strings.Contains(stderr, c.want) || strings.Count(strings.TrimSpace(stderr), "\n") > 0 {

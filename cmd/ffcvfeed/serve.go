@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 
 	"github.com/urfave/cli/v2"
 
@@ -82,6 +83,9 @@ func serveCommand() *cli.Command {
 			}
 			if rc := c.String("resume-changed"); rc != "refuse" && rc != "new-epoch" {
 				return cli.Exit(fmt.Sprintf("--resume-changed %q: want refuse or new-epoch", rc), 2)
+			}
+			if m := c.String("mixture"); c.IsSet("mixture") && !fingerprint.MatchString(m) {
+				return cli.Exit(fmt.Sprintf("--mixture: %d bytes, not a mixture's fingerprint (16 hex digits, from the client's resume_args())", len(m)), 2)
 			}
 			fd, err := openPipeline(c)
 			if err != nil {
@@ -176,6 +180,10 @@ func resumeMixture(c *cli.Context, p *pipeline.Pipeline, epochs, startEpoch, sta
 	slog.Warn("the mixture of sources changed since the state was saved: starting the next epoch whole", "saved", saved, "now", orNone(now), "epoch", startEpoch+1)
 	return startEpoch + 1, 0, nil, nil
 }
+
+// fingerprint is what a mixture's fingerprint looks like
+// (order.Mixture.Fingerprint).
+var fingerprint = regexp.MustCompile(`^[0-9a-f]{16}$`)
 
 // orNone is a fingerprint, or "one source" for none.
 func orNone(fp string) string {
